@@ -1,0 +1,33 @@
+"""Warden: a governance gateway for the actions AI agents take.
+
+The public surface is exactly ``__all__`` (pinned by tests/test_public_surface.py).
+"""
+
+__version__ = "0.1.0"
+
+from warden.core.guardian import Guardian  # noqa: E402
+from warden.core.types import ActionRequest, Effect, Verdict  # noqa: E402
+from warden.errors import (  # noqa: E402
+    ConfigError,
+    CouldNotDecide,
+    InputRejected,
+    IntegrityError,
+    ProtocolError,
+    WardenError,
+)
+from warden.ledger.verify import verify_records as verify_chain  # noqa: E402
+
+__all__ = [
+    "ActionRequest",
+    "ConfigError",
+    "CouldNotDecide",
+    "Effect",
+    "Guardian",
+    "InputRejected",
+    "IntegrityError",
+    "ProtocolError",
+    "Verdict",
+    "WardenError",
+    "__version__",
+    "verify_chain",
+]

@@ -1,0 +1,5 @@
+"""``python -m warden`` runs the CLI."""
+
+from warden.cli import main
+
+main()

@@ -1,0 +1,355 @@
+"""``warden`` command line: a thin layer over the public library.
+
+Each command parses options, calls the library, and maps ``WardenError`` to a
+message and an exit code: 0 success, 1 integrity or policy failure found,
+2 bad input or configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from warden import __version__
+from warden.errors import ConfigError, IntegrityError, WardenError
+
+app = typer.Typer(
+    name="warden",
+    help="Warden: a governance gateway for the actions AI agents take (ACS v0.1 Guardian).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+policy_app = typer.Typer(help="Validate and explain policy bundles.", no_args_is_help=True)
+replay_app = typer.Typer(
+    help="Replay recorded agent traffic against a running Warden.", no_args_is_help=True
+)
+app.add_typer(policy_app, name="policy")
+app.add_typer(replay_app, name="replay")
+
+console = Console()
+err_console = Console(stderr=True)
+
+EXIT_FAILURE_FOUND = 1
+EXIT_BAD_INPUT = 2
+
+DataDir = Annotated[
+    Path,
+    typer.Option(
+        "--data-dir", envvar="WARDEN_DATA_DIR", help="Folder for the default database and key file."
+    ),
+]
+DbUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        envvar="WARDEN_DATABASE_URL",
+        help="Database URL (default: sqlite:///<data-dir>/warden.db).",
+    ),
+]
+KeyFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--key-file",
+        envvar="WARDEN_KEY_FILE",
+        help="HMAC master secret (IKM) file, hex, mode 0600 (default: <data-dir>/ikm.key; "
+        "created on first start).",
+    ),
+]
+
+
+def _fail(exc: WardenError, code: int = EXIT_BAD_INPUT) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {exc.message}")
+    return typer.Exit(code)
+
+
+def _settings(**kw: Any) -> Any:
+    from warden.settings import Settings
+
+    try:
+        return Settings(**{k: v for k, v in kw.items() if v is not None})
+    except Exception as exc:  # pydantic ValidationError: report every problem at once
+        err_console.print(f"[red]invalid settings:[/red] {exc}")
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
+
+
+@app.command()
+def version() -> None:
+    """Print Warden's version."""
+    console.print(__version__)
+
+
+@app.command()
+def serve(
+    host: Annotated[
+        str, typer.Option(envvar="WARDEN_HOST", help="Interface to bind.")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option(envvar="WARDEN_PORT", help="TCP port (0 = any free).")
+    ] = 8787,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            "--policy",
+            envvar="WARDEN_POLICY",
+            help="Policy bundle YAML (default: examples/policies/default.yaml).",
+        ),
+    ] = None,
+    key_file: KeyFile = None,
+    key_id: Annotated[
+        str, typer.Option(envvar="WARDEN_KEY_ID", help="key_id put on Warden's signatures.")
+    ] = "warden",
+    skew_window_ms: Annotated[
+        int,
+        typer.Option(
+            envvar="WARDEN_SKEW_WINDOW_MS", help="Accepted clock skew of request timestamps."
+        ),
+    ] = 300_000,
+    sqlite_sync: Annotated[
+        str,
+        typer.Option(
+            envvar="WARDEN_SQLITE_SYNC",
+            help="SQLite synchronous mode: FULL (durable across power loss; default) or NORMAL "
+            "(durable across process crashes only).",
+        ),
+    ] = "FULL",
+    log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
+) -> None:
+    """Run Warden: ACS at POST /acs, health at /healthz and /readyz."""
+    import uvicorn
+
+    from warden.runtime import Runtime
+    from warden.server.app import create_app
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = _settings(
+        host=host,
+        port=port,
+        data_dir=data_dir,
+        database_url=database_url,
+        policy=policy,
+        key_file=key_file,
+        key_id=key_id,
+        skew_window_ms=skew_window_ms,
+        sqlite_sync=sqlite_sync.upper(),
+    )
+    try:
+        runtime = Runtime.start(settings)
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    ref = runtime.bundle.ref
+    err_console.print(
+        f"warden {__version__}: bundle {ref.id}@{ref.version} ({len(runtime.bundle.rules)} "
+        f"rules, {ref.digest[:19]}…), store {settings.resolved_database_url()}, key file "
+        f"{settings.resolved_key_file()}"
+    )
+    try:
+        uvicorn.run(
+            create_app(runtime),
+            host=settings.host,
+            port=settings.port,
+            log_level=log_level.lower(),
+            access_log=False,
+        )
+    finally:
+        runtime.close()
+
+
+def _open_store(data_dir: Path, database_url: str | None) -> Any:
+    from warden.store import open_store
+
+    url = database_url or f"sqlite:///{data_dir / 'warden.db'}"
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
+        raise ConfigError(f"no database at {url}")
+    return open_store(url, migrate=False)
+
+
+@app.command()
+def verify(
+    file: Annotated[
+        Path | None,
+        typer.Argument(help="A JSONL export to verify; default: every chain in the database."),
+    ] = None,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+    key_file: KeyFile = None,
+    no_signatures: Annotated[
+        bool, typer.Option("--no-signatures", help="Check hashes and links only (no key needed).")
+    ] = False,
+) -> None:
+    """Re-walk every audit chain offline: entry hashes, links, signed heads, signatures."""
+    from warden.crypto.keystore import load_ikm
+    from warden.ledger.verify import read_jsonl, verify_records
+
+    try:
+        ikm = None if no_signatures else load_ikm(key_file or data_dir / "ikm.key")
+        if file is not None:
+            records: Any = read_jsonl(file)
+            source = str(file)
+        else:
+            store = _open_store(data_dir, database_url)
+            records = store.iter_records()
+            source = database_url or str(data_dir / "warden.db")
+        report = verify_records(records, ikm=ikm)
+    except IntegrityError as exc:
+        err_console.print(f"[red]FAILED[/red] {exc.reason}: {exc.message}")
+        raise typer.Exit(EXIT_FAILURE_FOUND) from exc
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    console.print(
+        f"[green]OK[/green] {source}: {report.sessions} sessions, {report.entries} entries, "
+        f"{report.signatures_checked} signatures checked"
+        + ("" if ikm else " (signatures not checked: --no-signatures)")
+    )
+    table = Table("session", "chain head")
+    for sid, head in list(report.heads.items())[:20]:
+        table.add_row(sid, head)
+    if report.heads:
+        console.print(table)
+        if len(report.heads) > 20:
+            console.print(f"… and {len(report.heads) - 20} more sessions")
+
+
+@app.command()
+def export(
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Write JSONL here (default: standard output)."),
+    ] = None,
+    session: Annotated[
+        str | None,
+        typer.Option(help="Only this session id."),
+    ] = None,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+) -> None:
+    """Write audit chains as JSONL (session, entry…, signed head per session)."""
+    try:
+        store = _open_store(data_dir, database_url)
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    fh = out.open("w", encoding="utf-8") if out else sys.stdout
+    n = 0
+    try:
+        for rec in store.iter_records(session):
+            fh.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n")
+            n += 1
+    finally:
+        if out:
+            fh.close()
+    if out:
+        err_console.print(f"wrote {n} records to {out}")
+
+
+@policy_app.command("check")
+def policy_check(file: Annotated[Path, typer.Argument(help="Bundle YAML file.")]) -> None:
+    """Validate a bundle: YAML, fields, CEL conditions, effect details. Exit 2 on errors."""
+    from warden.policy import load_bundle
+
+    try:
+        bundle = load_bundle(file)
+    except WardenError as exc:
+        err_console.print(f"[red]invalid bundle[/red]\n{exc.message}")
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
+    console.print(
+        f"[green]OK[/green] {bundle.ref.id}@{bundle.ref.version}: "
+        f"{len(bundle.rules)} rules, default {bundle.default.value}, {bundle.ref.digest}"
+    )
+
+
+@policy_app.command("explain")
+def policy_explain(
+    file: Annotated[Path, typer.Argument(help="Bundle YAML file.")],
+    request: Annotated[Path, typer.Argument(help="An ACS request envelope (JSON).")],
+) -> None:
+    """Show which rules are candidates for a request, which fire and why, and the verdict."""
+    from warden.core.guardian import fit_to_hook, verdict_from_evaluation
+    from warden.crypto.canonical import parse_strict_json
+    from warden.policy import PolicyEngine, load_bundle
+    from warden.wire.acs.methods import route
+    from warden.wire.acs.parse import action_request
+
+    try:
+        engine = PolicyEngine(load_bundle(file))
+        msg = parse_strict_json(request.read_bytes())
+        info = route(msg["method"])
+        req = action_request(info, msg["params"], None)
+        ev = engine.evaluate(req, explain=True)
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    except (KeyError, TypeError, OSError) as exc:
+        err_console.print(f"[red]error:[/red] not an ACS request envelope: {exc!r}")
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
+    table = Table("rule", "effect", "fired", "why")
+    for t in ev.trace:
+        table.add_row(t.rule_id, t.effect.value, "yes" if t.fired else "no", t.detail)
+    console.print(
+        f"method {req.method}, tool {req.tool_name or '-'}: "
+        f"{len(ev.trace)} candidate rules of {len(engine.bundle.rules)}"
+    )
+    console.print(table)
+    verdict = fit_to_hook(verdict_from_evaluation(ev), req.permitted)
+    console.print(
+        f"verdict: [bold]{verdict.decision.value}[/bold]"
+        + (" (default)" if ev.default_applied else "")
+        + (f" — {verdict.reasoning}" if verdict.reasoning else "")
+    )
+    if verdict.reason_codes:
+        console.print(f"reason codes: {', '.join(verdict.reason_codes)}")
+
+
+@replay_app.command("agentdojo")
+def replay_agentdojo(
+    url: Annotated[str, typer.Option(help="Warden's ACS endpoint.")] = "http://127.0.0.1:8787/acs",
+    key_file: Annotated[
+        Path, typer.Option(help="The IKM Warden uses (the replay signs as the Observed Agent).")
+    ] = Path(".warden/ikm.key"),
+    suite: Annotated[
+        list[str] | None,
+        typer.Option(help="Suites to replay (default: all four)."),
+    ] = None,
+    verify_after: Annotated[
+        bool,
+        typer.Option(
+            "--verify/--no-verify", help="Run `warden verify` on the database afterwards."
+        ),
+    ] = True,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+) -> None:
+    """Replay AgentDojo v1.2 ground-truth tool calls as signed ACS sessions."""
+    from warden.crypto.keystore import load_ikm
+    from warden.replay.agentdojo import replay
+
+    try:
+        ikm = load_ikm(key_file)
+        summary = replay(url, ikm, suites=suite, console=console)
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    if summary.errors:
+        err_console.print(f"[red]{summary.errors} protocol errors during the replay[/red]")
+    if verify_after:
+        verify(
+            None,
+            data_dir=data_dir,
+            database_url=database_url,
+            key_file=key_file,
+            no_signatures=False,
+        )
+    if summary.errors:
+        raise typer.Exit(EXIT_FAILURE_FOUND)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,92 @@
+"""The Guardian: one decision path for every wire (DESIGN.md "One decision, four wires").
+
+``Guardian.decide(request)`` runs the policy engine (and, in later issues, the
+built-in gates), then makes the verdict fit the hook: an effect the hook does
+not permit becomes deny (or allow where deny is not permitted either) with
+reason code ``disposition_not_permitted`` (specs/acs.md §7). It never raises
+for a request: any engine failure is a fail-closed deny with reason code
+``evaluation_failed`` whose ``failure`` detail goes to the ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+
+from warden.core.types import ActionRequest, Effect, Verdict
+from warden.errors import CouldNotDecide
+from warden.policy.engine import Evaluation, PolicyEngine
+
+log = logging.getLogger(__name__)
+
+FAIL_CLOSED_REASONING = "Warden could not evaluate this step, so it is denied (fail closed)."
+
+
+class Guardian:
+    """Decides steps against one policy engine. Thread-safe."""
+
+    def __init__(self, engine: PolicyEngine) -> None:
+        self.engine = engine
+
+    @property
+    def bundle_ref(self):  # type: ignore[no-untyped-def]
+        return self.engine.bundle.ref
+
+    def decide(self, request: ActionRequest) -> Verdict:
+        """Return the verdict for ``request``; never raises for request content."""
+        try:
+            ev = self.engine.evaluate(request)
+        except CouldNotDecide as exc:
+            log.warning("fail-closed deny: %s", exc.diagnostics())
+            return self.fail_closed(request, exc.diagnostics())
+        except Exception:  # noqa: BLE001 - the outermost fail-closed layer
+            detail = traceback.format_exc()
+            log.error("fail-closed deny after engine crash:\n%s", detail)
+            return self.fail_closed(request, detail)
+        return fit_to_hook(verdict_from_evaluation(ev), request.permitted)
+
+    def fail_closed(self, request: ActionRequest, detail: str) -> Verdict:
+        """The signed-deny verdict used when no decision could be reached."""
+        verdict = Verdict(
+            decision=Effect.DENY,
+            reasoning=FAIL_CLOSED_REASONING,
+            reason_codes=("evaluation_failed",),
+            bundle=self.engine.bundle.ref,
+            failure=detail,
+        )
+        return fit_to_hook(verdict, request.permitted)
+
+
+def verdict_from_evaluation(ev: Evaluation) -> Verdict:
+    return Verdict(
+        decision=ev.effect,
+        reasoning=ev.reasoning,
+        reason_codes=ev.reason_codes,
+        policy_references=ev.references,
+        bundle=ev.bundle,
+        warn=ev.warn,
+        modifications=ev.modifications,
+        ask_details=ev.ask_details,
+        defer_details=ev.defer_details,
+    )
+
+
+def fit_to_hook(verdict: Verdict, permitted: frozenset[Effect]) -> Verdict:
+    """Substitute a disposition the hook does not permit (deny if permitted, else allow)."""
+    if verdict.decision in permitted:
+        return verdict
+    replacement = Effect.DENY if Effect.DENY in permitted else Effect.ALLOW
+    codes = tuple(dict.fromkeys((*verdict.reason_codes, "disposition_not_permitted")))
+    reasoning = (
+        f"{verdict.reasoning} (policy said {verdict.decision.value}, which this hook does not "
+        f"permit; answered {replacement.value})"
+    ).strip()
+    return Verdict(
+        decision=replacement,
+        reasoning=reasoning,
+        reason_codes=codes,
+        policy_references=verdict.policy_references,
+        bundle=verdict.bundle,
+        policy_data={**verdict.policy_data, "substituted_from": verdict.decision.value},
+        failure=verdict.failure,
+    )

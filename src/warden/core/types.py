@@ -1,0 +1,110 @@
+"""Domain types shared by every wire: the action request and the verdict.
+
+An :class:`ActionRequest` is built only by a wire adapter's parser; a
+:class:`Verdict` is what the Guardian returns and each wire renders. The
+decision vocabulary is the ACS five (spec §6) plus a ``warn`` flag on allow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Effect(StrEnum):
+    """A disposition (ACS §6). Strength orders combining: deny > ask > defer > modify > allow."""
+
+    ALLOW = "allow"
+    MODIFY = "modify"
+    DEFER = "defer"
+    ASK = "ask"
+    DENY = "deny"
+
+    @property
+    def strength(self) -> int:
+        return _STRENGTH[self]
+
+
+_STRENGTH = {Effect.ALLOW: 0, Effect.MODIFY: 1, Effect.DEFER: 2, Effect.ASK: 3, Effect.DENY: 4}
+
+ALL_EFFECTS = frozenset(Effect)
+
+
+@dataclass(frozen=True)
+class PolicyReference:
+    """One rule that fired: ACS ``policy_references[]`` item."""
+
+    policy_id: str
+    policy_version: str
+    rule_id: str
+    policy_name: str | None = None
+
+    def to_wire(self) -> dict[str, str]:
+        out = {
+            "policy_id": self.policy_id,
+            "policy_version": self.policy_version,
+            "rule_id": self.rule_id,
+        }
+        if self.policy_name:
+            out["policy_name"] = self.policy_name
+        return out
+
+
+@dataclass(frozen=True)
+class BundleRef:
+    """Identity of the bundle a verdict came from: id, version, content digest."""
+
+    id: str
+    version: str
+    digest: str
+
+    def to_wire(self) -> dict[str, str]:
+        return {"id": self.id, "version": self.version, "digest": self.digest}
+
+
+@dataclass(frozen=True)
+class ActionRequest:
+    """A proposed step, in wire-independent terms.
+
+    ``method`` is the ACS method (``steps/toolCallRequest``,
+    ``protocols/MCP/tools/call`` …); ``tool`` is ``{name, version, provider,
+    operation, capability}`` with empty strings where absent; ``args`` are the
+    unwrapped argument values; ``permitted`` the dispositions the hook allows.
+    """
+
+    method: str
+    payload: dict[str, Any]
+    metadata: dict[str, Any]
+    tool: dict[str, str]
+    args: dict[str, Any]
+    raw_command: str
+    session: dict[str, Any]
+    permitted: frozenset[Effect] = ALL_EFFECTS
+
+    @property
+    def tool_name(self) -> str:
+        return self.tool.get("name", "")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The Guardian's answer for one step.
+
+    ``decision`` is final (already substituted for the hook's permitted set);
+    ``modifications``/``ask_details``/``defer_details`` are present exactly when
+    the decision needs them (ACS §6). ``failure`` carries operator detail when
+    the verdict is a fail-closed deny; it goes to the ledger, never the wire.
+    """
+
+    decision: Effect
+    reasoning: str
+    reason_codes: tuple[str, ...] = ()
+    policy_references: tuple[PolicyReference, ...] = ()
+    bundle: BundleRef | None = None
+    warn: bool = False
+    modifications: dict[str, Any] | None = None
+    ask_details: dict[str, Any] | None = None
+    defer_details: dict[str, Any] | None = None
+    policy_data: dict[str, Any] = field(default_factory=dict)
+    failure: str | None = None

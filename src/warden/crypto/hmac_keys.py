@@ -1,0 +1,78 @@
+"""Per-session HMAC keys and HMAC-SHA256 signatures (ACS spec §10, specs/acs.md §11).
+
+Session key = HKDF-SHA256(IKM, salt=none, info=UTF-8(session_id), L=32), the
+interop choice pinned by the agt-go envelope vectors. Signature values are
+standard base64 *with padding*; comparison is constant-time.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from collections import OrderedDict
+from threading import Lock
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from warden.errors import ConfigError
+
+MIN_IKM_BYTES = 32
+HMAC_ALGORITHM = "HMAC-SHA256"
+
+
+def derive_session_key(ikm: bytes, session_id: str) -> bytes:
+    """HKDF-SHA256(ikm, no salt, info=session_id) → 32-byte key."""
+    hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=session_id.encode())
+    return hkdf.derive(ikm)
+
+
+def hmac_sign(key: bytes, message: bytes) -> str:
+    """Base64 (padded) HMAC-SHA256 of ``message`` under ``key``."""
+    return base64.b64encode(hmac.new(key, message, hashlib.sha256).digest()).decode("ascii")
+
+
+def hmac_verify(key: bytes, message: bytes, value: str) -> bool:
+    """True when ``value`` is the padded base64 HMAC-SHA256 of ``message``.
+
+    Malformed base64 is a failed verification, never an exception. The compare
+    is constant-time.
+    """
+    try:
+        given = base64.b64decode(value.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        return False
+    expected = hmac.new(key, message, hashlib.sha256).digest()
+    return hmac.compare_digest(given, expected)
+
+
+class SessionKeys:
+    """Derives and caches per-session HMAC keys from one IKM.
+
+    Thread-safe. The cache is bounded (LRU) because session ids come from the
+    network.
+    """
+
+    def __init__(self, ikm: bytes, *, cache_size: int = 4096) -> None:
+        if len(ikm) < MIN_IKM_BYTES:
+            raise ConfigError(f"IKM must be at least {MIN_IKM_BYTES} bytes, got {len(ikm)}")
+        self._ikm = ikm
+        self._cache: OrderedDict[str, bytes] = OrderedDict()
+        self._size = cache_size
+        self._lock = Lock()
+
+    def key_for(self, session_id: str) -> bytes:
+        """The 32-byte HMAC key of ``session_id``."""
+        with self._lock:
+            key = self._cache.get(session_id)
+            if key is not None:
+                self._cache.move_to_end(session_id)
+                return key
+        key = derive_session_key(self._ikm, session_id)
+        with self._lock:
+            self._cache[session_id] = key
+            if len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        return key

@@ -1,0 +1,264 @@
+"""Policy bundle files: YAML → validated, compiled, indexed :class:`Bundle`.
+
+The format is documented in docs/policy-bundles.md. Loading is all or nothing:
+every problem in the file is collected and reported at once in a
+:class:`~warden.errors.ConfigError` naming the file, the rule id and the reason.
+The bundle's content digest is ``sha256:`` + hex SHA-256 of the JCS form of the
+parsed document, so formatting and comments do not change it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from warden.core.modifications import ModificationConflict, check_modifications
+from warden.core.types import BundleRef, Effect
+from warden.crypto.canonical import canonical_bytes, sha256_hex
+from warden.errors import ConfigError, WardenError
+from warden.policy.conditions import Condition, ConditionError
+
+FORMAT_VERSION = 1
+TOOL_METHODS = ("steps/toolCallRequest", "protocols/MCP/tools/call")
+_RULE_ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Approver(_Strict):
+    type: Literal["human", "agent", "service"]
+    id: str
+    endpoint: str | None = None
+
+
+class AskSpec(_Strict):
+    question: str
+    approver: Approver
+    timeout_seconds: int = Field(ge=1)
+    timeout_disposition: Literal["allow", "deny"] = "deny"
+    context: str | None = None
+    options: list[str] | None = None
+
+
+class DeferSpec(_Strict):
+    reason: Literal[
+        "insufficient_context", "conflicting_policies", "low_confidence", "pending_dependency"
+    ]
+    resolution_method: Literal["additional_context", "human_approval", "timeout"]
+    resolution_timeout_ms: int = Field(ge=1)
+    timeout_decision: Literal["deny", "ask"] = "deny"
+    required_context: list[str] | None = None
+
+
+class Redaction(_Strict):
+    path: str
+    replacement: str | None = None
+
+
+class ModifySpec(_Strict):
+    modified_content: str | None = None
+    redactions: list[Redaction] | None = None
+    parameter_overrides: dict[str, Any] | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class RuleSpec(_Strict):
+    id: str
+    description: str | None = None
+    hooks: list[str] | None = None
+    tools: list[str] | None = None
+    when: str | None = None
+    effect: Effect
+    warn: bool = False
+    reasoning: str | None = None
+    reason_codes: list[str] = Field(default_factory=list)
+    ask: AskSpec | None = None
+    defer: DeferSpec | None = None
+    modify: ModifySpec | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id_shape(cls, v: str) -> str:
+        if not _RULE_ID.match(v):
+            raise ValueError("rule id must match [A-Za-z0-9_.:-]+")
+        return v
+
+    @model_validator(mode="after")
+    def _details_match_effect(self) -> RuleSpec:
+        need = {Effect.ASK: "ask", Effect.DEFER: "defer", Effect.MODIFY: "modify"}
+        for effect, name in need.items():
+            present = getattr(self, name) is not None
+            if self.effect is effect and not present:
+                raise ValueError(f"effect {effect.value} requires `{name}` details")
+            if self.effect is not effect and present:
+                raise ValueError(f"`{name}` details given but effect is {self.effect.value}")
+        if self.effect is not Effect.ALLOW and not self.reasoning:
+            raise ValueError(f"effect {self.effect.value} requires `reasoning`")
+        if self.warn and self.effect is not Effect.ALLOW:
+            raise ValueError("`warn` applies to effect allow only")
+        if self.hooks is None and self.tools is None:
+            raise ValueError("a rule needs `hooks`, `tools` or both")
+        if self.hooks is not None and not self.hooks:
+            raise ValueError("`hooks` must not be empty")
+        if self.tools is not None and not self.tools:
+            raise ValueError("`tools` must not be empty")
+        return self
+
+
+class BundleSpec(_Strict):
+    warden_bundle: Literal[1]
+    id: str
+    version: str
+    name: str | None = None
+    description: str | None = None
+    default: Literal["allow", "deny"] = "deny"
+    default_reasoning: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+    rules: list[RuleSpec]
+
+    @model_validator(mode="after")
+    def _non_empty_unique(self) -> BundleSpec:
+        if not self.rules:
+            raise ValueError("a bundle needs at least one rule (an empty bundle is refused)")
+        seen: set[str] = set()
+        for rule in self.rules:
+            if rule.id in seen:
+                raise ValueError(f"duplicate rule id {rule.id!r}")
+            seen.add(rule.id)
+        return self
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A compiled rule: its spec, its condition and its method/tool matchers."""
+
+    spec: RuleSpec
+    order: int
+    condition: Condition | None
+    hooks: tuple[str, ...]
+    tools: tuple[str, ...] | None
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def effect(self) -> Effect:
+        return self.spec.effect
+
+    def matches_method(self, method: str) -> bool:
+        return any(fnmatch.fnmatchcase(method, h) for h in self.hooks)
+
+    def matches_tool(self, tool_name: str) -> bool:
+        if self.tools is None:
+            return True
+        return bool(tool_name) and any(fnmatch.fnmatchcase(tool_name, t) for t in self.tools)
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A loaded bundle: identity, default effect, constants and compiled rules."""
+
+    ref: BundleRef
+    name: str | None
+    default: Effect
+    default_reasoning: str
+    data: dict[str, Any]
+    rules: tuple[Rule, ...]
+    source: str
+
+
+def _problem(source: str, where: str, msg: str) -> str:
+    return f"{source}: {where}: {msg}"
+
+
+def parse_bundle(text: str, *, source: str = "<bundle>") -> Bundle:
+    """Parse and compile a bundle from YAML text.
+
+    Raises :class:`ConfigError` listing every problem (``file: rule <id>: reason``).
+    """
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(_problem(source, "YAML", str(exc)), reason="bundle_invalid") from exc
+    if not isinstance(doc, dict):
+        raise ConfigError(
+            _problem(source, "top level", "must be a mapping"), reason="bundle_invalid"
+        )
+    try:
+        spec = BundleSpec.model_validate(doc)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = list(err["loc"])
+            where = "bundle"
+            if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
+                rules = doc.get("rules") or []
+                rid = (
+                    rules[loc[1]].get("id", f"#{loc[1]}")
+                    if (
+                        isinstance(rules, list)
+                        and loc[1] < len(rules)
+                        and isinstance(rules[loc[1]], dict)
+                    )
+                    else f"#{loc[1]}"
+                )
+                where = f"rule {rid}"
+                loc = loc[2:]
+            field = ".".join(str(p) for p in loc)
+            problems.append(_problem(source, where, f"{field + ': ' if field else ''}{err['msg']}"))
+        raise ConfigError("\n".join(problems), reason="bundle_invalid") from exc
+    problems = []
+    compiled: list[Rule] = []
+    for order, rule in enumerate(spec.rules):
+        cond: Condition | None = None
+        if rule.when is not None:
+            try:
+                cond = Condition(rule.when)
+            except ConditionError as exc:
+                problems.append(_problem(source, f"rule {rule.id}", f"when: {exc}"))
+        if rule.modify is not None:
+            try:
+                check_modifications(rule.modify.to_wire())
+            except ModificationConflict as exc:
+                problems.append(_problem(source, f"rule {rule.id}", f"modify: {exc}"))
+        hooks = tuple(rule.hooks) if rule.hooks is not None else TOOL_METHODS
+        compiled.append(
+            Rule(rule, order, cond, hooks, tuple(rule.tools) if rule.tools is not None else None)
+        )
+    if problems:
+        raise ConfigError("\n".join(problems), reason="bundle_invalid")
+    try:
+        digest = "sha256:" + sha256_hex(canonical_bytes(doc))
+    except WardenError as exc:
+        raise ConfigError(
+            _problem(source, "bundle", f"not canonical JSON data: {exc}"), reason="bundle_invalid"
+        ) from exc
+    return Bundle(
+        ref=BundleRef(spec.id, spec.version, digest),
+        name=spec.name,
+        default=Effect(spec.default),
+        default_reasoning=spec.default_reasoning or "No policy rule matched this step.",
+        data=spec.data,
+        rules=tuple(compiled),
+        source=source,
+    )
+
+
+def load_bundle(path: Path) -> Bundle:
+    """Load a bundle file; see :func:`parse_bundle`. Raises ConfigError if unreadable."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read bundle: {exc}", reason="bundle_invalid") from exc
+    return parse_bundle(text, source=str(path))

@@ -1,0 +1,182 @@
+"""The policy engine: evaluate a bundle against one :class:`ActionRequest`.
+
+Every candidate rule whose condition holds *fires*. The strongest effect wins
+(deny > ask > defer > modify > allow); every fired rule is cited. With no rule
+fired the bundle default applies (deny unless the bundle says allow). Modify
+rules that fire together are merged; a merge that violates ACS §6.3 is an
+engine error. Errors raise :class:`~warden.errors.CouldNotDecide`; the Guardian
+turns that into a signed deny (``evaluation_failed``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from warden.core.modifications import ModificationConflict, check_modifications
+from warden.core.types import ActionRequest, BundleRef, Effect, PolicyReference
+from warden.errors import CouldNotDecide
+from warden.policy.bundle import Bundle, Rule
+from warden.policy.conditions import ConditionError, make_context
+from warden.policy.index import RuleIndex
+
+
+@dataclass(frozen=True)
+class RuleTrace:
+    """What happened to one candidate rule (for ``warden policy explain``)."""
+
+    rule_id: str
+    effect: Effect
+    fired: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The engine's result before hook-level substitution."""
+
+    effect: Effect
+    reasoning: str
+    reason_codes: tuple[str, ...]
+    fired: tuple[Rule, ...]
+    bundle: BundleRef
+    references: tuple[PolicyReference, ...]
+    warn: bool = False
+    modifications: dict[str, Any] | None = None
+    ask_details: dict[str, Any] | None = None
+    defer_details: dict[str, Any] | None = None
+    default_applied: bool = False
+    trace: tuple[RuleTrace, ...] = field(default=())
+
+
+def facts_for(request: ActionRequest, data: dict[str, Any]) -> dict[str, Any]:
+    """The CEL variables of a request (docs/policy-bundles.md)."""
+    return {
+        "method": request.method,
+        "tool": request.tool,
+        "args": request.args,
+        "raw_command": request.raw_command,
+        "payload": request.payload,
+        "metadata": request.metadata,
+        "session": request.session,
+        "data": data,
+    }
+
+
+def _unique(items: list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+class PolicyEngine:
+    """Evaluates one loaded :class:`Bundle`. Thread-safe; immutable after construction."""
+
+    def __init__(self, bundle: Bundle) -> None:
+        self.bundle = bundle
+        self._index = RuleIndex(bundle.rules)
+
+    def evaluate(self, request: ActionRequest, *, explain: bool = False) -> Evaluation:
+        """Evaluate ``request``. Raises :class:`CouldNotDecide` on any engine error."""
+        candidates = self._index.candidates(request.method, request.tool_name)
+        ctx: Any = None
+        fired: list[Rule] = []
+        trace: list[RuleTrace] = []
+        for rule in candidates:
+            if rule.condition is not None:
+                try:
+                    if ctx is None:
+                        ctx = make_context(facts_for(request, self.bundle.data))
+                    holds = rule.condition.evaluate(ctx)
+                except ConditionError as exc:
+                    raise CouldNotDecide(
+                        f"rule {rule.id}: {exc}", reason="evaluation_failed", rule_id=rule.id
+                    ) from exc
+            else:
+                holds = True
+            if holds:
+                fired.append(rule)
+            if explain:
+                detail = (
+                    f"when `{rule.condition.source}` → {holds}"
+                    if rule.condition
+                    else "no condition"
+                )
+                trace.append(RuleTrace(rule.id, rule.effect, holds, detail))
+        return self._combine(
+            fired, tuple(trace), wrapped_mcp=request.method.startswith("protocols/MCP/")
+        )
+
+    def _combine(
+        self, fired: list[Rule], trace: tuple[RuleTrace, ...], *, wrapped_mcp: bool
+    ) -> Evaluation:
+        b = self.bundle
+        refs = tuple(PolicyReference(b.ref.id, b.ref.version, r.id, b.name) for r in fired)
+        if not fired:
+            codes: tuple[str, ...] = ("no_rule_matched",) if b.default is Effect.DENY else ()
+            return Evaluation(
+                b.default,
+                b.default_reasoning,
+                codes,
+                (),
+                b.ref,
+                (),
+                default_applied=True,
+                trace=trace,
+            )
+        effect = max((r.effect for r in fired), key=lambda e: e.strength)
+        winners = [r for r in fired if r.effect is effect]
+        reasoning = "; ".join(_unique([r.spec.reasoning for r in winners if r.spec.reasoning]))
+        codes = _unique([c for r in winners for c in r.spec.reason_codes])
+        ev = Evaluation(
+            effect=effect,
+            reasoning=reasoning,
+            reason_codes=codes,
+            fired=tuple(fired),
+            bundle=b.ref,
+            references=refs,
+            warn=effect is Effect.ALLOW and any(r.spec.warn for r in winners),
+            trace=trace,
+        )
+        first = winners[0].spec
+        if effect is Effect.ASK and first.ask is not None:
+            details = first.ask.model_dump(exclude_none=True)
+            return _replace(ev, ask_details=details)
+        if effect is Effect.DEFER and first.defer is not None:
+            return _replace(ev, defer_details=first.defer.model_dump(exclude_none=True))
+        if effect is Effect.MODIFY:
+            return _replace(ev, modifications=self._merge(winners, wrapped_mcp=wrapped_mcp))
+        return ev
+
+    @staticmethod
+    def _merge(rules: list[Rule], *, wrapped_mcp: bool) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for rule in rules:
+            assert rule.spec.modify is not None
+            mods = rule.spec.modify.to_wire()
+            if "modified_content" in mods:
+                if "modified_content" in merged:
+                    raise CouldNotDecide(
+                        "two modify rules replace the whole content", reason="evaluation_failed"
+                    )
+                merged["modified_content"] = mods["modified_content"]
+            for name, value in (mods.get("parameter_overrides") or {}).items():
+                overrides = merged.setdefault("parameter_overrides", {})
+                if name in overrides and overrides[name] != value:
+                    raise CouldNotDecide(
+                        f"modify rules disagree on argument {name!r}", reason="evaluation_failed"
+                    )
+                overrides[name] = value
+            if mods.get("redactions"):
+                merged.setdefault("redactions", []).extend(mods["redactions"])
+        try:
+            check_modifications(merged, wrapped_mcp=wrapped_mcp)
+        except ModificationConflict as exc:
+            raise CouldNotDecide(
+                f"merged modifications violate §6.3: {exc}", reason="evaluation_failed"
+            ) from exc
+        return merged
+
+
+def _replace(ev: Evaluation, **changes: Any) -> Evaluation:
+    from dataclasses import replace
+
+    return replace(ev, **changes)

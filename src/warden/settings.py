@@ -1,0 +1,53 @@
+"""Warden's settings: command-line options, ``WARDEN_*`` environment variables, defaults.
+
+Embedded defaults: data under ``./.warden/`` (SQLite ``warden.db``, HMAC master
+secret ``ikm.key`` generated on first start with mode 0600) and the shipped
+bundle ``examples/policies/default.yaml`` (also packaged as
+``warden/bundles/default.yaml`` for installs outside the repository).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATA_DIR = Path(".warden")
+
+
+def default_policy_path() -> Path:
+    """``examples/policies/default.yaml`` in the working tree, else the packaged copy."""
+    local = Path("examples/policies/default.yaml")
+    if local.is_file():
+        return local
+    return Path(str(resources.files("warden.bundles").joinpath("default.yaml")))
+
+
+class Settings(BaseSettings):
+    """Validated whole at start-up; every field may be set as ``WARDEN_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="WARDEN_", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8787, ge=0, le=65535)
+    data_dir: Path = DEFAULT_DATA_DIR
+    database_url: str | None = None
+    policy: Path | None = None
+    key_file: Path | None = None
+    key_id: str = "warden"
+    skew_window_ms: int = Field(300_000, ge=0)
+    sqlite_sync: Literal["FULL", "NORMAL", "EXTRA"] = "FULL"
+    policy_requires_provenance: bool = False
+    max_body_bytes: int = Field(1 << 20, ge=1024)
+
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'warden.db'}"
+
+    def resolved_policy(self) -> Path:
+        return self.policy or default_policy_path()
+
+    def resolved_key_file(self) -> Path:
+        return self.key_file or self.data_dir / "ikm.key"

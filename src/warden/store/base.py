@@ -1,0 +1,86 @@
+"""The Store protocol: what the Guardian needs from persistence, and its contract.
+
+Contract (every implementation, tested by tests/store/test_store_contract.py):
+
+- Every method is atomic; a method that raises has changed nothing.
+- ``append`` commits the entry, the new signed head, the step's replay keys and
+  the closed flag in one durable transaction, and only if the session head is
+  still ``expected_seq`` (else :class:`~warden.errors.HeadMoved`). A duplicate
+  replay key raises :class:`~warden.errors.ReplayDetected`; neither writes.
+- ``record_replay`` persists replay keys alone (a refused step is still seen).
+- Thread-safe: callers may use one store from several threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class ReplayKeys:
+    """The replay identifiers of one request (ACS §10.3): request_id and optional nonce."""
+
+    request_id: str
+    nonce: str | None = None
+
+
+@dataclass(frozen=True)
+class SessionState:
+    """What the Guardian knows about a session between requests.
+
+    ``negotiated`` holds the ServerHello and the bound methods; ``head_seq`` is
+    -1 before the first entry.
+    """
+
+    session_id: str
+    agent_id: str
+    key_id: str
+    created_at: str
+    negotiated: dict[str, Any] = field(default_factory=dict)
+    closed: bool = False
+    head_seq: int = -1
+    head_hash: str | None = None
+
+
+class Store(Protocol):
+    """Persistence for sessions, replay keys and audit entries."""
+
+    def create_session(self, state: SessionState, replay: ReplayKeys) -> None:
+        """Insert a new session and its handshake's replay keys.
+
+        Raises ``SessionRefused(reason=renegotiation_not_supported)`` if it exists,
+        ``ReplayDetected`` on a duplicate key.
+        """
+
+    def load_session(self, session_id: str) -> SessionState | None:
+        """The session's current state, or None."""
+
+    def seen(self, session_id: str, replay: ReplayKeys) -> bool:
+        """True when either replay key was already recorded for the session."""
+
+    def record_replay(self, session_id: str, replay: ReplayKeys) -> None:
+        """Persist replay keys; raises ``ReplayDetected`` on a duplicate."""
+
+    def append(
+        self,
+        session_id: str,
+        *,
+        expected_seq: int,
+        entry: dict[str, Any],
+        response: dict[str, Any] | None,
+        head_signature: dict[str, Any],
+        replay: ReplayKeys | None,
+        close: bool = False,
+    ) -> None:
+        """Append one chained entry at ``expected_seq + 1`` (see module contract)."""
+
+    def iter_records(self, session_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """Yield export records (session, entries, signed head) session by session."""
+
+    def counts(self) -> dict[str, int]:
+        """Row counts per table (for tests and health)."""
+
+    def close(self) -> None:
+        """Release connections."""

@@ -1,0 +1,159 @@
+"""An ACS Observed Agent client: builds, signs and sends envelopes; checks answers.
+
+Used by the AgentDojo replay, the benchmarks and the tests; usable by anyone
+who wants to talk to Warden from Python. The transport is any callable from
+request bytes to the parsed response (HTTP via httpx, or an in-process
+:class:`~warden.wire.acs.service.AcsService`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from warden.crypto.canonical import canonical_bytes
+from warden.crypto.hmac_keys import SessionKeys, hmac_verify
+from warden.errors import IntegrityError, IntegrityReason
+from warden.wire.acs.methods import HOOKS
+from warden.wire.acs.signing import sign_request
+
+Transport = Callable[[bytes], dict[str, Any]]
+
+DEFAULT_METHODS: tuple[str, ...] = (*HOOKS, "system/ping", "protocols/MCP/*")
+
+
+def http_transport(url: str, client: httpx.Client | None = None) -> Transport:
+    """POST bytes to ``url`` (e.g. ``http://127.0.0.1:8787/acs``) and parse the JSON body."""
+    http = client or httpx.Client(timeout=30.0)
+
+    def send(body: bytes) -> dict[str, Any]:
+        resp = http.post(url, content=body, headers={"content-type": "application/json"})
+        parsed: dict[str, Any] = resp.json()
+        return parsed
+
+    return send
+
+
+def now_rfc3339() -> str:
+    """Current UTC time as ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def verify_response(response: dict[str, Any], key: bytes) -> bool:
+    """True when the response's ``result.signature``/``error.signature`` verifies."""
+    member = "result" if "result" in response else "error"
+    inner = response.get(member)
+    if not isinstance(inner, dict) or not isinstance(inner.get("signature"), dict):
+        return False
+    stripped = {**response, member: {k: v for k, v in inner.items() if k != "signature"}}
+    return hmac_verify(key, canonical_bytes(stripped), str(inner["signature"].get("value", "")))
+
+
+class AcsClient:
+    """One ACS session seen from the Observed Agent's side.
+
+    Every request is HMAC-signed with the session key; every signed answer is
+    verified (``IntegrityError`` if it does not verify). ``chain_hash`` tracks
+    the Guardian's published head and is sent back in
+    ``metadata.session_state`` when ``track_chain`` is on.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        ikm: bytes,
+        *,
+        agent_id: str = "observed-agent",
+        session_id: str | None = None,
+        key_id: str = "client",
+        track_chain: bool = True,
+    ) -> None:
+        self.transport = transport
+        self.session_id = session_id or str(uuid.uuid4())
+        self.agent_id = agent_id
+        self.key_id = key_id
+        self.key = SessionKeys(ikm).key_for(self.session_id)
+        self.track_chain = track_chain
+        self.chain_hash: str | None = None
+
+    def envelope(
+        self,
+        method: str,
+        payload: dict[str, Any],
+        *,
+        turn_id: str | None = None,
+        request_id: str | None = None,
+        timestamp: str | None = None,
+        sign: bool = True,
+    ) -> dict[str, Any]:
+        rid = request_id or str(uuid.uuid4())
+        metadata: dict[str, Any] = {"agent_id": self.agent_id, "session_id": self.session_id}
+        if turn_id is not None:
+            metadata["turn_id"] = turn_id
+        if self.track_chain and self.chain_hash is not None:
+            metadata["session_state"] = {"chain_hash": self.chain_hash}
+        env: dict[str, Any] = {
+            "jsonrpc": "2.0",
+            "method": method,
+            "id": rid,
+            "params": {
+                "acs_version": "0.1.0",
+                "request_id": rid,
+                "timestamp": timestamp or now_rfc3339(),
+                "metadata": metadata,
+                "payload": payload,
+            },
+        }
+        return sign_request(env, self.key, self.key_id) if sign else env
+
+    def send(self, envelope: dict[str, Any]) -> dict[str, Any]:
+        """Send an envelope; verify and return the response."""
+        body = json.dumps(envelope, ensure_ascii=False, separators=(",", ":")).encode()
+        response = self.transport(body)
+        inner = response.get("result") or response.get("error") or {}
+        if isinstance(inner, dict) and "signature" in inner:
+            if not verify_response(response, self.key):
+                raise IntegrityError(
+                    "response signature does not verify",
+                    reason=IntegrityReason.SIGNATURE_INVALID,
+                    session_id=self.session_id,
+                )
+            if isinstance(inner.get("chain_hash"), str):
+                self.chain_hash = inner["chain_hash"]
+        return response
+
+    def call(self, method: str, payload: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        return self.send(self.envelope(method, payload, **kw))
+
+    def hello(
+        self,
+        methods: Sequence[str] = DEFAULT_METHODS,
+        *,
+        transports: Sequence[str] = ("http",),
+        provenance_producer: str = "none",
+        profiles: Sequence[str] = ("acs-core",),
+        mcp_version: str | None = "2025-06-18",
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "acs_versions_supported": ["0.1.0"],
+            "methods_implemented": list(methods),
+            "transports_supported": list(transports),
+            "provenance_producer": provenance_producer,
+            "profiles_supported": list(profiles),
+        }
+        if mcp_version is not None:
+            payload["wrapped_protocols"] = [{"protocol": "MCP", "version": mcp_version}]
+        return self.call("handshake/hello", payload)
+
+    def tool_call(self, name: str, arguments: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        """``steps/toolCallRequest`` with arguments wrapped as ``{"value": v}``."""
+        payload = {
+            "tool": {"name": name},
+            "arguments": {k: {"value": v} for k, v in arguments.items()},
+        }
+        return self.call("steps/toolCallRequest", payload, **kw)

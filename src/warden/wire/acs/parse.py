@@ -1,0 +1,49 @@
+"""ACS request params → :class:`~warden.core.types.ActionRequest` (parse only, no policy)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from warden.core.types import ActionRequest
+from warden.store.base import SessionState
+from warden.wire.acs.mcp import tool_facts
+from warden.wire.acs.methods import MethodInfo
+
+_EMPTY_TOOL = {"name": "", "version": "", "provider": "", "operation": "", "capability": ""}
+
+
+def action_request(
+    info: MethodInfo, params: dict[str, Any], session: SessionState | None
+) -> ActionRequest:
+    """Build the domain request for a schema-valid step.
+
+    Tool arguments arrive as ``{"value": v, "provenance"?: …}``; rules see ``v``.
+    """
+    payload = params["payload"]
+    tool: dict[str, str] = dict(_EMPTY_TOOL)
+    args: dict[str, Any] = {}
+    if info.kind == "mcp":
+        assert info.mcp_method is not None
+        tool, args = tool_facts(payload, info.mcp_method)
+    elif isinstance(payload.get("tool"), dict):
+        t = payload["tool"]
+        tool = {k: str(t.get(k, "")) for k in ("name", "version", "provider")}
+        tool["operation"] = str(payload.get("operation", ""))
+        tool["capability"] = str(payload.get("capability", ""))
+        if info.method == "steps/toolCallRequest":
+            args = {k: v.get("value") for k, v in payload["arguments"].items()}
+    metadata = params["metadata"]
+    return ActionRequest(
+        method=info.method,
+        payload=payload,
+        metadata=metadata,
+        tool=tool,
+        args=args,
+        raw_command=str(payload.get("raw_command", "")),
+        session={
+            "id": metadata.get("session_id", ""),
+            "agent_id": session.agent_id if session else metadata.get("agent_id", ""),
+            "step_count": session.head_seq + 1 if session else 0,
+        },
+        permitted=info.permitted,
+    )

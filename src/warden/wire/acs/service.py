@@ -1,0 +1,409 @@
+"""The ACS protocol core: request bytes in, response envelope out (transport-independent).
+
+Dispatch order (specs/acs.md §17, REF-PY, asserted by the black-box probes):
+
+1. body cap, strict JSON (-32700, id null); batch → -32600
+2. request-envelope.json (-32600, unsigned); JCS domain (-32600)
+3. ``system/ping`` → allow (never chained; signed only if the request was)
+4. HKDF session key, HMAC verify (-32004, unsigned)
+   — from here every answer is signed —
+5. ``handshake/hello`` → ServerHello (or -32001/-32000/-32002)
+6. route (-32601; agbom/* → -32003); session lookup (-32003)
+7. replay: request_id, then nonce (-32005); recorded on arrival, persisted
+8. key_id / agent_id binding, closed session → signed DENY without an entry
+9. negotiated method (-32003), skew window (-32006), payload schema (-32602)
+10. client chain_hash cross-check → DENY ``chain_mismatch``; else Guardian.decide
+11. ContextEntry appended and committed; response with ``chain_hash``, signed
+
+Once authenticated, a failure to decide or to store is a signed DENY, never a
+silent allow and never an unsigned error.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from warden.core.guardian import Guardian
+from warden.core.types import Effect, Verdict
+from warden.crypto.canonical import canonical_bytes, parse_strict_json, sha256_hex
+from warden.crypto.hmac_keys import SessionKeys
+from warden.errors import (
+    CapabilityNotNegotiated,
+    HeadMoved,
+    InvalidParams,
+    InvalidRequest,
+    ParseError,
+    ProtocolError,
+    ReplayDetected,
+    SessionRefused,
+    StoreUnavailable,
+    TimestampOutOfWindow,
+    WardenError,
+)
+from warden.ledger.ledger import Ledger
+from warden.schemas import SchemaSet
+from warden.store.base import ReplayKeys, SessionState, Store
+from warden.wire.acs.handshake import SUPPORTED_VERSIONS, HandshakeConfig, negotiate
+from warden.wire.acs.mcp import check_wrapped
+from warden.wire.acs.methods import HANDSHAKE, PING, MethodInfo, is_negotiated, route
+from warden.wire.acs.parse import action_request
+from warden.wire.acs.render import entry_content, error_response, jsonrpc_id, verdict_result
+from warden.wire.acs.signing import sign_response, verify_request
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1 << 20
+_PLACEHOLDER_HASH = "0" * 64
+_APPEND_ATTEMPTS = 3
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _parse_ts(value: str) -> datetime:
+    ts = datetime.fromisoformat(value)
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+class AcsService:
+    """Serves ACS JSON-RPC requests for one Guardian, store and key set. Thread-safe."""
+
+    def __init__(
+        self,
+        guardian: Guardian,
+        store: Store,
+        keys: SessionKeys,
+        *,
+        key_id: str = "warden",
+        handshake: HandshakeConfig | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        clock: Any = _utcnow,
+    ) -> None:
+        self.guardian = guardian
+        self.store = store
+        self.keys = keys
+        self.key_id = key_id
+        self.cfg = handshake or HandshakeConfig()
+        self.max_body_bytes = max_body_bytes
+        self.schemas = SchemaSet("acs")
+        self.ledger = Ledger(store, keys, key_id)
+        self._clock = clock
+        self._locks = [threading.Lock() for _ in range(64)]
+        # Compile every validator now: a missing schema stops start-up, not a request.
+        self.schemas.validator("request-envelope.json")
+        self.schemas.validator("response-envelope.json")
+        self.schemas.validator("handshake.json", fragment="#/$defs/ClientHello")
+        self.schemas.validator("hooks/system-ping.json")
+        from warden.wire.acs.methods import HOOKS
+
+        for path, _ in HOOKS.values():
+            self.schemas.validator(path)
+
+    # -- entry point -------------------------------------------------------------
+
+    def handle(self, body: bytes) -> dict[str, Any]:
+        """Answer one request body with one response envelope. Never raises."""
+        try:
+            return self._handle(body)
+        except Exception:  # noqa: BLE001 - outermost layer: an internal error, unsigned
+            log.exception("internal error while handling an ACS request")
+            return error_response(None, _internal())
+
+    def _handle(self, body: bytes) -> dict[str, Any]:
+        if len(body) > self.max_body_bytes:
+            return error_response(
+                None,
+                InvalidRequest(
+                    f"request body exceeds {self.max_body_bytes} bytes", reason="body_too_large"
+                ),
+            )
+        try:
+            msg = parse_strict_json(body)
+        except ParseError as exc:
+            return error_response(None, exc)
+        if isinstance(msg, list):
+            return error_response(
+                None,
+                InvalidRequest(
+                    "batch requests are not supported by this Guardian", reason="batch_unsupported"
+                ),
+            )
+        rid = jsonrpc_id(msg)
+        problem = self.schemas.first_error("request-envelope.json", msg)
+        if problem is not None:
+            pointer, text = problem
+            return error_response(
+                rid,
+                InvalidRequest(
+                    f"request envelope invalid at {pointer or '/'}: {text}", pointer=pointer
+                ),
+            )
+        try:
+            canonical_bytes(msg)
+        except InvalidRequest as exc:
+            return error_response(rid, exc)
+        params = msg["params"]
+        method = msg["method"]
+        sid = params["metadata"]["session_id"]
+        key = self.keys.key_for(sid)
+        authentic = verify_request(msg, key)
+        if method == PING:
+            return self._ping(msg, key if authentic else None)
+        if not authentic:
+            from warden.errors import SignatureInvalid
+
+            return error_response(
+                rid,
+                SignatureInvalid(
+                    "request signature is missing or does not verify (HMAC-SHA256 over the JCS "
+                    "envelope without params.signature, key = HKDF(IKM, session_id))"
+                ),
+            )
+        try:
+            if method == HANDSHAKE:
+                return self._sign(key, self._handshake(msg))
+            info = route(method)
+            with self._locks[hash(sid) % len(self._locks)]:
+                return self._sign(key, self._step(msg, info))
+        except ProtocolError as exc:
+            return self._sign(key, error_response(rid, exc))
+        except WardenError as exc:
+            log.error("signed deny after failure: %s", exc.diagnostics())
+            return self._sign(key, self._bare_deny(msg, exc.reason, exc.message))
+
+    # -- pieces ------------------------------------------------------------------
+
+    def _sign(self, key: bytes, response: dict[str, Any]) -> dict[str, Any]:
+        return sign_response(response, key, self.key_id)
+
+    def _bare_deny(self, msg: dict[str, Any], reason: str, text: str) -> dict[str, Any]:
+        """A signed DENY for a step that wrote no entry (no chain_hash)."""
+        verdict = Verdict(decision=Effect.DENY, reasoning=text, reason_codes=(reason,))
+        return {
+            "jsonrpc": "2.0",
+            "id": msg["id"],
+            "result": verdict_result(
+                verdict,
+                acs_version=SUPPORTED_VERSIONS[0],
+                request_id=msg["params"]["request_id"],
+                chain_hash=None,
+                duration_ms=0,
+            ),
+        }
+
+    def _ping(self, msg: dict[str, Any], key: bytes | None) -> dict[str, Any]:
+        params = msg["params"]
+        problem = self.schemas.first_error("hooks/system-ping.json", params["payload"])
+        if problem is not None:
+            # A malformed ping gets a plain JSON-RPC error, never an ACS one (§13).
+            return error_response(
+                msg["id"],
+                InvalidParams(
+                    f"ping payload invalid at {problem[0] or '/'}: {problem[1]}",
+                    pointer="/params/payload" + problem[0],
+                    method=PING,
+                ),
+            )
+        payload: dict[str, Any] = {"status": "ok", "server_timestamp": self._clock().isoformat()}
+        if "echo" in params["payload"]:
+            payload["echo"] = params["payload"]["echo"]
+        response = {
+            "jsonrpc": "2.0",
+            "id": msg["id"],
+            "result": {
+                "type": "final",
+                "acs_version": SUPPORTED_VERSIONS[0],
+                "request_id": params["request_id"],
+                "decision": "allow",
+                "payload": payload,
+            },
+        }
+        return self._sign(key, response) if key is not None else response
+
+    def _check_skew(self, params: dict[str, Any]) -> None:
+        skew_ms = abs((self._clock() - _parse_ts(params["timestamp"])).total_seconds()) * 1000
+        if skew_ms > self.cfg.skew_window_ms:
+            raise TimestampOutOfWindow(
+                f"timestamp is {int(skew_ms)} ms from the Guardian's clock "
+                f"(window {self.cfg.skew_window_ms} ms)",
+                skew_window_ms=self.cfg.skew_window_ms,
+            )
+
+    def _handshake(self, msg: dict[str, Any]) -> dict[str, Any]:
+        params = msg["params"]
+        sid = params["metadata"]["session_id"]
+        replay = ReplayKeys(params["request_id"], params.get("nonce"))
+        existing = self.store.load_session(sid)
+        if existing is not None:
+            if self.store.seen(sid, replay):
+                raise ReplayDetected("duplicate request_id or nonce")
+            self.store.record_replay(sid, replay)
+            raise SessionRefused(
+                "this session has already negotiated; renegotiation is not supported in ACS v0.1",
+                reason="renegotiation_not_supported",
+            )
+        problem = self.schemas.first_error(
+            "handshake.json", params["payload"], fragment="#/$defs/ClientHello"
+        )
+        if problem is not None:
+            raise InvalidParams(
+                f"ClientHello invalid at {problem[0] or '/'}: {problem[1]}",
+                pointer="/params/payload" + problem[0],
+                method=HANDSHAKE,
+            )
+        self._check_skew(params)
+        hello = negotiate(params["payload"], self.cfg)
+        self.store.create_session(
+            SessionState(
+                session_id=sid,
+                agent_id=params["metadata"]["agent_id"],
+                key_id=params["signature"]["key_id"],
+                created_at=self._clock().isoformat(),
+                negotiated={"server_hello": hello},
+            ),
+            replay,
+        )
+        return {"jsonrpc": "2.0", "id": msg["id"], "result": hello}
+
+    def _step(self, msg: dict[str, Any], info: MethodInfo) -> dict[str, Any]:
+        params = msg["params"]
+        sid = params["metadata"]["session_id"]
+        replay = ReplayKeys(params["request_id"], params.get("nonce"))
+        for _ in range(_APPEND_ATTEMPTS):
+            session = self.store.load_session(sid)
+            if session is None:
+                raise CapabilityNotNegotiated(
+                    "no handshake/hello for this session", method=msg["method"]
+                )
+            if self.store.seen(sid, replay):
+                raise ReplayDetected("duplicate request_id or nonce")
+            refusal = self._refusal(msg, info, session)
+            if refusal is not None:
+                self.store.record_replay(sid, replay)
+                if isinstance(refusal, ProtocolError):
+                    raise refusal
+                return refusal
+            try:
+                return self._decide_and_append(msg, info, session, replay)
+            except HeadMoved:
+                continue
+        raise StoreUnavailable("the session head kept moving; try again")
+
+    def _refusal(
+        self, msg: dict[str, Any], info: MethodInfo, session: SessionState
+    ) -> dict[str, Any] | ProtocolError | None:
+        """Checks after replay: a signed deny (no entry), a protocol error, or None."""
+        params = msg["params"]
+        if params["signature"]["key_id"] != session.key_id:
+            return self._bare_deny(
+                msg, "key_not_bound", "The request's key_id is not the one bound at handshake."
+            )
+        if params["metadata"]["agent_id"] != session.agent_id:
+            return self._bare_deny(
+                msg,
+                "agent_id_not_bound",
+                "The request's agent_id is not the one bound at handshake.",
+            )
+        if session.closed:
+            return self._bare_deny(msg, "session_closed", "This session has ended.")
+        evaluated = session.negotiated.get("server_hello", {}).get("methods_evaluated", [])
+        if not is_negotiated(msg["method"], info, evaluated):
+            return CapabilityNotNegotiated(
+                f"method {msg['method']} was not negotiated for this session", method=msg["method"]
+            )
+        try:
+            self._check_skew(params)
+        except TimestampOutOfWindow as exc:
+            return exc
+        payload = params["payload"]
+        if info.kind == "hook":
+            assert info.schema is not None
+            problem = self.schemas.first_error(info.schema, payload)
+            if problem is not None:
+                return InvalidParams(
+                    f"{msg['method']} payload invalid at {problem[0] or '/'}: {problem[1]}",
+                    pointer="/params/payload" + problem[0],
+                    method=msg["method"],
+                )
+        else:
+            assert info.mcp_method is not None
+            try:
+                check_wrapped(payload, info.mcp_method, msg["method"])
+            except InvalidParams as exc:
+                return exc
+        return None
+
+    def _decide_and_append(
+        self, msg: dict[str, Any], info: MethodInfo, session: SessionState, replay: ReplayKeys
+    ) -> dict[str, Any]:
+        started = time.perf_counter()
+        params = msg["params"]
+        request = action_request(info, params, session)
+        claimed = (params["metadata"].get("session_state") or {}).get("chain_hash")
+        if claimed is not None and claimed != (session.head_hash or ""):
+            verdict = Verdict(
+                decision=Effect.DENY,
+                reasoning="The client's chain_hash does not match the Guardian's chain head.",
+                reason_codes=("chain_mismatch",),
+                bundle=self.guardian.engine.bundle.ref,
+                policy_data={"chain": {"guardian_head": session.head_hash, "client": claimed}},
+            )
+        else:
+            verdict = self.guardian.decide(request)
+        acs_version = session.negotiated.get("server_hello", {}).get(
+            "negotiated_version", SUPPORTED_VERSIONS[0]
+        )
+
+        def render(v: Verdict, chain_hash: str) -> dict[str, Any]:
+            return {
+                "jsonrpc": "2.0",
+                "id": msg["id"],
+                "result": verdict_result(
+                    v,
+                    acs_version=acs_version,
+                    request_id=params["request_id"],
+                    chain_hash=chain_hash,
+                    duration_ms=int((time.perf_counter() - started) * 1000),
+                ),
+            }
+
+        # Check fitness before anything is written: an unfit response becomes a deny.
+        problem = self.schemas.first_error(
+            "response-envelope.json", render(verdict, _PLACEHOLDER_HASH)
+        )
+        if problem is not None:
+            verdict = self.guardian.fail_closed(
+                request, f"rendered response failed its schema at {problem[0]}: {problem[1]}"
+            )
+        content = entry_content(
+            entry_id=str(uuid.uuid4()),
+            session_id=session.session_id,
+            request=request,
+            params=params,
+            request_hash=sha256_hex(canonical_bytes(params)),
+            verdict=verdict,
+        )
+        key = self.keys.key_for(session.session_id)
+        _, response = self.ledger.append(
+            session,
+            content,
+            lambda entry: self._sign(key, render(verdict, entry["entry_hash"])),
+            replay=replay,
+            close=info.method == "steps/sessionEnd",
+        )
+        assert response is not None
+        return response
+
+
+def _internal() -> ProtocolError:
+    from warden.errors import AcsErrorCode
+
+    err = ProtocolError("internal error", reason="internal_error")
+    err.code = AcsErrorCode.INTERNAL_ERROR
+    return err

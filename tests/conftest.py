@@ -1,0 +1,168 @@
+"""Shared fixtures: fixed keys, in-process runtimes, a real `warden serve` over loopback,
+and an independent response validator (python-jsonschema, not the runtime's jsonschema-rs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from jsonschema import Draft202012Validator, FormatChecker
+from referencing import Registry, Resource
+
+from warden.runtime import Runtime
+from warden.settings import Settings
+from warden.wire.acs.client import AcsClient, http_transport
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSETS = Path(__file__).resolve().parent / "assets"
+SCHEMAS = ROOT / "src" / "warden" / "schemas" / "acs"
+SHARED = ROOT.parent / "shared"
+DEFAULT_POLICY = ROOT / "examples" / "policies" / "default.yaml"
+AGENTDOJO_POLICY = ROOT / "examples" / "policies" / "agentdojo.yaml"
+TEST_IKM = bytes(range(32))
+
+
+def asset(name: str) -> Path:
+    """A named test asset under tests/assets (see tests/assets/README.md)."""
+    path = ASSETS / name
+    assert path.exists(), f"missing test asset {name}"
+    return path
+
+
+@pytest.fixture
+def ikm() -> bytes:
+    return TEST_IKM
+
+
+def write_key(path: Path, ikm: bytes = TEST_IKM) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(ikm.hex() + "\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def make_runtime(tmp_path: Path) -> Iterator[Callable[..., Runtime]]:
+    """Build in-process runtimes on a SQLite file under tmp_path."""
+    made: list[Runtime] = []
+
+    def make(policy: Path = DEFAULT_POLICY, **overrides: Any) -> Runtime:
+        data = tmp_path / f"data{len(made)}"
+        key = write_key(data / "ikm.key")
+        settings = Settings(data_dir=data, policy=policy, key_file=key, **overrides)
+        rt = Runtime.start(settings)
+        made.append(rt)
+        return rt
+
+    yield make
+    for rt in made:
+        rt.close()
+
+
+@pytest.fixture
+def runtime(make_runtime: Callable[..., Runtime]) -> Runtime:
+    return make_runtime()
+
+
+def service_client(rt: Runtime, **kw: Any) -> AcsClient:
+    """An AcsClient talking to ``rt`` in process (no HTTP)."""
+    return AcsClient(rt.acs.handle, TEST_IKM, **kw)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A real `warden serve` subprocess on loopback."""
+
+    url: str
+    data_dir: Path
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def acs_url(self) -> str:
+        return self.url + "/acs"
+
+    def client(self, **kw: Any) -> AcsClient:
+        return AcsClient(http_transport(self.acs_url), TEST_IKM, **kw)
+
+    def post(self, body: bytes | str) -> dict[str, Any]:
+        data = body.encode() if isinstance(body, str) else body
+        r = httpx.post(self.acs_url, content=data, headers={"content-type": "application/json"})
+        assert r.status_code == 200, r.text
+        parsed: dict[str, Any] = r.json()
+        return parsed
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def start_server(data_dir: Path, policy: Path = DEFAULT_POLICY, *extra: str) -> Server:
+    write_key(data_dir / "ikm.key") if not (data_dir / "ikm.key").exists() else None
+    port = free_port()
+    log = data_dir / f"serve-{port}.log"
+    fh = log.open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "warden", "serve", "--port", str(port), "--data-dir", str(data_dir),
+         "--policy", str(policy), "--log-level", "warning", *extra],
+        stdout=fh, stderr=subprocess.STDOUT, cwd=str(data_dir), env={**os.environ},
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"warden serve exited early:\n{log.read_text()}")
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return Server(url, data_dir, proc, log)
+        except httpx.TransportError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"warden serve did not start:\n{log.read_text()}")
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    srv = start_server(tmp_path / "srv")
+    yield srv
+    srv.stop()
+
+
+def _load_registry() -> Registry:
+    reg: Registry = Registry()
+    for path in SCHEMAS.rglob("*.json"):
+        doc = json.loads(path.read_text())
+        reg = reg.with_resource(doc["$id"], Resource.from_contents(doc))
+    return reg
+
+
+_REGISTRY = _load_registry()
+_SEED = json.loads((SCHEMAS / "response-envelope.json").read_text())
+_RESPONSE_VALIDATOR = Draft202012Validator(_SEED, registry=_REGISTRY, format_checker=FormatChecker())
+
+
+def assert_valid_response(response: dict[str, Any]) -> None:
+    """Validate a response against the seed 000_… ACS response-envelope schema."""
+    errors = sorted(_RESPONSE_VALIDATOR.iter_errors(response), key=lambda e: list(e.path))
+    assert not errors, f"response does not validate: {[e.message for e in errors]}\n{response}"
