@@ -51,13 +51,60 @@ def parse_strict_json(raw: bytes | str) -> Any:
         raise ParseError(f"invalid JSON: {exc}", reason="invalid_json") from exc
 
 
-def canonical_bytes(value: Any) -> bytes:
+_MAX_SAFE_INT = 2**53 - 1
+_fast_dumps = json.JSONEncoder(
+    ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+).encode
+
+
+def is_fast_canonical(value: Any) -> bool:
+    """True when ``json.dumps(sort_keys=True)`` is byte-identical to JCS for ``value``.
+
+    That holds for dicts with str keys below U+D800 (code-point order equals
+    UTF-16 order there), lists, strings, bools, None and ints within ±(2^53−1):
+    no floats, whose ECMAScript formatting differs from Python's repr.
+    """
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is str or t is bool or v is None:
+            continue
+        if t is int:
+            if -_MAX_SAFE_INT <= v <= _MAX_SAFE_INT:
+                continue
+            return False
+        if t is dict:
+            for k in v:
+                if type(k) is not str or (not k.isascii() and max(map(ord, k)) >= 0xD800):
+                    return False
+            stack.extend(v.values())
+            continue
+        if t is list:
+            stack.extend(v)
+            continue
+        return False
+    return True
+
+
+def canonical_bytes(value: Any, *, known_fast: bool = False) -> bytes:
     """Return the RFC 8785 canonical UTF-8 bytes of a JSON value.
+
+    Values without floats (the common case for ACS envelopes) take a verified
+    fast path through the C JSON encoder; everything else goes through the
+    ``rfc8785`` library. tests/crypto/test_canonical.py checks both agree.
+    ``known_fast`` skips the walk when the caller already checked a value that
+    contains this one with :func:`is_fast_canonical`.
 
     Raises :class:`~warden.errors.InvalidRequest` (reason ``jcs_domain``) when the
     value cannot be canonicalized: non-finite floats, integers outside
     ±(2^53 − 1), lone surrogates, or non-JSON types.
     """
+    if known_fast or is_fast_canonical(value):
+        try:
+            return _fast_dumps(value).encode("utf-8")
+        except UnicodeEncodeError:
+            pass  # lone surrogate: let rfc8785 produce the domain error below
     try:
         return rfc8785.dumps(value)
     except (rfc8785.CanonicalizationError, UnicodeError, TypeError, ValueError) as exc:

@@ -138,7 +138,7 @@ class BundleSpec(_Strict):
         return self
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Rule:
     """A compiled rule: its spec, its condition and its method/tool matchers."""
 
@@ -182,6 +182,59 @@ def _problem(source: str, where: str, msg: str) -> str:
     return f"{source}: {where}: {msg}"
 
 
+def _raw_rule_id(rules: Any, index: int) -> str:
+    if isinstance(rules, list) and index < len(rules) and isinstance(rules[index], dict):
+        return str(rules[index].get("id", f"#{index}"))
+    return f"#{index}"
+
+
+def _schema_problems(exc: ValidationError, doc: dict[str, Any], source: str) -> list[str]:
+    """One ``file: where: reason`` line per pydantic error."""
+    problems = []
+    for err in exc.errors():
+        loc = list(err["loc"])
+        where = "bundle"
+        if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
+            where = f"rule {_raw_rule_id(doc.get('rules'), loc[1])}"
+            loc = loc[2:]
+        field = ".".join(str(p) for p in loc)
+        problems.append(_problem(source, where, f"{field + ': ' if field else ''}{err['msg']}"))
+    return problems
+
+
+def _raw_rule_problems(exc: ValidationError, doc: dict[str, Any], source: str) -> list[str]:
+    """CEL, §6.3 and duplicate-id problems of a bundle that failed schema validation."""
+    rules = doc.get("rules")
+    if not isinstance(rules, list):
+        return []
+    problems = []
+    for index, raw in enumerate(rules):
+        if not isinstance(raw, dict):
+            continue
+        where = f"rule {_raw_rule_id(rules, index)}"
+        if isinstance(raw.get("when"), str):
+            try:
+                Condition(raw["when"])
+            except ConditionError as cexc:
+                problems.append(_problem(source, where, f"when: {cexc}"))
+        try:
+            modify = ModifySpec.model_validate(raw["modify"]) if "modify" in raw else None
+        except ValidationError:
+            modify = None  # already reported as a schema error
+        if modify is not None:
+            try:
+                check_modifications(modify.to_wire())
+            except ModificationConflict as mexc:
+                problems.append(_problem(source, where, f"modify: {mexc}"))
+    # BundleSpec's own validator (empty/duplicate rules) runs only when every field is valid.
+    if any(not err["loc"] for err in exc.errors()):
+        return problems
+    ids = [raw.get("id") for raw in rules if isinstance(raw, dict)]
+    for rid in dict.fromkeys(i for i in ids if isinstance(i, str) and ids.count(i) > 1):
+        problems.append(_problem(source, "bundle", f"duplicate rule id {rid!r}"))
+    return problems
+
+
 def parse_bundle(text: str, *, source: str = "<bundle>") -> Bundle:
     """Parse and compile a bundle from YAML text.
 
@@ -198,25 +251,9 @@ def parse_bundle(text: str, *, source: str = "<bundle>") -> Bundle:
     try:
         spec = BundleSpec.model_validate(doc)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = list(err["loc"])
-            where = "bundle"
-            if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
-                rules = doc.get("rules") or []
-                rid = (
-                    rules[loc[1]].get("id", f"#{loc[1]}")
-                    if (
-                        isinstance(rules, list)
-                        and loc[1] < len(rules)
-                        and isinstance(rules[loc[1]], dict)
-                    )
-                    else f"#{loc[1]}"
-                )
-                where = f"rule {rid}"
-                loc = loc[2:]
-            field = ".".join(str(p) for p in loc)
-            problems.append(_problem(source, where, f"{field + ': ' if field else ''}{err['msg']}"))
+        # Report every problem at once: schema errors, and the CEL, §6.3 and
+        # duplicate-id checks that a schema error would otherwise hide.
+        problems = _schema_problems(exc, doc, source) + _raw_rule_problems(exc, doc, source)
         raise ConfigError("\n".join(problems), reason="bundle_invalid") from exc
     problems = []
     compiled: list[Rule] = []

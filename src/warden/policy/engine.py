@@ -17,7 +17,7 @@ from warden.core.modifications import ModificationConflict, check_modifications
 from warden.core.types import ActionRequest, BundleRef, Effect, PolicyReference
 from warden.errors import CouldNotDecide
 from warden.policy.bundle import Bundle, Rule
-from warden.policy.conditions import ConditionError, make_context
+from warden.policy.conditions import ConditionError, ContextPool
 from warden.policy.index import RuleIndex
 
 
@@ -49,18 +49,21 @@ class Evaluation:
     trace: tuple[RuleTrace, ...] = field(default=())
 
 
-def facts_for(request: ActionRequest, data: dict[str, Any]) -> dict[str, Any]:
-    """The CEL variables of a request (docs/policy-bundles.md)."""
-    return {
-        "method": request.method,
-        "tool": request.tool,
-        "args": request.args,
-        "raw_command": request.raw_command,
-        "payload": request.payload,
-        "metadata": request.metadata,
-        "session": request.session,
-        "data": data,
-    }
+_FACTS: dict[str, Any] = {
+    "method": lambda r: r.method,
+    "tool": lambda r: r.tool,
+    "args": lambda r: r.args,
+    "raw_command": lambda r: r.raw_command,
+    "payload": lambda r: r.payload,
+    "metadata": lambda r: r.metadata,
+    "session": lambda r: r.session,
+}
+
+
+def facts_for(request: ActionRequest, names: frozenset[str]) -> dict[str, Any]:
+    """The CEL variables ``names`` of a request (docs/policy-bundles.md); ``data``
+    comes from the bundle, not the request."""
+    return {n: _FACTS[n](request) for n in names if n != "data"}
 
 
 def _unique(items: list[str]) -> tuple[str, ...]:
@@ -73,6 +76,18 @@ class PolicyEngine:
     def __init__(self, bundle: Bundle) -> None:
         self.bundle = bundle
         self._index = RuleIndex(bundle.rules)
+        self._contexts = ContextPool(bundle.data)
+        self._needs: dict[tuple[Rule, ...], frozenset[str]] = {}
+
+    def _variables(self, candidates: tuple[Rule, ...]) -> frozenset[str]:
+        needed = self._needs.get(candidates)
+        if needed is None:
+            needed = frozenset(
+                v for r in candidates if r.condition is not None for v in r.condition.variables
+            )
+            if len(self._needs) < 4096:
+                self._needs[candidates] = needed
+        return needed
 
     def evaluate(self, request: ActionRequest, *, explain: bool = False) -> Evaluation:
         """Evaluate ``request``. Raises :class:`CouldNotDecide` on any engine error."""
@@ -84,7 +99,9 @@ class PolicyEngine:
             if rule.condition is not None:
                 try:
                     if ctx is None:
-                        ctx = make_context(facts_for(request, self.bundle.data))
+                        ctx = self._contexts.for_request(
+                            facts_for(request, self._variables(candidates))
+                        )
                     holds = rule.condition.evaluate(ctx)
                 except ConditionError as exc:
                     raise CouldNotDecide(

@@ -54,8 +54,8 @@ class Store(Protocol):
         ``ReplayDetected`` on a duplicate key.
         """
 
-    def load_session(self, session_id: str) -> SessionState | None:
-        """The session's current state, or None."""
+    def load_session(self, session_id: str, *, fresh: bool = False) -> SessionState | None:
+        """The session's state, or None; ``fresh`` bypasses any cache (after HeadMoved)."""
 
     def seen(self, session_id: str, replay: ReplayKeys) -> bool:
         """True when either replay key was already recorded for the session."""

@@ -9,9 +9,11 @@ upgraded by Alembic (:func:`upgrade`), never by ``create_all``.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select, update
+from sqlalchemy import Connection, Engine, create_engine, event, func, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
@@ -29,11 +31,19 @@ from warden.errors import (
     ReplayDetected,
     SessionRefused,
     StoreUnavailable,
+    WardenError,
 )
 from warden.store.base import ReplayKeys, SessionState
 from warden.store.schema import entries, replay_keys, sessions
 
 SYNC_MODES = ("FULL", "NORMAL", "EXTRA")
+_CACHE_SIZE = 10_000
+log = logging.getLogger(__name__)
+
+
+def _is_integrity(exc: BaseException) -> bool:
+    """A unique/primary-key violation from any DB-API driver."""
+    return type(exc).__name__ == "IntegrityError" or isinstance(exc, sa_exc.IntegrityError)
 
 
 def _now() -> str:
@@ -79,122 +89,167 @@ def upgrade(engine: Engine) -> None:
 
 
 class SqlStore:
-    """Sessions, replay keys and chained entries in one SQL database."""
+    """Sessions, replay keys and chained entries in one SQL database.
+
+    The per-step path (load session, record replay keys, append) runs on one
+    DB-API connection with prepared SQL, because SQLAlchemy's statement
+    overhead is larger than the work itself; export, counts and migrations use
+    SQLAlchemy Core. Session states are cached in memory and the cache is only
+    a hint: ``append`` commits conditionally on the stored head, so a stale
+    cache yields ``HeadMoved`` (and the caller reloads with ``fresh=True``).
+    """
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._lock = threading.Lock() if engine.dialect.name == "sqlite" else None
+        self._lock = threading.RLock()
+        self._raw: Any = engine.raw_connection()
+        self._qmark = engine.dialect.paramstyle == "qmark"
+        self._cache: dict[str, SessionState] = {}
+        self._checkpointer: _Checkpointer | None = None
+        if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
+            # Checkpoint the WAL off the request path: an automatic checkpoint runs
+            # inside the committing request and is the largest latency tail.
+            cur = self._raw.cursor()
+            cur.execute("PRAGMA wal_autocheckpoint=0")
+            cur.close()
+            self._checkpointer = _Checkpointer(engine)
 
     @property
     def engine(self) -> Engine:
         return self._engine
 
+    def _q(self, sql: str) -> str:
+        return sql if self._qmark else sql.replace("?", "%s")
+
     @contextmanager
-    def _tx(self) -> Iterator[Connection]:
-        try:
-            if self._lock is not None:
-                with self._lock, self._engine.begin() as conn:
-                    yield conn
-            else:
-                with self._engine.begin() as conn:
-                    yield conn
-        except sa_exc.IntegrityError:
-            raise
-        except sa_exc.SQLAlchemyError as exc:
-            raise StoreUnavailable(f"store error: {exc.__class__.__name__}") from exc
+    def _write(self) -> Iterator[Any]:
+        """One write transaction on the raw connection; foreign errors translated."""
+        with self._lock:
+            cur = self._raw.cursor()
+            try:
+                cur.execute("BEGIN IMMEDIATE" if self._qmark else "BEGIN")
+                yield cur
+                cur.execute("COMMIT")
+            except BaseException as exc:
+                try:
+                    cur.execute("ROLLBACK")
+                except Exception:  # noqa: BLE001 - the original error matters more
+                    log.exception("rollback failed")
+                if isinstance(exc, WardenError | KeyboardInterrupt | SystemExit):
+                    raise
+                if _is_integrity(exc):
+                    raise StoreUnavailable(f"unexpected constraint failure: {exc}") from exc
+                raise StoreUnavailable(f"store error: {exc.__class__.__name__}: {exc}") from exc
+            finally:
+                cur.close()
 
     @staticmethod
-    def _replay_rows(session_id: str, replay: ReplayKeys) -> list[dict[str, Any]]:
+    def _replay_rows(session_id: str, replay: ReplayKeys) -> list[tuple[str, str, str, str]]:
         now = _now()
-        rows = [
-            {
-                "session_id": session_id,
-                "kind": "request_id",
-                "value": replay.request_id,
-                "seen_at": now,
-            }
-        ]
+        rows = [(session_id, "request_id", replay.request_id, now)]
         if replay.nonce is not None:
-            rows.append(
-                {"session_id": session_id, "kind": "nonce", "value": replay.nonce, "seen_at": now}
-            )
+            rows.append((session_id, "nonce", replay.nonce, now))
         return rows
 
-    def _insert_replay(self, conn: Connection, session_id: str, replay: ReplayKeys) -> None:
+    def _insert_replay(self, cur: Any, session_id: str, replay: ReplayKeys) -> None:
         try:
-            with conn.begin_nested():
-                conn.execute(insert(replay_keys), self._replay_rows(session_id, replay))
-        except sa_exc.IntegrityError as exc:
-            raise ReplayDetected("duplicate request_id or nonce") from exc
+            cur.executemany(
+                self._q(
+                    "INSERT INTO replay_keys (session_id, kind, value, seen_at) VALUES (?, ?, ?, ?)"
+                ),
+                self._replay_rows(session_id, replay),
+            )
+        except Exception as exc:
+            if _is_integrity(exc):
+                raise ReplayDetected("duplicate request_id or nonce") from exc
+            raise
 
     def create_session(self, state: SessionState, replay: ReplayKeys) -> None:
-        try:
-            with self._tx() as conn:
-                self._insert_replay(conn, state.session_id, replay)
-                try:
-                    with conn.begin_nested():
-                        conn.execute(
-                            insert(sessions).values(
-                                session_id=state.session_id,
-                                agent_id=state.agent_id,
-                                key_id=state.key_id,
-                                created_at=state.created_at,
-                                negotiated=_dumps(state.negotiated),
-                                closed=False,
-                                head_seq=-1,
-                                head_hash=None,
-                                head_signature=None,
-                            )
-                        )
-                except sa_exc.IntegrityError as exc:
+        with self._write() as cur:
+            self._insert_replay(cur, state.session_id, replay)
+            try:
+                cur.execute(
+                    self._q(
+                        "INSERT INTO sessions (session_id, agent_id, key_id, created_at, "
+                        "negotiated, closed, head_seq) VALUES (?, ?, ?, ?, ?, ?, -1)"
+                    ),
+                    (
+                        state.session_id,
+                        state.agent_id,
+                        state.key_id,
+                        state.created_at,
+                        _dumps(state.negotiated),
+                        False,
+                    ),
+                )
+            except Exception as exc:
+                if _is_integrity(exc):
                     raise SessionRefused(
                         "session already negotiated", reason="renegotiation_not_supported"
                     ) from exc
-        except sa_exc.IntegrityError as exc:  # pragma: no cover - mapped above
-            raise StoreUnavailable("unexpected constraint failure") from exc
+                raise
+        self._cache[state.session_id] = replace(state, closed=False, head_seq=-1, head_hash=None)
 
-    def load_session(self, session_id: str) -> SessionState | None:
-        try:
-            with self._engine.connect() as conn:
-                row = conn.execute(
-                    select(sessions).where(sessions.c.session_id == session_id)
-                ).first()
-        except sa_exc.SQLAlchemyError as exc:
-            raise StoreUnavailable(f"store error: {exc.__class__.__name__}") from exc
+    def load_session(self, session_id: str, *, fresh: bool = False) -> SessionState | None:
+        if not fresh:
+            hit = self._cache.get(session_id)
+            if hit is not None:
+                return hit
+        with self._lock:
+            cur = self._raw.cursor()
+            try:
+                cur.execute(
+                    self._q(
+                        "SELECT session_id, agent_id, key_id, created_at, negotiated, closed, "
+                        "head_seq, head_hash FROM sessions WHERE session_id = ?"
+                    ),
+                    (session_id,),
+                )
+                row = cur.fetchone()
+            except Exception as exc:
+                raise StoreUnavailable(f"store error: {exc.__class__.__name__}") from exc
+            finally:
+                cur.close()
         if row is None:
+            self._cache.pop(session_id, None)
             return None
-        return SessionState(
-            session_id=row.session_id,
-            agent_id=row.agent_id,
-            key_id=row.key_id,
-            created_at=row.created_at,
-            negotiated=json.loads(row.negotiated),
-            closed=bool(row.closed),
-            head_seq=row.head_seq,
-            head_hash=row.head_hash,
+        state = SessionState(
+            session_id=row[0],
+            agent_id=row[1],
+            key_id=row[2],
+            created_at=row[3],
+            negotiated=json.loads(row[4]),
+            closed=bool(row[5]),
+            head_seq=int(row[6]),
+            head_hash=row[7],
         )
+        self._cache[session_id] = state
+        if len(self._cache) > _CACHE_SIZE:
+            self._cache.pop(next(iter(self._cache)))
+        return state
 
     def seen(self, session_id: str, replay: ReplayKeys) -> bool:
-        conds = [(replay_keys.c.kind == "request_id") & (replay_keys.c.value == replay.request_id)]
-        if replay.nonce is not None:
-            conds.append((replay_keys.c.kind == "nonce") & (replay_keys.c.value == replay.nonce))
-        from sqlalchemy import or_
-
-        try:
-            with self._engine.connect() as conn:
-                row = conn.execute(
-                    select(replay_keys.c.kind)
-                    .where(replay_keys.c.session_id == session_id)
-                    .where(or_(*conds))
-                    .limit(1)
-                ).first()
-        except sa_exc.SQLAlchemyError as exc:
-            raise StoreUnavailable(f"store error: {exc.__class__.__name__}") from exc
-        return row is not None
+        with self._lock:
+            cur = self._raw.cursor()
+            try:
+                values = [replay.request_id]
+                sql = (
+                    "SELECT 1 FROM replay_keys WHERE session_id = ? "
+                    "AND ((kind = 'request_id' AND value = ?)"
+                )
+                if replay.nonce is not None:
+                    sql += " OR (kind = 'nonce' AND value = ?)"
+                    values.append(replay.nonce)
+                cur.execute(self._q(sql + ") LIMIT 1"), (session_id, *values))
+                return cur.fetchone() is not None
+            except Exception as exc:
+                raise StoreUnavailable(f"store error: {exc.__class__.__name__}") from exc
+            finally:
+                cur.close()
 
     def record_replay(self, session_id: str, replay: ReplayKeys) -> None:
-        with self._tx() as conn:
-            self._insert_replay(conn, session_id, replay)
+        with self._write() as cur:
+            self._insert_replay(cur, session_id, replay)
 
     def append(
         self,
@@ -208,40 +263,55 @@ class SqlStore:
         close: bool = False,
     ) -> None:
         seq = expected_seq + 1
-        with self._tx() as conn:
-            if replay is not None:
-                self._insert_replay(conn, session_id, replay)
-            values: dict[str, Any] = {
-                "head_seq": seq,
-                "head_hash": entry["entry_hash"],
-                "head_signature": _dumps(head_signature),
-            }
-            if close:
-                values["closed"] = True
-            moved = conn.execute(
-                update(sessions)
-                .where(sessions.c.session_id == session_id)
-                .where(sessions.c.head_seq == expected_seq)
-                .values(**values)
-            )
-            if moved.rowcount != 1:
-                raise HeadMoved(f"session {session_id} head is no longer seq {expected_seq}")
-            try:
-                with conn.begin_nested():
-                    conn.execute(
-                        insert(entries).values(
-                            session_id=session_id,
-                            seq=seq,
-                            entry_hash=entry["entry_hash"],
-                            step_id=str(entry.get("step_id", "")),
-                            step_type=str(entry.get("step_type", "")),
-                            entry=_dumps(entry),
-                            response=_dumps(response) if response is not None else None,
-                            created_at=_now(),
-                        )
+        try:
+            with self._write() as cur:
+                if replay is not None:
+                    self._insert_replay(cur, session_id, replay)
+                cur.execute(
+                    self._q(
+                        "UPDATE sessions SET head_seq = ?, head_hash = ?, head_signature = ?, "
+                        "closed = (closed OR ?) WHERE session_id = ? AND head_seq = ?"
+                    ),
+                    (
+                        seq,
+                        entry["entry_hash"],
+                        _dumps(head_signature),
+                        bool(close),
+                        session_id,
+                        expected_seq,
+                    ),
+                )
+                if cur.rowcount != 1:
+                    raise HeadMoved(f"session {session_id} head is no longer seq {expected_seq}")
+                try:
+                    cur.execute(
+                        self._q(
+                            "INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, "
+                            "entry, response, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                        ),
+                        (
+                            session_id,
+                            seq,
+                            entry["entry_hash"],
+                            str(entry.get("step_id", "")),
+                            str(entry.get("step_type", "")),
+                            _dumps(entry),
+                            _dumps(response) if response is not None else None,
+                            _now(),
+                        ),
                     )
-            except sa_exc.IntegrityError as exc:
-                raise HeadMoved(f"entry seq {seq} of {session_id} already exists") from exc
+                except Exception as exc:
+                    if _is_integrity(exc):
+                        raise HeadMoved(f"entry seq {seq} of {session_id} already exists") from exc
+                    raise
+        except HeadMoved:
+            self._cache.pop(session_id, None)
+            raise
+        cached = self._cache.get(session_id)
+        if cached is not None:
+            self._cache[session_id] = replace(
+                cached, head_seq=seq, head_hash=entry["entry_hash"], closed=cached.closed or close
+            )
 
     def iter_records(self, session_id: str | None = None) -> Iterator[dict[str, Any]]:
         with self._engine.connect() as conn:
@@ -288,7 +358,42 @@ class SqlStore:
             }
 
     def close(self) -> None:
-        self._engine.dispose()
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+        with self._lock:
+            try:
+                self._raw.close()
+            finally:
+                self._engine.dispose()
+
+
+class _Checkpointer:
+    """A daemon thread that checkpoints the SQLite WAL (PASSIVE) every ``interval`` s."""
+
+    def __init__(self, engine: Engine, interval: float = 0.25) -> None:
+        self._engine = engine
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="warden-wal-checkpoint", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        conn: Any = self._engine.raw_connection()
+        try:
+            while not self._stop.wait(self._interval):
+                try:
+                    conn.cursor().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except Exception:  # noqa: BLE001 - a failed checkpoint is retried next tick
+                    log.warning("WAL checkpoint failed", exc_info=True)
+            conn.cursor().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except Exception:  # noqa: BLE001 - best effort at shutdown
+            log.warning("final WAL checkpoint failed", exc_info=True)
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
 
 
 def open_store(url: str, *, sqlite_sync: str = "FULL", migrate: bool = True) -> SqlStore:

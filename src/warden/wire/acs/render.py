@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from warden import __version__
@@ -10,9 +11,15 @@ from warden.errors import ProtocolError
 
 
 def jsonrpc_id(msg: Any) -> str | int | float | None:
-    """The request id to echo: a string or number, else null (JSON-RPC 2.0 §5)."""
+    """The request id to echo: a string or number, else null (JSON-RPC 2.0 §5).
+
+    A non-finite number (``1e400`` parses as infinity) is echoed as null: it has
+    no JSON spelling, and echoing it would make the response itself invalid JSON.
+    """
     if isinstance(msg, dict):
         rid = msg.get("id")
+        if isinstance(rid, float) and not math.isfinite(rid):
+            return None
         if isinstance(rid, str) or (isinstance(rid, int | float) and not isinstance(rid, bool)):
             return rid
     return None

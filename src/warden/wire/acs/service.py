@@ -30,7 +30,12 @@ from typing import Any
 
 from warden.core.guardian import Guardian
 from warden.core.types import Effect, Verdict
-from warden.crypto.canonical import canonical_bytes, parse_strict_json, sha256_hex
+from warden.crypto.canonical import (
+    canonical_bytes,
+    is_fast_canonical,
+    parse_strict_json,
+    sha256_hex,
+)
 from warden.crypto.hmac_keys import SessionKeys
 from warden.errors import (
     CapabilityNotNegotiated,
@@ -39,7 +44,6 @@ from warden.errors import (
     InvalidRequest,
     ParseError,
     ProtocolError,
-    ReplayDetected,
     SessionRefused,
     StoreUnavailable,
     TimestampOutOfWindow,
@@ -144,15 +148,17 @@ class AcsService:
                     f"request envelope invalid at {pointer or '/'}: {text}", pointer=pointer
                 ),
             )
-        try:
-            canonical_bytes(msg)
-        except InvalidRequest as exc:
-            return error_response(rid, exc)
+        fast = is_fast_canonical(msg)
+        if not fast:
+            try:
+                canonical_bytes(msg)  # raises for values outside the JCS domain
+            except InvalidRequest as exc:
+                return error_response(rid, exc)
         params = msg["params"]
         method = msg["method"]
         sid = params["metadata"]["session_id"]
         key = self.keys.key_for(sid)
-        authentic = verify_request(msg, key)
+        authentic = verify_request(msg, key, known_fast=fast)
         if method == PING:
             return self._ping(msg, key if authentic else None)
         if not authentic:
@@ -170,7 +176,7 @@ class AcsService:
                 return self._sign(key, self._handshake(msg))
             info = route(method)
             with self._locks[hash(sid) % len(self._locks)]:
-                return self._sign(key, self._step(msg, info))
+                return self._step(msg, info, key, fast)
         except ProtocolError as exc:
             return self._sign(key, error_response(rid, exc))
         except WardenError as exc:
@@ -201,8 +207,9 @@ class AcsService:
         params = msg["params"]
         problem = self.schemas.first_error("hooks/system-ping.json", params["payload"])
         if problem is not None:
-            # A malformed ping gets a plain JSON-RPC error, never an ACS one (§13).
-            return error_response(
+            # A malformed ping gets a plain JSON-RPC error, never an ACS one (§13);
+            # signed when the ping was (an authenticated request gets a signed answer).
+            error = error_response(
                 msg["id"],
                 InvalidParams(
                     f"ping payload invalid at {problem[0] or '/'}: {problem[1]}",
@@ -210,6 +217,7 @@ class AcsService:
                     method=PING,
                 ),
             )
+            return self._sign(key, error) if key is not None else error
         payload: dict[str, Any] = {"status": "ok", "server_timestamp": self._clock().isoformat()}
         if "echo" in params["payload"]:
             payload["echo"] = params["payload"]["echo"]
@@ -241,9 +249,7 @@ class AcsService:
         replay = ReplayKeys(params["request_id"], params.get("nonce"))
         existing = self.store.load_session(sid)
         if existing is not None:
-            if self.store.seen(sid, replay):
-                raise ReplayDetected("duplicate request_id or nonce")
-            self.store.record_replay(sid, replay)
+            self.store.record_replay(sid, replay)  # raises ReplayDetected on a replay
             raise SessionRefused(
                 "this session has already negotiated; renegotiation is not supported in ACS v0.1",
                 reason="renegotiation_not_supported",
@@ -271,26 +277,29 @@ class AcsService:
         )
         return {"jsonrpc": "2.0", "id": msg["id"], "result": hello}
 
-    def _step(self, msg: dict[str, Any], info: MethodInfo) -> dict[str, Any]:
+    def _step(
+        self, msg: dict[str, Any], info: MethodInfo, key: bytes, fast: bool
+    ) -> dict[str, Any]:
+        """A signed response for a routed step (protocol errors are raised)."""
         params = msg["params"]
         sid = params["metadata"]["session_id"]
         replay = ReplayKeys(params["request_id"], params.get("nonce"))
-        for _ in range(_APPEND_ATTEMPTS):
-            session = self.store.load_session(sid)
+        for attempt in range(_APPEND_ATTEMPTS):
+            session = self.store.load_session(sid, fresh=attempt > 0)
             if session is None:
                 raise CapabilityNotNegotiated(
                     "no handshake/hello for this session", method=msg["method"]
                 )
-            if self.store.seen(sid, replay):
-                raise ReplayDetected("duplicate request_id or nonce")
             refusal = self._refusal(msg, info, session)
             if refusal is not None:
+                # Recorded on arrival: raises ReplayDetected first if this is a replay.
                 self.store.record_replay(sid, replay)
                 if isinstance(refusal, ProtocolError):
                     raise refusal
-                return refusal
+                return self._sign(key, refusal)
             try:
-                return self._decide_and_append(msg, info, session, replay)
+                # The append's unique replay keys detect a replay (-32005) atomically.
+                return self._decide_and_append(msg, info, session, replay, key, fast)
             except HeadMoved:
                 continue
         raise StoreUnavailable("the session head kept moving; try again")
@@ -340,7 +349,13 @@ class AcsService:
         return None
 
     def _decide_and_append(
-        self, msg: dict[str, Any], info: MethodInfo, session: SessionState, replay: ReplayKeys
+        self,
+        msg: dict[str, Any],
+        info: MethodInfo,
+        session: SessionState,
+        replay: ReplayKeys,
+        key: bytes,
+        fast: bool,
     ) -> dict[str, Any]:
         started = time.perf_counter()
         params = msg["params"]
@@ -386,10 +401,9 @@ class AcsService:
             session_id=session.session_id,
             request=request,
             params=params,
-            request_hash=sha256_hex(canonical_bytes(params)),
+            request_hash=sha256_hex(canonical_bytes(params, known_fast=fast)),
             verdict=verdict,
         )
-        key = self.keys.key_for(session.session_id)
         _, response = self.ledger.append(
             session,
             content,

@@ -15,21 +15,24 @@ from warden.crypto.canonical import canonical_bytes
 from warden.crypto.hmac_keys import HMAC_ALGORITHM, hmac_sign, hmac_verify
 
 
-def request_signing_input(envelope: dict[str, Any]) -> bytes:
+def request_signing_input(envelope: dict[str, Any], *, known_fast: bool = False) -> bytes:
     """JCS bytes of a request envelope without ``params.signature``."""
     params = {k: v for k, v in envelope["params"].items() if k != "signature"}
-    return canonical_bytes({**envelope, "params": params})
+    return canonical_bytes({**envelope, "params": params}, known_fast=known_fast)
 
 
-def verify_request(envelope: dict[str, Any], key: bytes) -> bool:
-    """True when ``params.signature`` is a valid HMAC-SHA256 under ``key``."""
+def verify_request(envelope: dict[str, Any], key: bytes, *, known_fast: bool = False) -> bool:
+    """True when ``params.signature`` is a valid HMAC-SHA256 under ``key``.
+
+    ``known_fast``: the caller checked the envelope with ``is_fast_canonical``.
+    """
     sig = envelope["params"].get("signature")
     if not isinstance(sig, dict) or sig.get("algorithm") != HMAC_ALGORITHM:
         return False
     value = sig.get("value")
     if not isinstance(value, str):
         return False
-    return hmac_verify(key, request_signing_input(envelope), value)
+    return hmac_verify(key, request_signing_input(envelope, known_fast=known_fast), value)
 
 
 def sign_response(response: dict[str, Any], key: bytes, key_id: str) -> dict[str, Any]:
