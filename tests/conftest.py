@@ -122,12 +122,12 @@ def start_server(data_dir: Path, policy: Path = DEFAULT_POLICY, *extra: str) -> 
     write_key(data_dir / "ikm.key") if not (data_dir / "ikm.key").exists() else None
     port = free_port()
     log = data_dir / f"serve-{port}.log"
-    fh = log.open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "warden", "serve", "--port", str(port), "--data-dir", str(data_dir),
-         "--policy", str(policy), "--log-level", "warning", *extra],
-        stdout=fh, stderr=subprocess.STDOUT, cwd=str(data_dir), env={**os.environ},
-    )
+    with log.open("wb") as fh:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "warden", "serve", "--port", str(port), "--data-dir",
+             str(data_dir), "--policy", str(policy), "--log-level", "warning", *extra],
+            stdout=fh, stderr=subprocess.STDOUT, cwd=str(data_dir), env={**os.environ},
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

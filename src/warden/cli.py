@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from warden import __version__
@@ -65,7 +66,7 @@ KeyFile = Annotated[
 
 
 def _fail(exc: WardenError, code: int = EXIT_BAD_INPUT) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {exc.message}")
+    err_console.print(f"[red]error:[/red] {escape(exc.message)}")
     return typer.Exit(code)
 
 
@@ -75,7 +76,7 @@ def _settings(**kw: Any) -> Any:
     try:
         return Settings(**{k: v for k, v in kw.items() if v is not None})
     except Exception as exc:  # pydantic ValidationError: report every problem at once
-        err_console.print(f"[red]invalid settings:[/red] {exc}")
+        err_console.print(f"[red]invalid settings:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from exc
 
 
@@ -202,18 +203,19 @@ def verify(
             source = database_url or str(data_dir / "warden.db")
         report = verify_records(records, ikm=ikm)
     except IntegrityError as exc:
-        err_console.print(f"[red]FAILED[/red] {exc.reason}: {exc.message}")
+        err_console.print(f"[red]FAILED[/red] {exc.reason}: {escape(exc.message)}")
         raise typer.Exit(EXIT_FAILURE_FOUND) from exc
     except WardenError as exc:
         raise _fail(exc) from exc
     console.print(
-        f"[green]OK[/green] {source}: {report.sessions} sessions, {report.entries} entries, "
+        f"[green]OK[/green] {escape(source)}: {report.sessions} sessions, "
+        f"{report.entries} entries, "
         f"{report.signatures_checked} signatures checked"
         + ("" if ikm else " (signatures not checked: --no-signatures)")
     )
     table = Table("session", "chain head")
     for sid, head in list(report.heads.items())[:20]:
-        table.add_row(sid, head)
+        table.add_row(escape(sid), escape(head))
     if report.heads:
         console.print(table)
         if len(report.heads) > 20:
@@ -259,10 +261,10 @@ def policy_check(file: Annotated[Path, typer.Argument(help="Bundle YAML file.")]
     try:
         bundle = load_bundle(file)
     except WardenError as exc:
-        err_console.print(f"[red]invalid bundle[/red]\n{exc.message}")
+        err_console.print(f"[red]invalid bundle[/red]\n{escape(exc.message)}")
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     console.print(
-        f"[green]OK[/green] {bundle.ref.id}@{bundle.ref.version}: "
+        f"[green]OK[/green] {escape(bundle.ref.id)}@{escape(bundle.ref.version)}: "
         f"{len(bundle.rules)} rules, default {bundle.default.value}, {bundle.ref.digest}"
     )
 
@@ -288,13 +290,15 @@ def policy_explain(
     except WardenError as exc:
         raise _fail(exc) from exc
     except (KeyError, TypeError, OSError) as exc:
-        err_console.print(f"[red]error:[/red] not an ACS request envelope: {exc!r}")
+        err_console.print(f"[red]error:[/red] not an ACS request envelope: {escape(repr(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     table = Table("rule", "effect", "fired", "why")
     for t in ev.trace:
-        table.add_row(t.rule_id, t.effect.value, "yes" if t.fired else "no", t.detail)
+        table.add_row(
+            escape(t.rule_id), t.effect.value, "yes" if t.fired else "no", escape(t.detail)
+        )
     console.print(
-        f"method {req.method}, tool {req.tool_name or '-'}: "
+        f"method {escape(req.method)}, tool {escape(req.tool_name or '-')}: "
         f"{len(ev.trace)} candidate rules of {len(engine.bundle.rules)}"
     )
     console.print(table)
@@ -302,10 +306,10 @@ def policy_explain(
     console.print(
         f"verdict: [bold]{verdict.decision.value}[/bold]"
         + (" (default)" if ev.default_applied else "")
-        + (f" — {verdict.reasoning}" if verdict.reasoning else "")
+        + (f" — {escape(verdict.reasoning)}" if verdict.reasoning else "")
     )
     if verdict.reason_codes:
-        console.print(f"reason codes: {', '.join(verdict.reason_codes)}")
+        console.print(f"reason codes: {escape(', '.join(verdict.reason_codes))}")
 
 
 @replay_app.command("agentdojo")

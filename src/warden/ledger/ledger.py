@@ -1,9 +1,10 @@
-"""The Ledger: chains entries, signs heads and appends durably through the Store.
+"""The Ledger: chains entries, signs heads and commits them durably through the Store.
 
-``append`` computes the entry hash on the session's current head, lets the
-caller build (and sign) the wire response that publishes it, signs a head
-checkpoint, and commits all of it in one store transaction. It returns only
-after the commit: nothing is acknowledged before its audit entry is durable.
+``stage`` computes the entry hash on the session's current head, lets the caller
+build (and sign) the wire response that publishes it and signs a head
+checkpoint; ``commit`` (or the group committer) writes all of it in one store
+transaction. A response is released only after its commit: nothing is
+acknowledged before its audit entry is durable.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from warden.crypto.canonical import canonical_bytes
 from warden.crypto.hmac_keys import HMAC_ALGORITHM, SessionKeys, hmac_sign
 from warden.ledger.chain import chain_entry
 from warden.ledger.records import head_signing_input
-from warden.store.base import ReplayKeys, SessionState, Store
+from warden.store.base import PendingAppend, ReplayKeys, SessionState, Store
 
 ResponseBuilder = Callable[[dict[str, Any]], dict[str, Any] | None]
 
@@ -39,7 +40,7 @@ class Ledger:
         value = hmac_sign(self.keys.key_for(session_id), canonical_bytes(head_signing_input(rec)))
         return {"algorithm": HMAC_ALGORITHM, "value": value, "key_id": self.key_id}
 
-    def append(
+    def stage(
         self,
         session: SessionState,
         content: dict[str, Any],
@@ -47,19 +48,19 @@ class Ledger:
         *,
         replay: ReplayKeys | None,
         close: bool = False,
-    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """Chain ``content`` after the session head and commit it durably.
+    ) -> PendingAppend:
+        """Chain ``content`` after the session head; return what to commit.
 
         ``build_response(entry)`` receives the completed entry (with
         ``entry_hash``) and returns the signed response to store beside it.
-        Returns ``(entry, response)``. Raises ``HeadMoved``/``ReplayDetected``/
-        ``StoreUnavailable`` from the store, having written nothing.
+        Nothing is written until the :class:`PendingAppend` is committed
+        (:meth:`commit`, or a group committer); only then may the response leave.
         """
         entry = chain_entry(content, session.head_hash)
         response = build_response(entry)
         seq = session.head_seq + 1
-        self.store.append(
-            session.session_id,
+        return PendingAppend(
+            session_id=session.session_id,
             expected_seq=session.head_seq,
             entry=entry,
             response=response,
@@ -67,4 +68,10 @@ class Ledger:
             replay=replay,
             close=close,
         )
-        return entry, response
+
+    def commit(self, pending: PendingAppend) -> None:
+        """Commit one staged append durably. Raises ``HeadMoved``/``ReplayDetected``/
+        ``StoreUnavailable`` from the store, having written nothing."""
+        (error,) = self.store.append_many([pending])
+        if error is not None:
+            raise error

@@ -178,6 +178,35 @@ class Bundle:
     source: str
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a repeated mapping key instead of keeping the
+    last one silently (a second ``effect:`` in a rule must not quietly win)."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            duplicate = key in seen
+        except TypeError:  # unhashable key: construct_mapping reports it
+            continue
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                f"found duplicate key {key!r}",
+                key_node.start_mark,
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=True)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
+)
+
+
 def _problem(source: str, where: str, msg: str) -> str:
     return f"{source}: {where}: {msg}"
 
@@ -241,7 +270,7 @@ def parse_bundle(text: str, *, source: str = "<bundle>") -> Bundle:
     Raises :class:`ConfigError` listing every problem (``file: rule <id>: reason``).
     """
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ConfigError(_problem(source, "YAML", str(exc)), reason="bundle_invalid") from exc
     if not isinstance(doc, dict):

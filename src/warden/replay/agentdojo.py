@@ -20,7 +20,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Column, Table
 
 from warden.replay.agentdojo_tasks import TaskRun, load_task_runs
 from warden.wire.acs.client import AcsClient, http_transport
@@ -39,7 +39,7 @@ class ReplaySummary:
 
     def table(self) -> Table:
         t = Table(
-            "suite",
+            Column("suite", no_wrap=True, min_width=9),
             "tasks",
             "calls",
             *DECISION_COLUMNS,

@@ -8,47 +8,106 @@ further. ``GET /healthz`` is liveness; ``GET /readyz`` checks the store.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from warden import __version__
 from warden.errors import InvalidRequest, WardenError
 from warden.runtime import Runtime
+from warden.store.group_commit import GroupCommitter
 from warden.wire.acs.render import error_response
+from warden.wire.acs.service import AcsService
 
 
-def _json(body: dict[str, Any]) -> Response:
-    return Response(
-        json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
-        media_type="application/json",
-    )
+class AcsEndpoint:
+    """``POST /acs`` as a bare ASGI app in front of FastAPI.
 
+    The ACS wire is one JSON-RPC body in, one out; routing it through FastAPI's
+    request machinery cost more than the decision itself, so it is served here
+    and every other path falls through to the FastAPI app.
+    """
 
-def create_app(runtime: Runtime) -> FastAPI:
-    """Build the FastAPI app around a started :class:`Runtime`."""
-    app = FastAPI(title="Warden", version=__version__)
-    acs = runtime.acs
+    def __init__(
+        self, acs: AcsService, committer: GroupCommitter, fallback: ASGIApp, path: str = "/acs"
+    ) -> None:
+        self.acs = acs
+        self.committer = committer
+        self.fallback = fallback
+        self.path = path
 
-    @app.post("/acs", include_in_schema=False)
-    async def acs_endpoint(request: Request) -> Response:
-        limit = acs.max_body_bytes
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != self.path:
+            await self.fallback(scope, receive, send)
+            return
+        if scope["method"] != "POST":
+            await _send(send, 405, b'{"detail":"Method Not Allowed"}', [(b"allow", b"POST")])
+            return
+        limit = self.acs.max_body_bytes
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                return _json(
-                    error_response(
-                        None,
-                        InvalidRequest(
-                            f"request body exceeds {limit} bytes", reason="body_too_large"
-                        ),
-                    )
+                # Stop reading at the cap: an oversized body is refused, never buffered.
+                body = error_response(
+                    None,
+                    InvalidRequest(f"request body exceeds {limit} bytes", reason="body_too_large"),
                 )
+                await _send(send, 200, _dump(body), [(b"connection", b"close")])
+                return
             chunks.append(chunk)
-        return _json(acs.handle(b"".join(chunks)))
+            more = message.get("more_body", False)
+        response = await self.acs.handle_async(b"".join(chunks), self.committer)
+        await _send(send, 200, _dump(response))
+
+
+def _dump(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+async def _send(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app(runtime: Runtime) -> ASGIApp:
+    """Build the ASGI app around a started :class:`Runtime`: ``/acs`` plus FastAPI.
+
+    Audit entries of concurrent ACS requests are group-committed; the writer
+    thread drains its queue and stops at shutdown.
+    """
+    committer = GroupCommitter(runtime.store)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            committer.close()
+
+    app = FastAPI(title="Warden", version=__version__, lifespan=lifespan)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -62,4 +121,4 @@ def create_app(runtime: Runtime) -> FastAPI:
             return JSONResponse({"status": "unavailable", "reason": exc.reason}, status_code=503)
         return JSONResponse({"status": "ready", "bundle": runtime.bundle.ref.to_wire()})
 
-    return app
+    return AcsEndpoint(runtime.acs, committer, app)

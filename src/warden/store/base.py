@@ -8,6 +8,7 @@ Contract (every implementation, tested by tests/store/test_store_contract.py):
   still ``expected_seq`` (else :class:`~warden.errors.HeadMoved`). A duplicate
   replay key raises :class:`~warden.errors.ReplayDetected`; neither writes.
 - ``record_replay`` persists replay keys alone (a refused step is still seen).
+- ``append_many`` is ``append`` for a batch: one commit, per-item outcomes.
 - Thread-safe: callers may use one store from several threads.
 """
 
@@ -44,6 +45,23 @@ class SessionState:
     head_hash: str | None = None
 
 
+@dataclass(frozen=True)
+class PendingAppend:
+    """One chained entry ready to commit: the arguments of :meth:`Store.append`.
+
+    ``response`` is the signed wire response that publishes ``entry_hash``; it is
+    stored beside the entry so ``warden verify`` can re-check its signature.
+    """
+
+    session_id: str
+    expected_seq: int
+    entry: dict[str, Any]
+    response: dict[str, Any] | None
+    head_signature: dict[str, Any]
+    replay: ReplayKeys | None
+    close: bool = False
+
+
 class Store(Protocol):
     """Persistence for sessions, replay keys and audit entries."""
 
@@ -75,6 +93,14 @@ class Store(Protocol):
         close: bool = False,
     ) -> None:
         """Append one chained entry at ``expected_seq + 1`` (see module contract)."""
+
+    def append_many(self, items: list[PendingAppend]) -> list[Exception | None]:
+        """Commit several appends in one durable transaction (group commit).
+
+        Each item succeeds or fails on its own (``HeadMoved``, ``ReplayDetected``)
+        exactly as :meth:`append` would, in list order; the result holds ``None``
+        or the item's error. A store failure fails every item.
+        """
 
     def iter_records(self, session_id: str | None = None) -> Iterator[dict[str, Any]]:
         """Yield export records (session, entries, signed head) session by session."""

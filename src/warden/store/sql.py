@@ -33,7 +33,7 @@ from warden.errors import (
     StoreUnavailable,
     WardenError,
 )
-from warden.store.base import ReplayKeys, SessionState
+from warden.store.base import PendingAppend, ReplayKeys, SessionState
 from warden.store.schema import entries, replay_keys, sessions
 
 SYNC_MODES = ("FULL", "NORMAL", "EXTRA")
@@ -262,56 +262,91 @@ class SqlStore:
         replay: ReplayKeys | None,
         close: bool = False,
     ) -> None:
-        seq = expected_seq + 1
-        try:
-            with self._write() as cur:
-                if replay is not None:
-                    self._insert_replay(cur, session_id, replay)
-                cur.execute(
-                    self._q(
-                        "UPDATE sessions SET head_seq = ?, head_hash = ?, head_signature = ?, "
-                        "closed = (closed OR ?) WHERE session_id = ? AND head_seq = ?"
-                    ),
-                    (
-                        seq,
-                        entry["entry_hash"],
-                        _dumps(head_signature),
-                        bool(close),
-                        session_id,
-                        expected_seq,
-                    ),
+        (error,) = self.append_many(
+            [
+                PendingAppend(
+                    session_id, expected_seq, entry, response, head_signature, replay, close
                 )
-                if cur.rowcount != 1:
-                    raise HeadMoved(f"session {session_id} head is no longer seq {expected_seq}")
+            ]
+        )
+        if error is not None:
+            raise error
+
+    def append_many(self, items: list[PendingAppend]) -> list[Exception | None]:
+        outcomes: list[Exception | None] = []
+        with self._write() as cur:
+            for i, item in enumerate(items):
+                # A savepoint per item: one replay or lost race fails alone.
+                savepoint = f"item{i}"
+                cur.execute(f"SAVEPOINT {savepoint}")
                 try:
-                    cur.execute(
-                        self._q(
-                            "INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, "
-                            "entry, response, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-                        ),
-                        (
-                            session_id,
-                            seq,
-                            entry["entry_hash"],
-                            str(entry.get("step_id", "")),
-                            str(entry.get("step_type", "")),
-                            _dumps(entry),
-                            _dumps(response) if response is not None else None,
-                            _now(),
-                        ),
-                    )
-                except Exception as exc:
-                    if _is_integrity(exc):
-                        raise HeadMoved(f"entry seq {seq} of {session_id} already exists") from exc
-                    raise
-        except HeadMoved:
-            self._cache.pop(session_id, None)
-            raise
-        cached = self._cache.get(session_id)
-        if cached is not None:
-            self._cache[session_id] = replace(
-                cached, head_seq=seq, head_hash=entry["entry_hash"], closed=cached.closed or close
+                    self._append_one(cur, item)
+                except (HeadMoved, ReplayDetected) as exc:
+                    cur.execute(f"ROLLBACK TO {savepoint}")
+                    cur.execute(f"RELEASE {savepoint}")
+                    outcomes.append(exc)
+                    continue
+                cur.execute(f"RELEASE {savepoint}")
+                outcomes.append(None)
+        for item, outcome in zip(items, outcomes, strict=True):
+            if outcome is None:
+                self._advance_cache(item)
+            elif isinstance(outcome, HeadMoved):
+                self._cache.pop(item.session_id, None)
+        return outcomes
+
+    def _append_one(self, cur: Any, item: PendingAppend) -> None:
+        seq = item.expected_seq + 1
+        if item.replay is not None:
+            self._insert_replay(cur, item.session_id, item.replay)
+        cur.execute(
+            self._q(
+                "UPDATE sessions SET head_seq = ?, head_hash = ?, head_signature = ?, "
+                "closed = (closed OR ?) WHERE session_id = ? AND head_seq = ?"
+            ),
+            (
+                seq,
+                item.entry["entry_hash"],
+                _dumps(item.head_signature),
+                bool(item.close),
+                item.session_id,
+                item.expected_seq,
+            ),
+        )
+        if cur.rowcount != 1:
+            raise HeadMoved(f"session {item.session_id} head is no longer seq {item.expected_seq}")
+        try:
+            cur.execute(
+                self._q(
+                    "INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, "
+                    "entry, response, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
+                (
+                    item.session_id,
+                    seq,
+                    item.entry["entry_hash"],
+                    str(item.entry.get("step_id", "")),
+                    str(item.entry.get("step_type", "")),
+                    _dumps(item.entry),
+                    _dumps(item.response) if item.response is not None else None,
+                    _now(),
+                ),
             )
+        except Exception as exc:
+            if _is_integrity(exc):
+                raise HeadMoved(f"entry seq {seq} of {item.session_id} already exists") from exc
+            raise
+
+    def _advance_cache(self, item: PendingAppend) -> None:
+        with self._lock:
+            cached = self._cache.get(item.session_id)
+            if cached is not None and cached.head_seq == item.expected_seq:
+                self._cache[item.session_id] = replace(
+                    cached,
+                    head_seq=item.expected_seq + 1,
+                    head_hash=item.entry["entry_hash"],
+                    closed=cached.closed or item.close,
+                )
 
     def iter_records(self, session_id: str | None = None) -> Iterator[dict[str, Any]]:
         with self._engine.connect() as conn:

@@ -22,9 +22,9 @@ silent allow and never an unsigned error.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
+from collections.abc import Generator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -51,7 +51,8 @@ from warden.errors import (
 )
 from warden.ledger.ledger import Ledger
 from warden.schemas import SchemaSet
-from warden.store.base import ReplayKeys, SessionState, Store
+from warden.store.base import PendingAppend, ReplayKeys, SessionState, Store
+from warden.store.group_commit import GroupCommitter
 from warden.wire.acs.handshake import SUPPORTED_VERSIONS, HandshakeConfig, negotiate
 from warden.wire.acs.mcp import check_wrapped
 from warden.wire.acs.methods import HANDSHAKE, PING, MethodInfo, is_negotiated, route
@@ -63,7 +64,10 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
 _PLACEHOLDER_HASH = "0" * 64
-_APPEND_ATTEMPTS = 3
+_APPEND_ATTEMPTS = 5
+
+#: The dispatch generator: yields appends to commit, receives their outcome.
+Flow = Generator[PendingAppend, Exception | None, dict[str, Any]]
 
 
 def _utcnow() -> datetime:
@@ -98,7 +102,6 @@ class AcsService:
         self.schemas = SchemaSet("acs")
         self.ledger = Ledger(store, keys, key_id)
         self._clock = clock
-        self._locks = [threading.Lock() for _ in range(64)]
         # Compile every validator now: a missing schema stops start-up, not a request.
         self.schemas.validator("request-envelope.json")
         self.schemas.validator("response-envelope.json")
@@ -112,14 +115,51 @@ class AcsService:
     # -- entry point -------------------------------------------------------------
 
     def handle(self, body: bytes) -> dict[str, Any]:
-        """Answer one request body with one response envelope. Never raises."""
+        """Answer one request body with one response envelope. Never raises.
+
+        Commits each audit entry on its own before answering.
+        """
         try:
-            return self._handle(body)
+            flow = self._flow(body)
+            pending = next(flow)
+            while True:
+                try:
+                    self.ledger.commit(pending)
+                    outcome: Exception | None = None
+                except WardenError as exc:
+                    outcome = exc
+                pending = flow.send(outcome)
+        except StopIteration as done:
+            response: dict[str, Any] = done.value
+            return response
         except Exception:  # noqa: BLE001 - outermost layer: an internal error, unsigned
             log.exception("internal error while handling an ACS request")
             return error_response(None, _internal())
 
-    def _handle(self, body: bytes) -> dict[str, Any]:
+    async def handle_async(self, body: bytes, committer: GroupCommitter) -> dict[str, Any]:
+        """:meth:`handle` for an event loop: audit entries of concurrent requests are
+        committed together by ``committer`` (group commit); each response is
+        returned only after its own entry is durable. Never raises."""
+        try:
+            flow = self._flow(body)
+            pending = next(flow)
+            while True:
+                try:
+                    await committer.commit(pending)
+                    outcome: Exception | None = None
+                except WardenError as exc:
+                    outcome = exc
+                pending = flow.send(outcome)
+        except StopIteration as done:
+            response: dict[str, Any] = done.value
+            return response
+        except Exception:  # noqa: BLE001 - outermost layer: an internal error, unsigned
+            log.exception("internal error while handling an ACS request")
+            return error_response(None, _internal())
+
+    def _flow(self, body: bytes) -> Flow:
+        """The whole dispatch as a generator: it yields each audit entry to commit and
+        receives the commit's outcome (None or the error); it returns the response."""
         if len(body) > self.max_body_bytes:
             return error_response(
                 None,
@@ -158,7 +198,10 @@ class AcsService:
         method = msg["method"]
         sid = params["metadata"]["session_id"]
         key = self.keys.key_for(sid)
-        authentic = verify_request(msg, key, known_fast=fast)
+        try:
+            authentic = verify_request(msg, key, known_fast=fast)
+        except InvalidRequest as exc:  # a lone surrogate passes is_fast_canonical's walk
+            return error_response(rid, exc)
         if method == PING:
             return self._ping(msg, key if authentic else None)
         if not authentic:
@@ -175,8 +218,7 @@ class AcsService:
             if method == HANDSHAKE:
                 return self._sign(key, self._handshake(msg))
             info = route(method)
-            with self._locks[hash(sid) % len(self._locks)]:
-                return self._step(msg, info, key, fast)
+            return (yield from self._step(msg, info, key, fast))
         except ProtocolError as exc:
             return self._sign(key, error_response(rid, exc))
         except WardenError as exc:
@@ -277,10 +319,13 @@ class AcsService:
         )
         return {"jsonrpc": "2.0", "id": msg["id"], "result": hello}
 
-    def _step(
-        self, msg: dict[str, Any], info: MethodInfo, key: bytes, fast: bool
-    ) -> dict[str, Any]:
-        """A signed response for a routed step (protocol errors are raised)."""
+    def _step(self, msg: dict[str, Any], info: MethodInfo, key: bytes, fast: bool) -> Flow:
+        """A signed response for a routed step (protocol errors are raised).
+
+        Optimistic: the entry is chained on the head as last seen; if another
+        request moved the head first, the commit fails with ``HeadMoved`` and the
+        step is decided again on the fresh head.
+        """
         params = msg["params"]
         sid = params["metadata"]["session_id"]
         replay = ReplayKeys(params["request_id"], params.get("nonce"))
@@ -297,11 +342,14 @@ class AcsService:
                 if isinstance(refusal, ProtocolError):
                     raise refusal
                 return self._sign(key, refusal)
-            try:
-                # The append's unique replay keys detect a replay (-32005) atomically.
-                return self._decide_and_append(msg, info, session, replay, key, fast)
-            except HeadMoved:
-                continue
+            pending = self._decide(msg, info, session, replay, key, fast)
+            # The commit's unique replay keys detect a replay (-32005) atomically.
+            outcome = yield pending
+            if outcome is None:
+                assert pending.response is not None
+                return pending.response
+            if not isinstance(outcome, HeadMoved):
+                raise outcome
         raise StoreUnavailable("the session head kept moving; try again")
 
     def _refusal(
@@ -348,7 +396,7 @@ class AcsService:
                 return exc
         return None
 
-    def _decide_and_append(
+    def _decide(
         self,
         msg: dict[str, Any],
         info: MethodInfo,
@@ -356,7 +404,7 @@ class AcsService:
         replay: ReplayKeys,
         key: bytes,
         fast: bool,
-    ) -> dict[str, Any]:
+    ) -> PendingAppend:
         started = time.perf_counter()
         params = msg["params"]
         request = action_request(info, params, session)
@@ -404,15 +452,13 @@ class AcsService:
             request_hash=sha256_hex(canonical_bytes(params, known_fast=fast)),
             verdict=verdict,
         )
-        _, response = self.ledger.append(
+        return self.ledger.stage(
             session,
             content,
             lambda entry: self._sign(key, render(verdict, entry["entry_hash"])),
             replay=replay,
             close=info.method == "steps/sessionEnd",
         )
-        assert response is not None
-        return response
 
 
 def _internal() -> ProtocolError:
