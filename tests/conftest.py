@@ -21,7 +21,7 @@ from referencing import Registry, Resource
 
 from warden.runtime import Runtime
 from warden.settings import Settings
-from warden.wire.acs.client import AcsClient, http_transport
+from warden.wire.acs.client import AcsClient
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -99,7 +99,8 @@ class Server:
         return self.url + "/acs"
 
     def client(self, **kw: Any) -> AcsClient:
-        return AcsClient(http_transport(self.acs_url), TEST_IKM, **kw)
+        """A signed ACS client over real HTTP (one request per connection: nothing to leak)."""
+        return AcsClient(self.post, TEST_IKM, **kw)
 
     def post(self, body: bytes | str) -> dict[str, Any]:
         data = body.encode() if isinstance(body, str) else body
@@ -124,9 +125,25 @@ def start_server(data_dir: Path, policy: Path = DEFAULT_POLICY, *extra: str) -> 
     log = data_dir / f"serve-{port}.log"
     with log.open("wb") as fh:  # the child keeps its own descriptor
         proc = subprocess.Popen(
-            [sys.executable, "-m", "warden", "serve", "--port", str(port), "--data-dir",
-             str(data_dir), "--policy", str(policy), "--log-level", "warning", *extra],
-            stdout=fh, stderr=subprocess.STDOUT, cwd=str(data_dir), env={**os.environ},
+            [
+                sys.executable,
+                "-m",
+                "warden",
+                "serve",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(data_dir),
+                "--policy",
+                str(policy),
+                "--log-level",
+                "warning",
+                *extra,
+            ],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            cwd=str(data_dir),
+            env={**os.environ},
         )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -159,7 +176,9 @@ def _load_registry() -> Registry:
 
 _REGISTRY = _load_registry()
 _SEED = json.loads((SCHEMAS / "response-envelope.json").read_text())
-_RESPONSE_VALIDATOR = Draft202012Validator(_SEED, registry=_REGISTRY, format_checker=FormatChecker())
+_RESPONSE_VALIDATOR = Draft202012Validator(
+    _SEED, registry=_REGISTRY, format_checker=FormatChecker()
+)
 
 
 def assert_valid_response(response: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -122,6 +123,20 @@ def serve(
             "(durable across process crashes only).",
         ),
     ] = "FULL",
+    max_body_bytes: Annotated[
+        int,
+        typer.Option(
+            envvar="WARDEN_MAX_BODY_BYTES",
+            help="Largest accepted request body; larger ones get -32600 unread.",
+        ),
+    ] = 1 << 20,
+    policy_requires_provenance: Annotated[
+        bool,
+        typer.Option(
+            envvar="WARDEN_POLICY_REQUIRES_PROVENANCE",
+            help="Refuse clients whose ClientHello says provenance_producer: none (-32002).",
+        ),
+    ] = False,
     log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
 ) -> None:
     """Run Warden: ACS at POST /acs, health at /healthz and /readyz."""
@@ -143,6 +158,8 @@ def serve(
         key_id=key_id,
         skew_window_ms=skew_window_ms,
         sqlite_sync=sqlite_sync.upper(),
+        max_body_bytes=max_body_bytes,
+        policy_requires_provenance=policy_requires_provenance,
     )
     try:
         runtime = Runtime.start(settings)
@@ -340,6 +357,17 @@ def replay_agentdojo(
         summary = replay(url, ikm, suites=suite, console=console)
     except WardenError as exc:
         raise _fail(exc) from exc
+    except ModuleNotFoundError as exc:
+        err_console.print(
+            f"[red]error:[/red] {escape(str(exc))}; install it with: pip install -e '.[agentdojo]'"
+        )
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
+    except httpx.TransportError as exc:
+        err_console.print(f"[red]error:[/red] cannot reach Warden at {escape(url)}: {exc}")
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
+    except ValueError as exc:  # unknown suite name
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
     if summary.errors:
         err_console.print(f"[red]{summary.errors} protocol errors during the replay[/red]")
     if verify_after:

@@ -17,9 +17,9 @@ from warden.errors import ConfigError
 
 
 def load_ikm(path: Path) -> bytes:
-    """Read an IKM file (hex text, or raw bytes if not hex).
+    """Read an IKM file: hex text (whitespace around it ignored).
 
-    Raises :class:`ConfigError` if it is missing, too permissive or too short.
+    Raises :class:`ConfigError` if it is missing, too permissive, not hex or too short.
     """
     try:
         mode = path.stat().st_mode
@@ -30,12 +30,14 @@ def load_ikm(path: Path) -> bytes:
             f"key file {path} is accessible by group/others (mode {oct(mode & 0o777)}); "
             "chmod 600 it"
         )
-    raw = path.read_bytes()
-    text = raw.strip()
+    text = path.read_text(encoding="ascii", errors="replace").strip()
     try:
-        ikm = bytes.fromhex(text.decode("ascii"))
-    except (UnicodeDecodeError, ValueError):
-        ikm = raw
+        ikm = bytes.fromhex(text)
+    except ValueError as exc:
+        raise ConfigError(
+            f"key file {path} is not hex text (the IKM is stored as hex, e.g. "
+            "`python -c 'import secrets; print(secrets.token_hex(32))'`)"
+        ) from exc
     if len(ikm) < MIN_IKM_BYTES:
         raise ConfigError(f"key file {path} holds {len(ikm)} bytes; at least 32 are required")
     return ikm

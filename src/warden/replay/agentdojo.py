@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
@@ -135,7 +136,6 @@ def replay(
     out = console or Console()
     out.print("loading AgentDojo v1.2 ground truth (offline)…")
     runs = list(load_task_runs("v1.2", suites))
-    transport = http_transport(url)
     summary = ReplaySummary()
     columns = (
         TextColumn("{task.description}"),
@@ -143,7 +143,11 @@ def replay(
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=out, transient=False) as progress:
+    with (
+        httpx.Client(timeout=30.0) as http,
+        Progress(*columns, console=out, transient=False) as progress,
+    ):
+        transport = http_transport(url, http)
         job = progress.add_task("replaying tasks", total=len(runs))
         for run in runs:
             progress.update(job, description=f"{run.suite}/{run.task_id}")
