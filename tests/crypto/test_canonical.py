@@ -9,7 +9,7 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from warden.crypto.canonical import is_fast_canonical, canonical_bytes, parse_strict_json
+from warden.crypto.canonical import canonical_bytes, is_fast_canonical, parse_strict_json
 from warden.errors import InvalidRequest, ParseError
 
 json_scalars = (

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from conftest import AGENTDOJO_POLICY, Server, start_server
+
 from warden.replay.agentdojo_tasks import load_task_runs
 
 #: suite → (tasks, calls, allow, warn, modify, ask, defer, deny, errors)
