@@ -218,7 +218,7 @@ def verify(
             store = _open_store(data_dir, database_url)
             records = store.iter_records()
             source = database_url or str(data_dir / "warden.db")
-        report = verify_records(records, ikm=ikm)
+        report = verify_records(records, ikm=ikm, require_manifest=file is not None)
     except IntegrityError as exc:
         err_console.print(f"[red]FAILED[/red] {exc.reason}: {escape(exc.message)}")
         raise typer.Exit(EXIT_FAILURE_FOUND) from exc
@@ -251,16 +251,25 @@ def export(
     ] = None,
     data_dir: DataDir = Path(".warden"),
     database_url: DbUrl = None,
+    key_file: KeyFile = None,
+    key_id: Annotated[
+        str, typer.Option(envvar="WARDEN_KEY_ID", help="key_id put on the manifest signature.")
+    ] = "warden",
 ) -> None:
-    """Write audit chains as JSONL (session, entry…, signed head per session)."""
+    """Write audit chains as JSONL: per session its record, entries and signed head;
+    last, a signed manifest of every exported session's head."""
+    from warden.crypto.keystore import load_ikm
+    from warden.ledger.export import export_records
+
     try:
+        ikm = load_ikm(key_file or data_dir / "ikm.key")
         store = _open_store(data_dir, database_url)
     except WardenError as exc:
         raise _fail(exc) from exc
     fh = out.open("w", encoding="utf-8") if out else sys.stdout
     n = 0
     try:
-        for rec in store.iter_records(session):
+        for rec in export_records(store, ikm, key_id=key_id, session_id=session):
             fh.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n")
             n += 1
     finally:

@@ -2,8 +2,11 @@
 
 The clean chain comes from an in-process Warden (default bundle, TEST_IKM): session A is
 sessionStart, userMessage, three toolCallRequests and sessionEnd (seq 0–5); session B is
-sessionStart, one toolCallRequest and sessionEnd (seq 0–2). Each :class:`Tamper` is a pure
-function of the clean records plus the exact failure the verifier must report.
+sessionStart, one toolCallRequest and sessionEnd (seq 0–2). It is exported with
+:func:`warden.ledger.export.export_records` (what ``warden export`` writes), so it ends with
+the signed export manifest listing both sessions' heads. Each :class:`Tamper` is a pure
+function of the clean records plus the exact failure the verifier must report (verified as
+an export file: ``require_manifest=True``, like ``warden verify FILE``).
 
 ``tests/assets/ledger/chain_clean.jsonl`` and the ``chain_*.jsonl`` hostile files are this
 module's output; regenerate them with ``python tests/ledger/ledger_chains.py`` (the tests
@@ -20,8 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from warden.crypto.canonical import canonical_bytes
+from warden.crypto.hmac_keys import derive_session_key, hmac_sign
 from warden.errors import IntegrityReason
 from warden.ledger.chain import chain_entry, entry_content
+from warden.ledger.records import manifest_signing_input
 from warden.runtime import Runtime
 
 Record = dict[str, Any]
@@ -30,6 +36,8 @@ Line = Record | str
 
 LEDGER_ASSETS = Path(__file__).resolve().parent.parent / "assets" / "ledger"
 CLEAN_ASSET = "ledger/chain_clean.jsonl"
+# A session id no chain holds, for the manifest that lists one session too many.
+EXTRA_SESSION_ID = "00000000-0000-4000-8000-00000000dead"
 
 
 # -- producing and serialising chains ----------------------------------------------------
@@ -102,6 +110,19 @@ def _head_index(records: list[Line], session: int) -> int:
         if isinstance(r, dict) and r["kind"] == "head" and r["session_id"] == sid:
             return i
     raise LookupError(f"no head record in session {session}")
+
+
+def _manifest_index(records: list[Line]) -> int:
+    for i, r in enumerate(records):
+        if isinstance(r, dict) and r["kind"] == "manifest":
+            return i
+    raise LookupError("no manifest record")
+
+
+def _manifest(records: list[Line]) -> Record:
+    rec = records[_manifest_index(records)]
+    assert isinstance(rec, dict)
+    return rec
 
 
 def _last_seq(records: list[Line], session: int) -> int:
@@ -209,7 +230,7 @@ def insert_copy_renumbered(records: list[Line]) -> list[Line]:
     i = _entry_index(out, 0, 2)
     dup = copy.deepcopy(out[i])
     for r in out[i + 1 :]:
-        if isinstance(r, dict) and r["session_id"] == sid and r["kind"] in ("entry", "head"):
+        if isinstance(r, dict) and r.get("session_id") == sid and r["kind"] in ("entry", "head"):
             r["seq"] += 1
     assert isinstance(dup, dict)
     dup["seq"] = 3
@@ -278,6 +299,103 @@ def garbage_line(records: list[Line]) -> list[Line]:
     return out
 
 
+# -- recipes against the export manifest -------------------------------------------------
+
+
+def _without_session(records: list[Line], session: int) -> list[Line]:
+    """Every record of ``session`` (its session, entry and head records) removed."""
+    sid = _sid(records, session)
+    return [
+        copy.deepcopy(r)
+        for r in records
+        if not (isinstance(r, dict) and r.get("session_id") == sid)
+    ]
+
+
+def delete_first_session(records: list[Line]) -> list[Line]:
+    return _without_session(records, 0)
+
+
+def delete_last_session(records: list[Line]) -> list[Line]:
+    return _without_session(records, 1)
+
+
+def delete_session_rewrite_manifest(records: list[Line]) -> list[Line]:
+    """Delete session B and drop it from the manifest too (keyless: signature left as is)."""
+    sid = _sid(records, 1)
+    out = _without_session(records, 1)
+    manifest = _manifest(out)
+    manifest["sessions"] = [s for s in manifest["sessions"] if s["session_id"] != sid]
+    return out
+
+
+def drop_manifest(records: list[Line]) -> list[Line]:
+    out = copy.deepcopy(records)
+    del out[_manifest_index(out)]
+    return out
+
+
+def truncate_at_session(records: list[Line]) -> list[Line]:
+    """Cut the file right after session A's head: session B and the manifest are gone."""
+    return drop_manifest(delete_last_session(records))
+
+
+def edit_manifest_head(records: list[Line]) -> list[Line]:
+    """Move session A's head in the manifest back to seq 4 (its real entry hash)."""
+    out = copy.deepcopy(records)
+    sid = _sid(out, 0)
+    tail = out[_entry_index(out, 0, 4)]
+    assert isinstance(tail, dict)
+    for item in _manifest(out)["sessions"]:
+        if item["session_id"] == sid:
+            item["seq"] = 4
+            item["chain_hash"] = tail["entry"]["entry_hash"]
+    return out
+
+
+def forge_manifest_signature(records: list[Line]) -> list[Line]:
+    out = copy.deepcopy(records)
+    sig = _manifest(out)["signature"]
+    sig["value"] = _flip_b64(sig["value"])
+    return out
+
+
+def sign_manifest_with_session_key(records: list[Line]) -> list[Line]:
+    """Re-sign the manifest (correctly, with the real IKM) under session A's key instead
+    of the export-manifest key: the key separation must refuse it."""
+    from conftest import TEST_IKM
+
+    out = copy.deepcopy(records)
+    manifest = _manifest(out)
+    key = derive_session_key(TEST_IKM, _sid(out, 0))
+    manifest["signature"]["value"] = hmac_sign(
+        key, canonical_bytes(manifest_signing_input(manifest))
+    )
+    return out
+
+
+def manifest_extra_session(records: list[Line]) -> list[Line]:
+    """The manifest lists a session the export does not hold (signature left as is)."""
+    out = copy.deepcopy(records)
+    _manifest(out)["sessions"].append(
+        {"session_id": EXTRA_SESSION_ID, "seq": -1, "chain_hash": None}
+    )
+    return out
+
+
+def records_after_manifest(records: list[Line]) -> list[Line]:
+    """Move the manifest before session B: B's records now follow it."""
+    out = copy.deepcopy(records)
+    manifest = out.pop(_manifest_index(out))
+    first_b = next(
+        i
+        for i, r in enumerate(out)
+        if isinstance(r, dict) and r["kind"] == "session" and r["session_id"] == _sid(out, 1)
+    )
+    out.insert(first_b, manifest)
+    return out
+
+
 @dataclass(frozen=True)
 class Tamper:
     """A tampering recipe and the exact failure it must produce."""
@@ -285,13 +403,19 @@ class Tamper:
     asset: str  # file name under tests/assets/ledger/
     apply: Callable[[list[Line]], list[Line]]
     reason: IntegrityReason
-    session: int | None  # index of the session the error names (None: no session)
-    seq: int | None  # entry seq the error names (None: a head/session-level failure)
+    # the session the error names: an index into the clean chain's sessions, a literal
+    # session id (str), or None (no session)
+    session: int | str | None
+    seq: int | None  # entry seq the error names (None: a head/session/manifest failure)
     message: str  # a fragment the error message must contain
 
     @property
     def path(self) -> str:
         return f"ledger/{self.asset}"
+
+    def session_id(self, sids: list[str]) -> str | None:
+        """The session id the error must name, given the clean chain's session ids."""
+        return sids[self.session] if isinstance(self.session, int) else self.session
 
 
 CM, RH, SI = (
@@ -383,6 +507,87 @@ TAMPERS: tuple[Tamper, ...] = (
         "wire step without its signed response",
     ),
     Tamper("chain_garbage_line.jsonl", garbage_line, RH, None, None, ":4: not JSON"),
+    # the export manifest
+    Tamper(
+        "chain_session_deleted.jsonl",
+        delete_first_session,
+        CM,
+        0,
+        None,
+        "listed in the manifest but missing from the export",
+    ),
+    Tamper(
+        "chain_last_session_deleted.jsonl",
+        delete_last_session,
+        CM,
+        1,
+        None,
+        "listed in the manifest but missing from the export",
+    ),
+    Tamper(
+        "chain_session_deleted_manifest_rewritten.jsonl",
+        delete_session_rewrite_manifest,
+        SI,
+        None,
+        None,
+        "manifest signature does not verify",
+    ),
+    Tamper(
+        "chain_manifest_dropped.jsonl",
+        drop_manifest,
+        CM,
+        None,
+        None,
+        "no signed manifest at the end of the export",
+    ),
+    Tamper(
+        "chain_truncated_at_session.jsonl",
+        truncate_at_session,
+        CM,
+        None,
+        None,
+        "no signed manifest at the end of the export",
+    ),
+    Tamper(
+        "chain_manifest_head_edited.jsonl",
+        edit_manifest_head,
+        CM,
+        0,
+        None,
+        "manifest head (4, ",
+    ),
+    Tamper(
+        "chain_manifest_signature_forged.jsonl",
+        forge_manifest_signature,
+        SI,
+        None,
+        None,
+        "manifest signature does not verify",
+    ),
+    Tamper(
+        "chain_manifest_signed_with_session_key.jsonl",
+        sign_manifest_with_session_key,
+        SI,
+        None,
+        None,
+        "manifest signature does not verify",
+    ),
+    Tamper(
+        "chain_manifest_extra_session.jsonl",
+        manifest_extra_session,
+        CM,
+        EXTRA_SESSION_ID,
+        None,
+        "listed in the manifest but missing from the export",
+    ),
+    Tamper(
+        "chain_records_after_manifest.jsonl",
+        records_after_manifest,
+        CM,
+        1,
+        None,
+        "records after the manifest",
+    ),
 )
 
 
@@ -391,8 +596,9 @@ def write_assets() -> None:  # pragma: no cover - maintenance entry point
     import tempfile
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from conftest import DEFAULT_POLICY, write_key
+    from conftest import DEFAULT_POLICY, TEST_IKM, write_key
 
+    from warden.ledger.export import export_records
     from warden.settings import Settings
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -402,7 +608,7 @@ def write_assets() -> None:  # pragma: no cover - maintenance entry point
         )
         try:
             produce_chain(rt)
-            clean: list[Line] = list(rt.store.iter_records())
+            clean: list[Line] = list(export_records(rt.store, TEST_IKM))
         finally:
             rt.close()
     LEDGER_ASSETS.mkdir(parents=True, exist_ok=True)

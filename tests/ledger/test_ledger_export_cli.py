@@ -1,4 +1,8 @@
-"""``warden export`` writes what ``warden verify`` accepts, for all sessions or one."""
+"""``warden export`` writes what ``warden verify`` accepts, for all sessions or one.
+
+The export is the store's records followed by one signed manifest; exporting needs the
+key file (default ``<data-dir>/ikm.key``) to sign it.
+"""
 
 from __future__ import annotations
 
@@ -8,63 +12,197 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import TEST_IKM, write_key
 from ledger_chains import produce_chain
 
+from warden.ledger.export import export_records
 from warden.runtime import Runtime
 
+WRONG_IKM = bytes(range(1, 33))
 
-def warden(*args: str | Path) -> subprocess.CompletedProcess[str]:
+
+def warden(*args: str | Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "warden", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "COLUMNS": "1000"},
+        env={**os.environ, "COLUMNS": "1000", **env},
     )
+
+
+def _heads(records: list[dict[str, object]]) -> dict[object, object]:
+    return {r["session_id"]: r["chain_hash"] for r in records if r["kind"] == "head"}
 
 
 def test_export_then_verify(runtime: Runtime, tmp_path: Path) -> None:
     sid_a, sid_b = produce_chain(runtime)
-    expected = list(runtime.store.iter_records())
+    stored = list(runtime.store.iter_records())
+    expected = list(export_records(runtime.store, TEST_IKM))
     runtime.close()
     data = runtime.settings.data_dir
     out = tmp_path / "all.jsonl"
 
     proc = warden("export", "--data-dir", data, "--out", out)
     assert proc.returncode == 0, proc.stderr
-    assert f"wrote {len(expected)} records to {out}" in proc.stderr
-    lines = out.read_text(encoding="utf-8").splitlines()
-    assert [json.loads(line) for line in lines] == expected
+    assert len(expected) == len(stored) + 1 == 14
+    assert f"wrote 14 records to {out}" in proc.stderr
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert records == expected
+    assert records[:-1] == stored
+    assert [r["kind"] for r in records] == (
+        ["session"] + ["entry"] * 6 + ["head", "session"] + ["entry"] * 3 + ["head", "manifest"]
+    )
+    heads = _heads(stored)
+    assert records[-1]["sessions"] == [
+        {"session_id": sid_a, "seq": 5, "chain_hash": heads[sid_a]},
+        {"session_id": sid_b, "seq": 2, "chain_hash": heads[sid_b]},
+    ]
 
     proc = warden("verify", out, "--key-file", data / "ikm.key")
     assert proc.returncode == 0, proc.stderr
-    assert "2 sessions, 9 entries, 11 signatures checked" in proc.stdout
+    assert f"OK {out}: 2 sessions, 9 entries, 12 signatures checked" in proc.stdout
 
     one = tmp_path / "b.jsonl"
     proc = warden("export", "--data-dir", data, "--session", sid_b, "-o", one)
     assert proc.returncode == 0, proc.stderr
+    assert f"wrote 6 records to {one}" in proc.stderr
     records = [json.loads(line) for line in one.read_text(encoding="utf-8").splitlines()]
-    assert {r["session_id"] for r in records} == {sid_b}
-    assert [r["kind"] for r in records] == ["session", "entry", "entry", "entry", "head"]
+    assert [r["kind"] for r in records] == [
+        "session",
+        "entry",
+        "entry",
+        "entry",
+        "head",
+        "manifest",
+    ]
+    assert {r["session_id"] for r in records[:-1]} == {sid_b}
+    assert records[-1]["sessions"] == [{"session_id": sid_b, "seq": 2, "chain_hash": heads[sid_b]}]
     proc = warden("verify", one, "--key-file", data / "ikm.key")
     assert proc.returncode == 0, proc.stderr
-    assert "1 sessions, 3 entries, 4 signatures checked" in proc.stdout
+    assert f"OK {one}: 1 sessions, 3 entries, 5 signatures checked" in proc.stdout
     assert sid_a not in proc.stdout
+
+
+def test_session_export_cannot_pass_for_the_whole_export(runtime: Runtime, tmp_path: Path) -> None:
+    """Session A's records spliced in front of a ``--session B`` export: the manifest only
+    lists B, so A is refused."""
+    sid_a, sid_b = produce_chain(runtime)
+    runtime.close()
+    data = runtime.settings.data_dir
+    full, one = tmp_path / "all.jsonl", tmp_path / "b.jsonl"
+    assert warden("export", "--data-dir", data, "-o", full).returncode == 0
+    assert warden("export", "--data-dir", data, "--session", sid_b, "-o", one).returncode == 0
+    a_lines = [
+        ln for ln in full.read_text().splitlines() if json.loads(ln).get("session_id") == sid_a
+    ]
+    assert len(a_lines) == 8
+    spliced = tmp_path / "spliced.jsonl"
+    spliced.write_text("\n".join(a_lines) + "\n" + one.read_text())
+    proc = warden("verify", spliced, "--key-file", data / "ikm.key")
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert f"FAILED chain_mismatch: session {sid_a}: in the export but not in the manifest" in (
+        proc.stderr
+    )
+    assert proc.stdout == ""
 
 
 def test_export_to_stdout(runtime: Runtime) -> None:
     produce_chain(runtime)
-    expected = list(runtime.store.iter_records())
+    expected = list(export_records(runtime.store, TEST_IKM))
     runtime.close()
     proc = warden("export", "--data-dir", runtime.settings.data_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(line) for line in proc.stdout.splitlines()] == expected
+    assert proc.stderr == ""
+
+
+def test_export_with_explicit_key_file(runtime: Runtime, tmp_path: Path) -> None:
+    """``--key-file`` (and WARDEN_KEY_FILE) replace the default <data-dir>/ikm.key."""
+    produce_chain(runtime)
+    expected = list(export_records(runtime.store, TEST_IKM))
+    runtime.close()
+    data = runtime.settings.data_dir
+    key = write_key(tmp_path / "elsewhere" / "k.key")
+    (data / "ikm.key").unlink()
+    proc = warden("export", "--data-dir", data, "--key-file", key)
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(line) for line in proc.stdout.splitlines()] == expected
+    proc = warden("export", "--data-dir", data, WARDEN_KEY_FILE=str(key))
     assert proc.returncode == 0, proc.stderr
     assert [json.loads(line) for line in proc.stdout.splitlines()] == expected
 
 
 def test_export_without_database(tmp_path: Path) -> None:
+    write_key(tmp_path / "empty" / "ikm.key")
     proc = warden("export", "--data-dir", tmp_path / "empty")
     assert proc.returncode == 2
-    assert "no database at" in proc.stderr
+    assert f"error: no database at sqlite:///{tmp_path / 'empty' / 'warden.db'}" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_export_without_key_file_is_bad_input(runtime: Runtime, tmp_path: Path) -> None:
+    """No key, no export: exit 2 naming the key file, and no (partial) output file."""
+    produce_chain(runtime)
+    runtime.close()
+    data = runtime.settings.data_dir
+    key = data / "ikm.key"
+    key.unlink()
+    out = tmp_path / "out.jsonl"
+    proc = warden("export", "--data-dir", data, "--out", out)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert f"error: key file {key} does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+    assert not out.exists()
+
+    missing = tmp_path / "none.key"
+    proc = warden("export", "--data-dir", data, "--key-file", missing)
+    assert proc.returncode == 2
+    assert f"error: key file {missing} does not exist" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_export_with_unreadable_key_file_is_bad_input(runtime: Runtime, tmp_path: Path) -> None:
+    """A key path that cannot be read (here a directory; also a file this user may not
+    read) is a configuration error (exit 2), not a crash (a traceback exits 1, which
+    would read as 'integrity failure found')."""
+    produce_chain(runtime)
+    runtime.close()
+    key = tmp_path / "dir.key"
+    key.mkdir(mode=0o700)
+    key.chmod(0o700)
+    proc = warden("export", "--data-dir", runtime.settings.data_dir, "--key-file", key)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert f"error: key file {key} cannot be read: Is a directory" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_export_with_loose_key_file_is_bad_input(runtime: Runtime) -> None:
+    produce_chain(runtime)
+    runtime.close()
+    key = runtime.settings.data_dir / "ikm.key"
+    key.chmod(0o644)
+    proc = warden("export", "--data-dir", runtime.settings.data_dir)
+    assert proc.returncode == 2
+    assert f"error: key file {key} is accessible by group/others (mode 0o644)" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_export_signed_with_another_key_is_refused(runtime: Runtime, tmp_path: Path) -> None:
+    """The manifest binds the export to the key it was signed with: exported with a
+    different IKM, every head still verifies but the manifest does not."""
+    produce_chain(runtime)
+    runtime.close()
+    data = runtime.settings.data_dir
+    wrong = write_key(tmp_path / "wrong.key", WRONG_IKM)
+    out = tmp_path / "wrong.jsonl"
+    assert warden("export", "--data-dir", data, "--key-file", wrong, "-o", out).returncode == 0
+    proc = warden("verify", out, "--key-file", data / "ikm.key")
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "FAILED signature_invalid: manifest signature does not verify" in proc.stderr
+    assert proc.stdout == ""
 
 
 def test_verify_no_signatures_needs_no_key(runtime: Runtime) -> None:
@@ -77,3 +215,12 @@ def test_verify_no_signatures_needs_no_key(runtime: Runtime) -> None:
     assert "9 entries, 0 signatures checked (signatures not checked: --no-signatures)" in (
         proc.stdout
     )
+
+
+def test_verify_database_needs_no_manifest(runtime: Runtime) -> None:
+    """``warden verify --data-dir`` walks the store's records: no manifest there."""
+    produce_chain(runtime)
+    runtime.close()
+    proc = warden("verify", "--data-dir", runtime.settings.data_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 sessions, 9 entries, 11 signatures checked" in proc.stdout

@@ -1,21 +1,31 @@
 """A tampered audit export is refused at exactly the broken record, with the right reason.
 
 Each hostile case is a named asset (tests/assets/ledger/chain_*.jsonl, a recipe from
-ledger_chains.py applied to chain_clean.jsonl). Every case is checked three ways: the
-committed asset through ``verify_records``, the same recipe applied to a chain produced
-now by a live in-process Warden, and the asset through ``python -m warden verify``.
+ledger_chains.py applied to chain_clean.jsonl, an ``export_records`` export closed by the
+signed manifest). Every case is checked three ways: the committed asset through
+``verify_records(..., require_manifest=True)``, the same recipe applied to a chain
+exported now from a live in-process Warden, and the asset through ``python -m warden
+verify FILE``. The store's own records (no manifest: the ``--data-dir`` path) still
+verify without one.
 """
 
 from __future__ import annotations
 
+import base64
+import copy
+import hashlib
+import hmac
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import TEST_IKM, asset, write_key
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from ledger_chains import (
     CLEAN_ASSET,
     TAMPERS,
@@ -28,6 +38,7 @@ from ledger_chains import (
 )
 
 from warden.errors import IntegrityError, IntegrityReason
+from warden.ledger.export import export_records
 from warden.ledger.verify import VerifyReport, read_jsonl, verify_records
 from warden.runtime import Runtime
 
@@ -35,14 +46,14 @@ WRONG_IKM = bytes(range(1, 33))
 
 
 def _verify_file(path: Path, ikm: bytes | None = TEST_IKM) -> VerifyReport:
-    return verify_records(read_jsonl(path), ikm=ikm)
+    """Verify ``path`` as an export file, as ``warden verify FILE`` does."""
+    return verify_records(read_jsonl(path), ikm=ikm, require_manifest=True)
 
 
 def _assert_refused(exc: IntegrityError, case: Tamper, sids: list[str]) -> None:
     assert exc.integrity_reason is case.reason, exc.diagnostics()
     assert exc.reason == case.reason.value
-    expected_sid = sids[case.session] if case.session is not None else None
-    assert exc.session_id == expected_sid, exc.diagnostics()
+    assert exc.session_id == case.session_id(sids), exc.diagnostics()
     assert exc.seq == case.seq, exc.diagnostics()
     assert case.message in exc.message, exc.message
 
@@ -64,9 +75,9 @@ def clean_records() -> list[Line]:
 
 @pytest.fixture
 def live(runtime: Runtime, tmp_path: Path) -> tuple[list[Line], list[str], Path]:
-    """A chain produced now, exported with Store.iter_records to JSONL."""
+    """A chain produced now, exported with export_records (manifest last) to JSONL."""
     sid_a, sid_b = produce_chain(runtime)
-    records: list[Line] = list(runtime.store.iter_records())
+    records: list[Line] = list(export_records(runtime.store, TEST_IKM))
     assert session_ids(records) == [sid_a, sid_b]
     path = tmp_path / "export.jsonl"
     path.write_text(dump_lines(records), encoding="utf-8")
@@ -84,14 +95,15 @@ def key_file(tmp_path: Path) -> Path:
 def test_clean_asset_verifies(clean_records: list[Line]) -> None:
     report = _verify_file(asset(CLEAN_ASSET))
     heads = {r["session_id"]: r["chain_hash"] for r in clean_records if r["kind"] == "head"}
-    assert (report.sessions, report.entries, report.signatures_checked) == (2, 9, 11)
+    # 9 responses + 2 heads + the manifest
+    assert (report.sessions, report.entries, report.signatures_checked) == (2, 9, 12)
     assert report.heads == heads
 
 
 def test_live_chain_verifies(live: tuple[list[Line], list[str], Path]) -> None:
     records, sids, path = live
     report = _verify_file(path)
-    assert (report.sessions, report.entries, report.signatures_checked) == (2, 9, 11)
+    assert (report.sessions, report.entries, report.signatures_checked) == (2, 9, 12)
     assert list(report.heads) == sids
     assert report.heads == {
         r["session_id"]: r["chain_hash"] for r in records if r["kind"] == "head"
@@ -111,14 +123,14 @@ def test_cli_verifies_clean_export(
     _, sids, path = live
     proc = _run_cli("verify", str(path), "--key-file", str(key_file))
     assert proc.returncode == 0, proc.stderr
-    assert f"OK {path}: 2 sessions, 9 entries, 11 signatures checked" in proc.stdout
+    assert f"OK {path}: 2 sessions, 9 entries, 12 signatures checked" in proc.stdout
     assert all(sid in proc.stdout for sid in sids)
 
 
 def test_cli_verifies_clean_asset(key_file: Path) -> None:
     proc = _run_cli("verify", str(asset(CLEAN_ASSET)), "--key-file", str(key_file))
     assert proc.returncode == 0, proc.stderr
-    assert "2 sessions, 9 entries, 11 signatures checked" in proc.stdout
+    assert "2 sessions, 9 entries, 12 signatures checked" in proc.stdout
 
 
 # -- hostile exports ------------------------------------------------------------------------
@@ -154,8 +166,9 @@ def test_cli_refuses_hostile_asset(case: Tamper, key_file: Path, clean_records: 
     proc = _run_cli("verify", str(asset(case.path)), "--key-file", str(key_file))
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert f"FAILED {case.reason.value}: " in proc.stderr
-    if case.session is not None:
-        where = f"session {session_ids(clean_records)[case.session]}"
+    sid = case.session_id(session_ids(clean_records))
+    if sid is not None:
+        where = f"session {sid}"
         if case.seq is not None:
             where += f" entry seq {case.seq}"
         assert where + ":" in proc.stderr
@@ -199,5 +212,170 @@ def test_clean_asset_is_canonical_json_lines(clean_records: list[Line]) -> None:
     text = asset(CLEAN_ASSET).read_text(encoding="utf-8")
     assert text == dump_lines(clean_records)
     kinds = [r["kind"] for r in clean_records if isinstance(r, dict)]
-    assert kinds == ["session"] + ["entry"] * 6 + ["head", "session"] + ["entry"] * 3 + ["head"]
+    assert kinds == (
+        ["session"] + ["entry"] * 6 + ["head", "session"] + ["entry"] * 3 + ["head", "manifest"]
+    )
     assert all(isinstance(json.loads(line), dict) for line in text.splitlines())
+
+
+# -- the export manifest ----------------------------------------------------------------------
+
+
+def _case(asset_name: str) -> Tamper:
+    return next(t for t in TAMPERS if t.asset == asset_name)
+
+
+def _manifest_of(records: list[Line]) -> dict[str, Any]:
+    (manifest,) = [r for r in records if isinstance(r, dict) and r["kind"] == "manifest"]
+    return manifest
+
+
+def test_manifest_lists_every_exported_head(clean_records: list[Line]) -> None:
+    sid_a, sid_b = session_ids(clean_records)
+    heads = {r["session_id"]: r for r in clean_records if r["kind"] == "head"}
+    manifest = dict(_manifest_of(clean_records))
+    signature = manifest.pop("signature")
+    assert manifest == {
+        "kind": "manifest",
+        "sessions": [
+            {"session_id": sid_a, "seq": 5, "chain_hash": heads[sid_a]["chain_hash"]},
+            {"session_id": sid_b, "seq": 2, "chain_hash": heads[sid_b]["chain_hash"]},
+        ],
+    }
+    assert isinstance(signature, dict)
+    assert set(signature) == {"algorithm", "value", "key_id"}
+    assert (signature["algorithm"], signature["key_id"]) == ("HMAC-SHA256", "warden")
+
+
+@pytest.mark.parametrize("source", ["asset", "live"])
+def test_manifest_signature_is_hmac_under_the_export_manifest_key(
+    source: str, clean_records: list[Line], live: tuple[list[Line], list[str], Path]
+) -> None:
+    """Recomputed independently: HKDF-SHA256(IKM, no salt, info="warden:export-manifest"),
+    HMAC-SHA256 over the JCS of the record without ``signature``, padded base64."""
+    manifest = dict(_manifest_of(clean_records if source == "asset" else live[0]))
+    signature = manifest.pop("signature")
+    key = HKDF(
+        algorithm=hashes.SHA256(), length=32, salt=None, info=b"warden:export-manifest"
+    ).derive(TEST_IKM)
+    # JCS of this record (ASCII strings, small ints, null) is sorted compact JSON.
+    message = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+    expected = base64.b64encode(hmac.new(key, message, hashlib.sha256).digest()).decode()
+    assert isinstance(signature, dict)
+    assert signature["value"] == expected
+
+
+def test_store_records_verify_without_manifest(runtime: Runtime) -> None:
+    """The database path (``warden verify --data-dir``) has no manifest and needs none."""
+    sid_a, sid_b = produce_chain(runtime)
+    records = list(runtime.store.iter_records())
+    assert [r["kind"] for r in records].count("manifest") == 0
+    report = verify_records(records, ikm=TEST_IKM)
+    assert (report.sessions, report.entries, report.signatures_checked) == (2, 9, 11)
+    assert list(report.heads) == [sid_a, sid_b]
+    report = verify_records(records)
+    assert (report.sessions, report.entries, report.signatures_checked) == (2, 9, 0)
+    with pytest.raises(IntegrityError) as info:
+        verify_records(records, ikm=TEST_IKM, require_manifest=True)
+    assert info.value.integrity_reason is IntegrityReason.CHAIN_MISMATCH
+    assert (info.value.session_id, info.value.seq) == (None, None)
+    assert info.value.message == "no signed manifest at the end of the export (truncated file?)"
+
+
+def test_export_records_end_with_the_manifest_and_nothing_else_changes(runtime: Runtime) -> None:
+    produce_chain(runtime)
+    stored = list(runtime.store.iter_records())
+    exported = list(export_records(runtime.store, TEST_IKM))
+    assert exported[:-1] == stored
+    assert exported[-1]["kind"] == "manifest"
+
+
+def test_manifest_checked_when_present_even_if_not_required(clean_records: list[Line]) -> None:
+    case = _case("chain_session_deleted.jsonl")
+    with pytest.raises(IntegrityError) as info:
+        verify_records(read_jsonl(asset(case.path)), ikm=TEST_IKM)
+    _assert_refused(info.value, case, session_ids(clean_records))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "chain_session_deleted.jsonl",
+        "chain_last_session_deleted.jsonl",
+        "chain_manifest_dropped.jsonl",
+        "chain_manifest_head_edited.jsonl",
+        "chain_manifest_extra_session.jsonl",
+        "chain_records_after_manifest.jsonl",
+    ],
+)
+def test_manifest_listing_checked_without_key(name: str, clean_records: list[Line]) -> None:
+    """Which sessions and heads the manifest lists is checked even with --no-signatures."""
+    case = _case(name)
+    with pytest.raises(IntegrityError) as info:
+        _verify_file(asset(case.path), ikm=None)
+    _assert_refused(info.value, case, session_ids(clean_records))
+
+
+def test_keyless_verification_accepts_a_consistently_rewritten_manifest(
+    clean_records: list[Line],
+) -> None:
+    """The limit of --no-signatures: a session deleted *and* struck from the manifest is
+    only caught by the manifest's signature (see the keyed case in TAMPERS)."""
+    report = _verify_file(asset("ledger/chain_session_deleted_manifest_rewritten.jsonl"), ikm=None)
+    assert (report.sessions, report.entries, report.signatures_checked) == (1, 6, 0)
+    assert list(report.heads) == [session_ids(clean_records)[0]]
+
+
+def test_session_without_entries_is_listed_and_its_deletion_detected(
+    runtime: Runtime, tmp_path: Path, key_file: Path
+) -> None:
+    """A handshake-only session has no entries and no head record: the manifest lists it
+    as seq -1 / null, and deleting its lone session record is detected."""
+    from conftest import service_client
+
+    sid_a, sid_b = produce_chain(runtime)
+    c = service_client(runtime, agent_id="agent-c")
+    assert "result" in c.hello()
+    records: list[Line] = list(export_records(runtime.store, TEST_IKM))
+    assert session_ids(records) == [sid_a, sid_b, c.session_id]
+    manifest = _manifest_of(records)
+    assert manifest["sessions"][-1] == {
+        "session_id": c.session_id,
+        "seq": -1,
+        "chain_hash": None,
+    }
+    path = tmp_path / "with_empty.jsonl"
+    path.write_text(dump_lines(records), encoding="utf-8")
+    report = _verify_file(path)
+    assert (report.sessions, report.entries, report.signatures_checked) == (3, 9, 12)
+
+    hostile = [
+        r
+        for r in copy.deepcopy(records)
+        if isinstance(r, dict) and r.get("session_id") != c.session_id
+    ]
+    assert len(hostile) == len(records) - 1
+    path = tmp_path / "empty_session_deleted.jsonl"
+    path.write_text(dump_lines(hostile), encoding="utf-8")
+    with pytest.raises(IntegrityError) as info:
+        _verify_file(path)
+    exc = info.value
+    assert exc.integrity_reason is IntegrityReason.CHAIN_MISMATCH
+    assert (exc.session_id, exc.seq) == (c.session_id, None)
+    assert exc.message == (
+        f"session {c.session_id}: listed in the manifest but missing from the export"
+    )
+    proc = _run_cli("verify", str(path), "--key-file", str(key_file))
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert (
+        f"FAILED chain_mismatch: session {c.session_id}: listed in the manifest but missing "
+        "from the export" in proc.stderr
+    )
+
+
+def test_empty_export_is_a_signed_manifest_of_nothing(runtime: Runtime) -> None:
+    records = list(export_records(runtime.store, TEST_IKM))
+    assert [r["kind"] for r in records] == ["manifest"]
+    assert records[0]["sessions"] == []
+    report = verify_records(records, ikm=TEST_IKM, require_manifest=True)
+    assert (report.sessions, report.entries, report.signatures_checked) == (0, 0, 1)

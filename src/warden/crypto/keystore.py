@@ -30,7 +30,10 @@ def load_ikm(path: Path) -> bytes:
             f"key file {path} is accessible by group/others (mode {oct(mode & 0o777)}); "
             "chmod 600 it"
         )
-    text = path.read_text(encoding="ascii", errors="replace").strip()
+    try:
+        text = path.read_text(encoding="ascii", errors="replace").strip()
+    except OSError as exc:  # a directory, or not readable by this user
+        raise ConfigError(f"key file {path} cannot be read: {exc.strerror or exc}") from exc
     try:
         ikm = bytes.fromhex(text)
     except ValueError as exc:

@@ -7,6 +7,14 @@
      "response": <the signed wire response that published this entry, or absent>}
     {"kind": "head", "session_id", "seq", "chain_hash", "signature": {algorithm, value, key_id}}
 
+and, last, one export-wide manifest::
+
+    {"kind": "manifest", "sessions": [{"session_id", "seq", "chain_hash"}, …],
+     "signature": {algorithm, value, key_id}}
+
+signed under a key derived from the IKM with info ``warden:export-manifest``, so
+deleting a whole session from an export is detected.
+
 The ``head`` record is a signed checkpoint (HMAC under the session key over the
 JCS of the record without ``signature``) so that truncating a session's tail is
 detected even though the deleted responses went with it.
@@ -16,7 +24,10 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
-RecordKind = Literal["session", "entry", "head"]
+RecordKind = Literal["session", "entry", "head", "manifest"]
+
+#: HKDF info of the export-manifest key (never a session id: those are UUIDs).
+MANIFEST_KEY_INFO = "warden:export-manifest"
 
 
 class SignatureObj(TypedDict):
@@ -54,4 +65,9 @@ class HeadRecord(TypedDict):
 
 def head_signing_input(record: HeadRecord | dict[str, Any]) -> dict[str, Any]:
     """The part of a head record its signature covers."""
+    return {k: v for k, v in record.items() if k != "signature"}
+
+
+def manifest_signing_input(record: dict[str, Any]) -> dict[str, Any]:
+    """The part of a manifest record its signature covers."""
     return {k: v for k, v in record.items() if k != "signature"}

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from warden.crypto.canonical import canonical_bytes
-from warden.crypto.hmac_keys import SessionKeys, hmac_verify
+from warden.crypto.hmac_keys import SessionKeys, derive_session_key, hmac_verify
 from warden.errors import IntegrityError, IntegrityReason, WardenError
 from warden.ledger.chain import compute_entry_hash, entry_content
-from warden.ledger.records import head_signing_input
+from warden.ledger.records import MANIFEST_KEY_INFO, head_signing_input, manifest_signing_input
 
 _SIGNED_RESULT_KEYS = ("result", "error")
 
@@ -87,11 +87,18 @@ def _response_signing_input(response: dict[str, Any]) -> tuple[dict[str, Any], d
     raise ValueError("response has neither result nor error")
 
 
-def verify_records(records: Iterable[dict[str, Any]], *, ikm: bytes | None = None) -> VerifyReport:
+def verify_records(
+    records: Iterable[dict[str, Any]],
+    *,
+    ikm: bytes | None = None,
+    require_manifest: bool = False,
+) -> VerifyReport:
     """Verify exported records; return a summary or raise :class:`IntegrityError`.
 
     ``ikm`` enables HMAC checks of every response and signed head; without it
     only hashes and links are checked (``signatures_checked`` stays 0).
+    ``require_manifest`` (for export files) demands the closing signed manifest
+    and checks that it lists exactly the sessions and heads found.
     """
     keys = SessionKeys(ikm) if ikm is not None else None
     report = VerifyReport()
@@ -108,9 +115,15 @@ def verify_records(records: Iterable[dict[str, Any]], *, ikm: bytes | None = Non
         if walk.head is not None:
             report.heads[walk.session_id] = walk.head
 
+    manifest: dict[str, Any] | None = None
     for rec in records:
         kind = rec.get("kind")
         sid = str(rec.get("session_id", ""))
+        if manifest is not None:
+            raise _fail(IntegrityReason.CHAIN_MISMATCH, "records after the manifest", sid, None)
+        if kind == "manifest":
+            manifest = rec
+            continue
         if kind == "session":
             if sid in walks:
                 raise _fail(IntegrityReason.CHAIN_MISMATCH, "session listed twice", sid, None)
@@ -145,7 +158,72 @@ def verify_records(records: Iterable[dict[str, Any]], *, ikm: bytes | None = Non
             raise _fail(IntegrityReason.CHAIN_MISMATCH, f"unknown record kind {kind!r}", sid, None)
     for walk in walks.values():
         close(walk)
+    if manifest is not None:
+        report.signatures_checked += _verify_manifest(manifest, report.heads, walks, ikm)
+    elif require_manifest:
+        raise IntegrityError(
+            "no signed manifest at the end of the export (truncated file?)",
+            reason=IntegrityReason.CHAIN_MISMATCH,
+        )
     return report
+
+
+def _verify_manifest(
+    manifest: dict[str, Any],
+    heads: dict[str, str],
+    walks: dict[str, _SessionWalk],
+    ikm: bytes | None,
+) -> int:
+    listed = manifest.get("sessions")
+    if not isinstance(listed, list):
+        raise IntegrityError("manifest has no session list", reason=IntegrityReason.CHAIN_MISMATCH)
+    expected = {sid: (walk.seq, walk.head) for sid, walk in walks.items()}
+    found: dict[str, tuple[Any, Any]] = {}
+    for item in listed:
+        if not isinstance(item, dict):
+            raise IntegrityError(
+                "manifest entry is not an object", reason=IntegrityReason.CHAIN_MISMATCH
+            )
+        found[str(item.get("session_id"))] = (item.get("seq"), item.get("chain_hash"))
+    for sid in sorted(set(found) | set(expected)):
+        if sid not in expected:
+            raise IntegrityError(
+                f"session {sid}: listed in the manifest but missing from the export",
+                reason=IntegrityReason.CHAIN_MISMATCH,
+                session_id=sid,
+            )
+        if sid not in found:
+            raise IntegrityError(
+                f"session {sid}: in the export but not in the manifest",
+                reason=IntegrityReason.CHAIN_MISMATCH,
+                session_id=sid,
+            )
+        if found[sid] != expected[sid]:
+            raise IntegrityError(
+                f"session {sid}: manifest head {found[sid]} differs from the export's "
+                f"{expected[sid]}",
+                reason=IntegrityReason.CHAIN_MISMATCH,
+                session_id=sid,
+            )
+    if ikm is None:
+        return 0
+    sig = manifest.get("signature")
+    try:
+        message = canonical_bytes(manifest_signing_input(manifest))
+    except WardenError as exc:
+        raise IntegrityError(
+            f"manifest cannot be canonicalized: {exc}", reason=IntegrityReason.SIGNATURE_INVALID
+        ) from exc
+    key = derive_session_key(ikm, MANIFEST_KEY_INFO)
+    if not (
+        isinstance(sig, dict)
+        and isinstance(sig.get("value"), str)
+        and hmac_verify(key, message, sig["value"])
+    ):
+        raise IntegrityError(
+            "manifest signature does not verify", reason=IntegrityReason.SIGNATURE_INVALID
+        )
+    return 1
 
 
 def _verify_entry(rec: dict[str, Any], walk: _SessionWalk, keys: SessionKeys | None) -> int:

@@ -1,0 +1,38 @@
+"""Export audit chains as JSONL records closed by a signed manifest (see records.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from warden.crypto.canonical import canonical_bytes
+from warden.crypto.hmac_keys import HMAC_ALGORITHM, derive_session_key, hmac_sign
+from warden.ledger.records import MANIFEST_KEY_INFO, manifest_signing_input
+from warden.store.base import Store
+
+
+def export_records(
+    store: Store, ikm: bytes, *, key_id: str = "warden", session_id: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """Yield every record of the store (or one session), then the signed manifest
+    listing each exported session's head."""
+    heads: list[dict[str, Any]] = []
+    last: dict[str, dict[str, Any]] = {}
+    for rec in store.iter_records(session_id):
+        if rec["kind"] == "session":
+            last[rec["session_id"]] = {
+                "session_id": rec["session_id"],
+                "seq": -1,
+                "chain_hash": None,
+            }
+            heads.append(last[rec["session_id"]])
+        elif rec["kind"] == "head":
+            last[rec["session_id"]].update(seq=rec["seq"], chain_hash=rec["chain_hash"])
+        yield rec
+    manifest: dict[str, Any] = {"kind": "manifest", "sessions": heads}
+    value = hmac_sign(
+        derive_session_key(ikm, MANIFEST_KEY_INFO),
+        canonical_bytes(manifest_signing_input(manifest)),
+    )
+    manifest["signature"] = {"algorithm": HMAC_ALGORITHM, "value": value, "key_id": key_id}
+    yield manifest
