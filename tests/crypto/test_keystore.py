@@ -110,3 +110,11 @@ def test_runtime_creates_a_missing_key(tmp_path: Path) -> None:
         assert len(load_ikm(key)) == 32
     finally:
         rt.close()
+
+
+@pytest.mark.parametrize("byte", [0x00, 0xFF, 0x41])
+def test_degenerate_key_is_refused(tmp_path: Path, byte: int) -> None:
+    path = write_key(tmp_path / "k", bytes([byte]) * 32)
+    with pytest.raises(ConfigError) as info:
+        load_ikm(path)
+    assert "degenerate" in info.value.message

@@ -43,6 +43,8 @@ def load_ikm(path: Path) -> bytes:
         ) from exc
     if len(ikm) < MIN_IKM_BYTES:
         raise ConfigError(f"key file {path} holds {len(ikm)} bytes; at least 32 are required")
+    if len(set(ikm)) <= 1:
+        raise ConfigError(f"key file {path} holds a degenerate key (every byte the same)")
     return ikm
 
 

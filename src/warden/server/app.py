@@ -117,8 +117,9 @@ def create_app(runtime: Runtime) -> ASGIApp:
     async def readyz() -> Response:
         try:
             runtime.store.counts()
-        except WardenError as exc:
-            return JSONResponse({"status": "unavailable", "reason": exc.reason}, status_code=503)
+        except Exception as exc:  # noqa: BLE001 - any store failure means not ready
+            reason = exc.reason if isinstance(exc, WardenError) else "store_unavailable"
+            return JSONResponse({"status": "unavailable", "reason": reason}, status_code=503)
         return JSONResponse({"status": "ready", "bundle": runtime.bundle.ref.to_wire()})
 
     return AcsEndpoint(runtime.acs, committer, app)

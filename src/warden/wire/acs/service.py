@@ -21,10 +21,14 @@ silent allow and never an unsigned error.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import time
 import uuid
+import weakref
 from collections.abc import Generator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -47,6 +51,7 @@ from warden.errors import (
     SessionRefused,
     StoreUnavailable,
     TimestampOutOfWindow,
+    UnsupportedVersion,
     WardenError,
 )
 from warden.ledger.ledger import Ledger
@@ -66,8 +71,26 @@ MAX_BODY_BYTES = 1 << 20
 _PLACEHOLDER_HASH = "0" * 64
 _APPEND_ATTEMPTS = 5
 
-#: The dispatch generator: yields appends to commit, receives their outcome.
-Flow = Generator[PendingAppend, Exception | None, dict[str, Any]]
+_FAILURE_TEXT = {
+    "store_unavailable": "Warden could not record this step durably, so it is denied "
+    "(fail closed).",
+    "head_moved": "Warden could not record this step durably, so it is denied (fail closed).",
+    "evaluation_failed": "Warden could not evaluate this step, so it is denied (fail closed).",
+}
+
+
+@dataclass(frozen=True)
+class SessionLock:
+    """Yielded by the dispatch before it reads a session: the driver serialises the
+    steps of one session (held until the response is ready), so concurrent calls
+    on one session queue instead of racing for its head."""
+
+    session_id: str
+
+
+#: The dispatch generator: yields a session lock and appends to commit; receives the
+#: outcome of each (None or the error); returns the response.
+Flow = Generator[SessionLock | PendingAppend, Exception | None, dict[str, Any]]
 
 
 def _utcnow() -> datetime:
@@ -75,7 +98,17 @@ def _utcnow() -> datetime:
 
 
 def _parse_ts(value: str) -> datetime:
-    ts = datetime.fromisoformat(value)
+    """An RFC 3339 timestamp (``t``/``z`` in any case) as an aware datetime.
+
+    Raises :class:`InvalidRequest` for one the schema admits but Python cannot
+    represent (year 0000, second 60).
+    """
+    try:
+        ts = datetime.fromisoformat(value.upper())
+    except ValueError as exc:
+        raise InvalidRequest(
+            f"timestamp {value!r} cannot be interpreted as a point in time", reason="bad_timestamp"
+        ) from exc
     return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
@@ -102,6 +135,11 @@ class AcsService:
         self.schemas = SchemaSet("acs")
         self.ledger = Ledger(store, keys, key_id)
         self._clock = clock
+        self._thread_locks = [threading.Lock() for _ in range(64)]
+        # One asyncio lock per live session; dropped when no request holds it.
+        self._async_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
         # Compile every validator now: a missing schema stops start-up, not a request.
         self.schemas.validator("request-envelope.json")
         self.schemas.validator("response-envelope.json")
@@ -117,45 +155,66 @@ class AcsService:
     def handle(self, body: bytes) -> dict[str, Any]:
         """Answer one request body with one response envelope. Never raises.
 
-        Commits each audit entry on its own before answering.
+        Commits each audit entry on its own before answering. Thread-safe: steps
+        of one session are serialised by a lock stripe.
         """
+        held: threading.Lock | None = None
         try:
             flow = self._flow(body)
-            pending = next(flow)
+            item = next(flow)
             while True:
-                try:
-                    self.ledger.commit(pending)
-                    outcome: Exception | None = None
-                except WardenError as exc:
-                    outcome = exc
-                pending = flow.send(outcome)
+                outcome: Exception | None = None
+                if isinstance(item, SessionLock):
+                    held = self._thread_locks[hash(item.session_id) % len(self._thread_locks)]
+                    held.acquire()
+                else:
+                    try:
+                        self.ledger.commit(item)
+                    except WardenError as exc:
+                        outcome = exc
+                item = flow.send(outcome)
         except StopIteration as done:
             response: dict[str, Any] = done.value
             return response
         except Exception:  # noqa: BLE001 - outermost layer: an internal error, unsigned
             log.exception("internal error while handling an ACS request")
             return error_response(None, _internal())
+        finally:
+            if held is not None:
+                held.release()
 
     async def handle_async(self, body: bytes, committer: GroupCommitter) -> dict[str, Any]:
         """:meth:`handle` for an event loop: audit entries of concurrent requests are
         committed together by ``committer`` (group commit); each response is
         returned only after its own entry is durable. Never raises."""
+        held: asyncio.Lock | None = None
         try:
             flow = self._flow(body)
-            pending = next(flow)
+            item = next(flow)
             while True:
-                try:
-                    await committer.commit(pending)
-                    outcome: Exception | None = None
-                except WardenError as exc:
-                    outcome = exc
-                pending = flow.send(outcome)
+                outcome: Exception | None = None
+                if isinstance(item, SessionLock):
+                    lock = self._async_locks.get(item.session_id)
+                    if lock is None:
+                        lock = asyncio.Lock()
+                        self._async_locks[item.session_id] = lock
+                    await lock.acquire()
+                    held = lock
+                else:
+                    try:
+                        await committer.commit(item)
+                    except WardenError as exc:
+                        outcome = exc
+                item = flow.send(outcome)
         except StopIteration as done:
             response: dict[str, Any] = done.value
             return response
         except Exception:  # noqa: BLE001 - outermost layer: an internal error, unsigned
             log.exception("internal error while handling an ACS request")
             return error_response(None, _internal())
+        finally:
+            if held is not None:
+                held.release()
 
     def _flow(self, body: bytes) -> Flow:
         """The whole dispatch as a generator: it yields each audit entry to commit and
@@ -222,8 +281,14 @@ class AcsService:
         except ProtocolError as exc:
             return self._sign(key, error_response(rid, exc))
         except WardenError as exc:
+            # The operator gets the detail; the wire gets a fixed sentence (STYLE.md 4).
             log.error("signed deny after failure: %s", exc.diagnostics())
-            return self._sign(key, self._bare_deny(msg, exc.reason, exc.message))
+            reason = exc.reason if exc.reason in _FAILURE_TEXT else "evaluation_failed"
+            if method == HANDSHAKE:
+                return self._sign(
+                    key, error_response(rid, SessionRefused(_FAILURE_TEXT[reason], reason=reason))
+                )
+            return self._sign(key, self._bare_deny(msg, reason, _FAILURE_TEXT[reason]))
 
     # -- pieces ------------------------------------------------------------------
 
@@ -329,6 +394,7 @@ class AcsService:
         params = msg["params"]
         sid = params["metadata"]["session_id"]
         replay = ReplayKeys(params["request_id"], params.get("nonce"))
+        yield SessionLock(sid)
         for attempt in range(_APPEND_ATTEMPTS):
             session = self.store.load_session(sid, fresh=attempt > 0)
             if session is None:
@@ -374,9 +440,15 @@ class AcsService:
             return CapabilityNotNegotiated(
                 f"method {msg['method']} was not negotiated for this session", method=msg["method"]
             )
+        negotiated = session.negotiated.get("server_hello", {}).get("negotiated_version", "")
+        if params["acs_version"].split(".")[0] != str(negotiated).split(".")[0]:
+            return UnsupportedVersion(
+                f"acs_version {params['acs_version']} does not match the negotiated {negotiated}",
+                supported_versions=list(SUPPORTED_VERSIONS),
+            )
         try:
             self._check_skew(params)
-        except TimestampOutOfWindow as exc:
+        except ProtocolError as exc:
             return exc
         payload = params["payload"]
         if info.kind == "hook":
