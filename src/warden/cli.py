@@ -137,7 +137,9 @@ def serve(
             help="Refuse clients whose ClientHello says provenance_producer: none (-32002).",
         ),
     ] = False,
-    log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
+    log_level: Annotated[
+        str, typer.Option(envvar="WARDEN_LOG_LEVEL", help="Python logging level.")
+    ] = "INFO",
 ) -> None:
     """Run Warden: ACS at POST /acs, health at /healthz and /readyz."""
     import uvicorn

@@ -148,6 +148,12 @@ def replay(
         Progress(*columns, console=out, transient=False) as progress,
     ):
         transport = http_transport(url, http)
+        ready = http.get(url.rsplit("/", 1)[0] + "/readyz")
+        bundle = ready.json().get("bundle", {}) if ready.status_code == 200 else {}
+        out.print(
+            f"Warden at {url} answers with bundle "
+            f"{bundle.get('id', '?')}@{bundle.get('version', '?')} ({bundle.get('digest', '?')})"
+        )
         job = progress.add_task("replaying tasks", total=len(runs))
         for run in runs:
             progress.update(job, description=f"{run.suite}/{run.task_id}")
