@@ -274,6 +274,11 @@ def export(
         for rec in export_records(store, ikm, key_id=key_id, session_id=session):
             fh.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n")
             n += 1
+    except IntegrityError as exc:
+        err_console.print(f"[red]FAILED[/red] {exc.reason}: {escape(exc.message)}")
+        raise typer.Exit(EXIT_FAILURE_FOUND) from exc
+    except WardenError as exc:
+        raise _fail(exc) from exc
     finally:
         if out:
             fh.close()
@@ -282,19 +287,29 @@ def export(
 
 
 @policy_app.command("check")
-def policy_check(file: Annotated[Path, typer.Argument(help="Bundle YAML file.")]) -> None:
-    """Validate a bundle: YAML, fields, CEL conditions, effect details. Exit 2 on errors."""
+def policy_check(
+    files: Annotated[list[Path], typer.Argument(help="Bundle YAML file(s).")],
+) -> None:
+    """Validate bundles: YAML, fields, hooks, CEL conditions, RE2 patterns, effect details.
+
+    Prints OK per valid file; exit 2 if any file is invalid (every problem is printed).
+    """
     from warden.policy import load_bundle
 
-    try:
-        bundle = load_bundle(file)
-    except WardenError as exc:
-        err_console.print(f"[red]invalid bundle[/red]\n{escape(exc.message)}")
-        raise typer.Exit(EXIT_BAD_INPUT) from exc
-    console.print(
-        f"[green]OK[/green] {escape(bundle.ref.id)}@{escape(bundle.ref.version)}: "
-        f"{len(bundle.rules)} rules, default {bundle.default.value}, {bundle.ref.digest}"
-    )
+    failed = False
+    for file in files:
+        try:
+            bundle = load_bundle(file)
+        except WardenError as exc:
+            err_console.print(f"[red]invalid bundle[/red]\n{escape(exc.message)}")
+            failed = True
+            continue
+        console.print(
+            f"[green]OK[/green] {escape(bundle.ref.id)}@{escape(bundle.ref.version)}: "
+            f"{len(bundle.rules)} rules, default {bundle.default.value}, {bundle.ref.digest}"
+        )
+    if failed:
+        raise typer.Exit(EXIT_BAD_INPUT)
 
 
 @policy_app.command("explain")
@@ -302,42 +317,117 @@ def policy_explain(
     file: Annotated[Path, typer.Argument(help="Bundle YAML file.")],
     request: Annotated[Path, typer.Argument(help="An ACS request envelope (JSON).")],
 ) -> None:
-    """Show which rules are candidates for a request, which fire and why, and the verdict."""
-    from warden.core.guardian import fit_to_hook, verdict_from_evaluation
-    from warden.crypto.canonical import parse_strict_json
-    from warden.policy import PolicyEngine, load_bundle
-    from warden.wire.acs.methods import route
+    """Show which rules are candidates for a request, which fire and why, and the verdict.
+
+    The request is first checked as the server checks it (strict JSON, the ACS request
+    envelope schema, JCS domain, method routing, the hook's payload schema or the wrapped
+    MCP message); a request the server would reject is reported with its JSON-RPC error
+    code, JSON pointer and message (exit 2). Signature, session, replay and clock checks
+    need a live session and are not applied. A condition that errors is shown as the
+    fail-closed verdict the server would sign (deny, ``evaluation_failed``; exit 0).
+    """
+    from warden.core.guardian import Guardian, fit_to_hook, verdict_from_evaluation
+    from warden.crypto.canonical import canonical_bytes, parse_strict_json
+    from warden.errors import CouldNotDecide, InvalidParams, InvalidRequest, ProtocolError
+    from warden.policy import PolicyEngine, RuleTrace, load_bundle
+    from warden.schemas import SchemaSet
+    from warden.wire.acs.mcp import check_wrapped
+    from warden.wire.acs.methods import HANDSHAKE, PING, route
     from warden.wire.acs.parse import action_request
 
     try:
         engine = PolicyEngine(load_bundle(file))
-        msg = parse_strict_json(request.read_bytes())
-        info = route(msg["method"])
-        req = action_request(info, msg["params"], None)
-        ev = engine.evaluate(req, explain=True)
     except WardenError as exc:
         raise _fail(exc) from exc
-    except (KeyError, TypeError, OSError) as exc:
-        err_console.print(f"[red]error:[/red] not an ACS request envelope: {escape(repr(exc))}")
-        raise typer.Exit(EXIT_BAD_INPUT) from exc
-    table = Table("rule", "effect", "fired", "why")
-    for t in ev.trace:
-        table.add_row(
-            escape(t.rule_id), t.effect.value, "yes" if t.fired else "no", escape(t.detail)
+    try:
+        body = request.read_bytes()
+    except OSError as exc:
+        err_console.print(
+            f"[red]error:[/red] cannot read {escape(str(request))}: "
+            f"{escape(exc.strerror or str(exc))}"
         )
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
+
+    schemas = SchemaSet("acs")
+    try:
+        # The server's checks, in the server's order (wire/acs/service.py).
+        msg = parse_strict_json(body)
+        if isinstance(msg, list):
+            raise InvalidRequest(
+                "batch requests are not supported by this Guardian", reason="batch_unsupported"
+            )
+        problem = schemas.first_error("request-envelope.json", msg)
+        if problem is not None:
+            raise InvalidRequest(
+                f"request envelope invalid at {problem[0] or '/'}: {problem[1]}",
+                pointer=problem[0],
+            )
+        canonical_bytes(msg)  # raises InvalidRequest outside the JCS domain
+        method, params = msg["method"], msg["params"]
+        if method in (HANDSHAKE, PING):
+            err_console.print(
+                f"[red]error:[/red] {escape(method)} is answered by the protocol layer; "
+                "policy does not evaluate it"
+            )
+            raise typer.Exit(EXIT_BAD_INPUT)
+        info = route(method)
+        if info.kind == "hook":
+            assert info.schema is not None
+            problem = schemas.first_error(info.schema, params["payload"])
+            if problem is not None:
+                raise InvalidParams(
+                    f"{method} payload invalid at {problem[0] or '/'}: {problem[1]}",
+                    pointer="/params/payload" + problem[0],
+                    method=method,
+                )
+        else:
+            assert info.mcp_method is not None
+            check_wrapped(params["payload"], info.mcp_method, method)
+        req = action_request(info, params, None)
+    except ProtocolError as exc:
+        err_console.print(
+            f"[red]error:[/red] Warden would reject this request with JSON-RPC error "
+            f"{int(exc.code)} ({exc.code.name.lower().replace('_', ' ')})"
+        )
+        if exc.data.get("pointer") is not None:
+            err_console.print(f"  pointer: {escape(json.dumps(exc.data['pointer']))}")
+        err_console.print(f"  message: {escape(exc.message)}")
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
+
+    failure: str | None = None
+    default_applied = False
+    try:
+        ev = engine.evaluate(req, explain=True)
+        trace: tuple[RuleTrace, ...] = ev.trace
+        default_applied = ev.default_applied
+        verdict = fit_to_hook(verdict_from_evaluation(ev), req.permitted)
+    except Exception as exc:  # noqa: BLE001 - the server answers any engine failure this way
+        trace = exc.data.get("trace", ()) if isinstance(exc, CouldNotDecide) else ()
+        failure = exc.message if isinstance(exc, WardenError) else f"{type(exc).__name__}: {exc}"
+        verdict = Guardian(engine).fail_closed(req, failure)
+    table = Table("rule", "effect", "fired", "why")
+    for t in trace:
+        fired = "error" if t.failed else "yes" if t.fired else "no"
+        table.add_row(escape(t.rule_id), t.effect.value, fired, escape(t.detail))
+    n_rules = len(engine.bundle.rules)
     console.print(
         f"method {escape(req.method)}, tool {escape(req.tool_name or '-')}: "
-        f"{len(ev.trace)} candidate rules of {len(engine.bundle.rules)}"
+        + (
+            f"{len(trace)} candidate rules of {n_rules}"
+            if failure is None
+            else f"{len(trace)} candidate rules evaluated before the failure, of {n_rules}"
+        )
     )
     console.print(table)
-    verdict = fit_to_hook(verdict_from_evaluation(ev), req.permitted)
     console.print(
         f"verdict: [bold]{verdict.decision.value}[/bold]"
-        + (" (default)" if ev.default_applied else "")
+        + (" (fail closed)" if failure is not None else " (default)" if default_applied else "")
         + (f" — {escape(verdict.reasoning)}" if verdict.reasoning else "")
     )
     if verdict.reason_codes:
         console.print(f"reason codes: {escape(', '.join(verdict.reason_codes))}")
+    if failure is not None:
+        console.print(f"evaluation failed: {escape(failure)}")
 
 
 @replay_app.command("agentdojo")

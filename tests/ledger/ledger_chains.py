@@ -299,6 +299,68 @@ def garbage_line(records: list[Line]) -> list[Line]:
     return out
 
 
+def duplicate_key_line(records: list[Line]) -> list[Line]:
+    """A seq 3 (delete_file, an ask) with a second ``verdict`` key smuggled in front of
+    the real one: a lenient parser keeps the last (the hash still matches), SQLite's
+    json_extract and many others the first (allow)."""
+    out = copy.deepcopy(records)
+    i = _entry_index(out, 0, 3)
+    line = dump_lines([out[i]]).rstrip("\n")
+    assert line.count('"verdict": ') == 1
+    out[i] = line.replace('"verdict": ', '"verdict": {"decision": "allow"}, "verdict": ')
+    return out
+
+
+# -- recipes against the session record and the head's closed flag -----------------------
+
+
+def _session_record(out: list[Line], session: int) -> Record:
+    sid = _sid(out, session)
+    for r in out:
+        if isinstance(r, dict) and r["kind"] == "session" and r["session_id"] == sid:
+            return r
+    raise LookupError(f"no session record {session}")
+
+
+def edit_session_agent(records: list[Line]) -> list[Line]:
+    """Session A attributed to session B's agent (keyless: signature left as is)."""
+    out = copy.deepcopy(records)
+    _session_record(out, 0)["agent_id"] = _session_record(out, 1)["agent_id"]
+    return out
+
+
+def edit_session_negotiated(records: list[Line]) -> list[Line]:
+    """Session A's negotiated methods rewritten to what it never negotiated."""
+    out = copy.deepcopy(records)
+    hello = _session_record(out, 0)["negotiated"]["server_hello"]
+    hello["methods_evaluated"] = [*hello["methods_evaluated"], "agbom/query"]
+    return out
+
+
+def strip_session_signature(records: list[Line]) -> list[Line]:
+    out = copy.deepcopy(records)
+    del _session_record(out, 0)["signature"]
+    return out
+
+
+def reopen_head(records: list[Line]) -> list[Line]:
+    """Session A's head says the session is still open (it ended with sessionEnd)."""
+    out = copy.deepcopy(records)
+    head = out[_head_index(out, 0)]
+    assert isinstance(head, dict) and head["closed"] is True
+    head["closed"] = False
+    return out
+
+
+def strip_head_closed(records: list[Line]) -> list[Line]:
+    """The ``closed`` member removed from A's head, as if it were an older export."""
+    out = copy.deepcopy(records)
+    head = out[_head_index(out, 0)]
+    assert isinstance(head, dict)
+    del head["closed"]
+    return out
+
+
 # -- recipes against the export manifest -------------------------------------------------
 
 
@@ -507,6 +569,55 @@ TAMPERS: tuple[Tamper, ...] = (
         "wire step without its signed response",
     ),
     Tamper("chain_garbage_line.jsonl", garbage_line, RH, None, None, ":4: not JSON"),
+    Tamper(
+        "chain_duplicate_key.jsonl",
+        duplicate_key_line,
+        RH,
+        None,
+        None,
+        ":5: not strict JSON (duplicate object key 'verdict')",
+    ),
+    # the session record and the head's closed flag
+    Tamper(
+        "chain_session_agent_edited.jsonl",
+        edit_session_agent,
+        SI,
+        0,
+        None,
+        "session record signature does not verify",
+    ),
+    Tamper(
+        "chain_session_negotiated_edited.jsonl",
+        edit_session_negotiated,
+        SI,
+        0,
+        None,
+        "session record signature does not verify",
+    ),
+    Tamper(
+        "chain_session_signature_stripped.jsonl",
+        strip_session_signature,
+        SI,
+        0,
+        None,
+        "session record signature missing",
+    ),
+    Tamper(
+        "chain_head_reopened.jsonl",
+        reopen_head,
+        CM,
+        0,
+        None,
+        "the head says the session is open, but it ended (steps/sessionEnd at seq 5)",
+    ),
+    Tamper(
+        "chain_head_closed_stripped.jsonl",
+        strip_head_closed,
+        SI,
+        0,
+        None,
+        "head signature does not verify",
+    ),
     # the export manifest
     Tamper(
         "chain_session_deleted.jsonl",

@@ -95,8 +95,9 @@ def key_file(tmp_path: Path) -> Path:
 def test_clean_asset_verifies(clean_records: list[Line]) -> None:
     report = _verify_file(asset(CLEAN_ASSET))
     heads = {r["session_id"]: r["chain_hash"] for r in clean_records if r["kind"] == "head"}
-    # 9 responses + 2 heads + the manifest
+    # 9 responses + 2 heads + the manifest; and the 2 session records
     assert (report.sessions, report.entries, report.signatures_checked) == (2, 9, 12)
+    assert report.session_signatures_checked == 2
     assert report.heads == heads
 
 
@@ -185,19 +186,23 @@ def test_content_edit_detected_without_key(clean_records: list[Line], tmp_path: 
 
 
 def test_wrong_key_refused_at_first_signature(clean_records: list[Line]) -> None:
+    """The first signed record is session A's own record (signed at its creation)."""
     with pytest.raises(IntegrityError) as info:
         _verify_file(asset(CLEAN_ASSET), ikm=WRONG_IKM)
     exc = info.value
     assert exc.integrity_reason is IntegrityReason.SIGNATURE_INVALID
-    assert (exc.session_id, exc.seq) == (session_ids(clean_records)[0], 0)
+    assert (exc.session_id, exc.seq) == (session_ids(clean_records)[0], None)
+    assert exc.message.endswith(": session record signature does not verify")
 
 
-def test_cli_wrong_key_refused(tmp_path: Path) -> None:
+def test_cli_wrong_key_refused(tmp_path: Path, clean_records: list[Line]) -> None:
     key = write_key(tmp_path / "wrong.key", WRONG_IKM)
     proc = _run_cli("verify", str(asset(CLEAN_ASSET)), "--key-file", str(key))
     assert proc.returncode == 1
-    assert "FAILED signature_invalid: " in proc.stderr
-    assert "entry seq 0: signature does not verify" in proc.stderr
+    sid = session_ids(clean_records)[0]
+    assert f"FAILED signature_invalid: session {sid}: session record signature does not verify" in (
+        proc.stderr
+    )
 
 
 def test_cli_unreadable_key_is_bad_input(tmp_path: Path) -> None:
@@ -272,6 +277,7 @@ def test_store_records_verify_without_manifest(runtime: Runtime) -> None:
     assert [r["kind"] for r in records].count("manifest") == 0
     report = verify_records(records, ikm=TEST_IKM)
     assert (report.sessions, report.entries, report.signatures_checked) == (2, 9, 11)
+    assert report.session_signatures_checked == 2
     assert list(report.heads) == [sid_a, sid_b]
     report = verify_records(records)
     assert (report.sessions, report.entries, report.signatures_checked) == (2, 9, 0)
@@ -379,3 +385,105 @@ def test_empty_export_is_a_signed_manifest_of_nothing(runtime: Runtime) -> None:
     assert records[0]["sessions"] == []
     report = verify_records(records, ikm=TEST_IKM, require_manifest=True)
     assert (report.sessions, report.entries, report.signatures_checked) == (0, 0, 1)
+
+
+# -- record shapes ----------------------------------------------------------------------------
+
+
+def test_exported_record_members(clean_records: list[Line]) -> None:
+    """Exactly the members records.py documents; nothing store-internal leaks out."""
+    for rec in clean_records:
+        assert isinstance(rec, dict)
+        kind = rec["kind"]
+        if kind == "session":
+            assert set(rec) == {
+                "kind", "session_id", "agent_id", "key_id", "created_at", "negotiated",
+                "signature",
+            }  # fmt: skip
+            assert set(rec["negotiated"]) == {"server_hello"}
+        elif kind == "entry":
+            assert set(rec) <= {"kind", "session_id", "seq", "entry", "response", "request"}
+        elif kind == "head":
+            assert set(rec) == {"kind", "session_id", "seq", "chain_hash", "closed", "signature"}
+            assert rec["closed"] is True  # both sessions ended with sessionEnd
+        else:
+            assert kind == "manifest"
+
+
+def _sign_session_record(rec: dict[str, Any]) -> None:
+    from warden.crypto.canonical import canonical_bytes
+    from warden.crypto.hmac_keys import SessionKeys, hmac_sign
+
+    unsigned = {k: v for k, v in rec.items() if k != "signature"}
+    key = SessionKeys(TEST_IKM).key_for(rec["session_id"])
+    rec["signature"] = {
+        "algorithm": "HMAC-SHA256",
+        "value": hmac_sign(key, canonical_bytes(unsigned)),
+        "key_id": "warden",
+    }
+
+
+def test_pre_0002_export_shape_still_verifies() -> None:
+    """chain_clean_v1.jsonl is an export written before session signatures and the head's
+    ``closed``: its links, hashes, responses, heads and manifest still verify; only its
+    unsigned session records fail a keyed verification (records.py)."""
+    path = asset("ledger/chain_clean_v1.jsonl")
+    records = list(read_jsonl(path))
+    assert all("closed" not in r for r in records if r["kind"] == "head")
+    assert all("signature" not in r for r in records if r["kind"] == "session")
+    report = _verify_file(path, ikm=None)
+    assert (report.sessions, report.entries, report.signatures_checked) == (2, 9, 0)
+    with pytest.raises(IntegrityError) as info:
+        _verify_file(path)
+    exc = info.value
+    assert exc.integrity_reason is IntegrityReason.SIGNATURE_INVALID
+    assert (exc.session_id, exc.seq) == (session_ids(list(records))[0], None)
+    assert exc.message.endswith("session record signature missing")
+    # Its heads (signed without ``closed``) verify once the sessions carry signatures.
+    for rec in records:
+        if rec["kind"] == "session":
+            _sign_session_record(rec)
+    report = verify_records(records, ikm=TEST_IKM, require_manifest=True)
+    assert (report.signatures_checked, report.session_signatures_checked) == (12, 2)
+
+
+def test_duplicate_key_reads_differently_in_lenient_parsers(clean_records: list[Line]) -> None:
+    """Why export lines and stored rows are parsed strictly: the smuggled line of
+    chain_duplicate_key.jsonl means the original verdict to json.loads (so the entry hash
+    still matches) and allow to a first-key-wins reader such as SQLite's json_extract."""
+    import sqlite3
+
+    line = asset("ledger/chain_duplicate_key.jsonl").read_text(encoding="utf-8").splitlines()[4]
+    lenient = json.loads(line)
+    original = clean_records[4]
+    assert isinstance(original, dict)
+    assert lenient == original
+    assert original["entry"]["verdict"]["decision"] != "allow"
+    (first,) = (
+        sqlite3.connect(":memory:")
+        .execute("SELECT json_extract(?, '$.entry.verdict.decision')", (line,))
+        .fetchone()
+    )
+    assert first == "allow"
+
+
+def test_unreadable_export_file_is_bad_input(tmp_path: Path, key_file: Path) -> None:
+    for path in (tmp_path / "missing.jsonl", tmp_path):
+        proc = _run_cli("verify", str(path), "--key-file", str(key_file))
+        assert proc.returncode == 2, (proc.stdout, proc.stderr)
+        assert f"cannot read {path}" in proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_export_line_not_utf8_is_refused(tmp_path: Path, key_file: Path) -> None:
+    lines = asset(CLEAN_ASSET).read_bytes().splitlines(keepends=True)
+    lines[2] = lines[2].replace(b'"kind"', b'"k\xffind"', 1)
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(IntegrityError) as info:
+        _verify_file(path)
+    assert info.value.integrity_reason is IntegrityReason.RECORD_HASH_MISMATCH
+    assert f"{path}:3: not UTF-8" in info.value.message
+    proc = _run_cli("verify", str(path), "--key-file", str(key_file))
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr

@@ -53,6 +53,29 @@ REFUSALS: dict[str, list[tuple[str, str]]] = {
     ],
     "bundle_not_a_mapping.yaml": [("top level", "must be a mapping")],
     "bundle_wrong_format_version.yaml": [("bundle", "warden_bundle: Input should be 1")],
+    "bundle_unknown_hook.yaml": [
+        (
+            "rule no-shell",
+            "hooks: Value error, unknown hook 'steps/toolcallrequest' "
+            "(did you mean 'steps/toolCallRequest'?); valid hooks: steps/sessionStart, ",
+        )
+    ],
+    "bundle_hook_glob_matches_nothing.yaml": [
+        ("rule no-tools", "hook glob 'step/tool*' matches no known method; valid hooks: ")
+    ],
+    "bundle_blank_reasoning.yaml": [("rule no-shell", "effect deny requires `reasoning`")],
+    "bundle_regex_not_re2.yaml": [
+        (
+            "rule repeated-word",
+            r"when: re_find: RE2 cannot compile pattern `(\w+) \1`: invalid escape sequence",
+        )
+    ],
+    "bundle_data_pattern_not_re2.yaml": [
+        (
+            "bundle",
+            r"data.secret_patterns[1]: RE2 cannot compile pattern `password(?=\s*=)`",
+        )
+    ],
     "bundle_several_problems.yaml": [
         ("rule typo-field", "colour: Extra inputs are not permitted"),
         ("rule bad-cel", "when: does not compile"),
@@ -94,7 +117,9 @@ def test_bundle_refused_naming_file_rule_and_reason(name: str) -> None:
 
 def test_every_refusal_asset_is_in_the_table() -> None:
     shipped = {p.name for p in asset("policy").glob("bundle_*.yaml")}
-    assert shipped - {"bundle_eval_error.yaml"} == set(REFUSALS)
+    valid_at_load = {p.name for p in asset("policy").glob("bundle_eval_*.yaml")}
+    assert valid_at_load == {"bundle_eval_error.yaml", "bundle_eval_regex_not_re2.yaml"}
+    assert shipped - valid_at_load == set(REFUSALS)
 
 
 def test_several_problems_are_reported_once_each() -> None:

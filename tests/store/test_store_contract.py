@@ -20,7 +20,14 @@ from sqlalchemy import inspect, text
 
 from warden.crypto.canonical import canonical_bytes
 from warden.crypto.hmac_keys import HMAC_ALGORITHM, SessionKeys, hmac_sign
-from warden.errors import HeadMoved, ReplayDetected, SessionRefused, StoreUnavailable
+from warden.errors import (
+    HeadMoved,
+    IntegrityError,
+    IntegrityReason,
+    ReplayDetected,
+    SessionRefused,
+    StoreUnavailable,
+)
 from warden.ledger.chain import chain_entry
 from warden.ledger.verify import verify_records
 from warden.store import open_store
@@ -34,6 +41,8 @@ BACKENDS = [
 ]
 
 HEAD_SIG = {"algorithm": "HMAC-SHA256", "value": "c2ln", "key_id": "contract"}
+CREATED_AT = "2026-11-29T12:00:00+00:00"
+NEGOTIATED = {"server_hello": {"methods_evaluated": ["steps/toolCallRequest"]}}
 
 
 @pytest.fixture(params=BACKENDS)
@@ -57,6 +66,25 @@ def store(open_handle: Callable[[], Any]) -> Any:
     return open_handle()
 
 
+def _sign(sid: str, record: dict[str, Any]) -> dict[str, Any]:
+    """HMAC-SHA256 under the session key over the JCS of ``record``, as warden.ledger signs."""
+    value = hmac_sign(SessionKeys(TEST_IKM).key_for(sid), canonical_bytes(record))
+    return {"algorithm": HMAC_ALGORITHM, "value": value, "key_id": "contract"}
+
+
+def session_signature(sid: str) -> dict[str, Any]:
+    """The signature of the session record ``new_session`` creates."""
+    record = {
+        "kind": "session",
+        "session_id": sid,
+        "agent_id": "agent",
+        "key_id": "client",
+        "created_at": CREATED_AT,
+        "negotiated": NEGOTIATED,
+    }
+    return _sign(sid, record)
+
+
 def new_session(store: Any, sid: str | None = None, *, rid: str | None = None) -> str:
     sid = sid or str(uuid.uuid4())
     store.create_session(
@@ -64,8 +92,9 @@ def new_session(store: Any, sid: str | None = None, *, rid: str | None = None) -
             session_id=sid,
             agent_id="agent",
             key_id="client",
-            created_at="2026-11-29T12:00:00+00:00",
-            negotiated={"server_hello": {"methods_evaluated": ["steps/toolCallRequest"]}},
+            created_at=CREATED_AT,
+            negotiated=NEGOTIATED,
+            signature=session_signature(sid),
         ),
         ReplayKeys(rid or str(uuid.uuid4())),
     )
@@ -84,10 +113,15 @@ def entry_after(state: SessionState, step_id: str | None = None) -> dict[str, An
 
 
 def append_next(
-    store: Any, sid: str, *, replay: ReplayKeys | None = None, close: bool = False
+    store: Any,
+    sid: str,
+    *,
+    replay: ReplayKeys | None = None,
+    close: bool = False,
+    step_id: str | None = None,
 ) -> dict[str, Any]:
     state = store.load_session(sid, fresh=True)
-    entry = entry_after(state)
+    entry = entry_after(state, step_id)
     store.append(
         sid,
         expected_seq=state.head_seq,
@@ -100,11 +134,16 @@ def append_next(
     return entry
 
 
-def signed_head(sid: str, seq: int, chain_hash: str) -> dict[str, Any]:
+def signed_head(sid: str, seq: int, chain_hash: str, closed: bool = False) -> dict[str, Any]:
     """A head checkpoint signed as warden.ledger does (HMAC over the JCS of the record)."""
-    record = {"kind": "head", "session_id": sid, "seq": seq, "chain_hash": chain_hash}
-    value = hmac_sign(SessionKeys(TEST_IKM).key_for(sid), canonical_bytes(record))
-    return {"algorithm": HMAC_ALGORITHM, "value": value, "key_id": "contract"}
+    record = {
+        "kind": "head",
+        "session_id": sid,
+        "seq": seq,
+        "chain_hash": chain_hash,
+        "closed": closed,
+    }
+    return _sign(sid, record)
 
 
 def snapshot(store: Any) -> tuple[dict[str, int], list[dict[str, Any]]]:
@@ -126,11 +165,12 @@ def test_create_and_load_session(store: Any) -> None:
         session_id=sid,
         agent_id="agent",
         key_id="client",
-        created_at="2026-11-29T12:00:00+00:00",
-        negotiated={"server_hello": {"methods_evaluated": ["steps/toolCallRequest"]}},
+        created_at=CREATED_AT,
+        negotiated=NEGOTIATED,
         closed=False,
         head_seq=-1,
         head_hash=None,
+        signature=session_signature(sid),
     )
     assert store.load_session(sid, fresh=True) == state
     assert store.seen(sid, ReplayKeys("r-hello"))
@@ -196,11 +236,21 @@ def test_append_advances_the_head(store: Any) -> None:
     records = list(store.iter_records(sid))
     assert [r["kind"] for r in records] == ["session", "entry", "entry", "head"]
     assert [r["entry"] for r in records[1:3]] == [first, second]
+    assert records[0] == {
+        "kind": "session",
+        "session_id": sid,
+        "agent_id": "agent",
+        "key_id": "client",
+        "created_at": CREATED_AT,
+        "negotiated": NEGOTIATED,
+        "signature": session_signature(sid),
+    }
     assert records[3] == {
         "kind": "head",
         "session_id": sid,
         "seq": 1,
         "chain_hash": second["entry_hash"],
+        "closed": False,
         "signature": HEAD_SIG,
     }
     assert store.counts() == {"sessions": 1, "replay_keys": 3, "entries": 2}
@@ -351,6 +401,201 @@ def test_foreign_failure_is_store_unavailable_and_writes_nothing(store: Any) -> 
     assert store.load_session(sid, fresh=True) == state
     assert not store.seen(sid, ReplayKeys("doomed"))
     assert store.counts()["entries"] == 1
+
+
+# -- session signatures, the request, one entry per request id -----------------------------
+
+
+def test_session_signer_signs_sessions_created_without_a_signature(store: Any) -> None:
+    signed: list[str] = []
+
+    def signer(state: SessionState) -> dict[str, Any]:
+        signed.append(state.session_id)
+        return session_signature(state.session_id)
+
+    unsigned = str(uuid.uuid4())
+    store.create_session(
+        SessionState(unsigned, "agent", "client", CREATED_AT, NEGOTIATED), ReplayKeys("r0")
+    )
+    (rec,) = store.iter_records(unsigned)
+    assert "signature" not in rec
+    assert store.load_session(unsigned, fresh=True).signature is None
+
+    store.session_signer = signer
+    sid = str(uuid.uuid4())
+    store.create_session(
+        SessionState(sid, "agent", "client", CREATED_AT, NEGOTIATED), ReplayKeys("r1")
+    )
+    assert signed == [sid]
+    assert store.load_session(sid).signature == session_signature(sid)
+    assert store.load_session(sid, fresh=True).signature == session_signature(sid)
+    (rec,) = store.iter_records(sid)
+    assert rec["signature"] == session_signature(sid)
+    new_session(store)  # a session that brings its own signature is not re-signed
+    assert signed == [sid]
+
+
+def test_append_stores_the_request_beside_the_entry(store: Any) -> None:
+    sid = new_session(store)
+    state = store.load_session(sid)
+    entry = entry_after(state)
+    store.append(
+        sid,
+        expected_seq=-1,
+        entry=entry,
+        response=None,
+        head_signature=HEAD_SIG,
+        replay=None,
+        request='{"request_id":"r"}',
+    )
+    state = store.load_session(sid, fresh=True)
+    second = entry_after(state)
+    assert store.append_many(
+        [PendingAppend(sid, 0, second, None, HEAD_SIG, None, request='{"n":2}')]
+    ) == [None]
+    append_next(store, sid)  # no request: no member
+    records = [r for r in store.iter_records(sid) if r["kind"] == "entry"]
+    assert [r.get("request") for r in records] == ['{"request_id":"r"}', '{"n":2}', None]
+    assert "request" not in records[2]
+
+
+def test_a_request_id_is_chained_once_even_without_its_replay_keys(store: Any) -> None:
+    """The unique (session_id, step_id) index: deleting the replay keys does not let a
+    request be chained twice; the second append is ReplayDetected and writes nothing."""
+    sid = new_session(store)
+    first = append_next(store, sid, step_id="step-1")
+    with store.engine.begin() as conn:
+        conn.execute(text("DELETE FROM replay_keys"))
+    state = store.load_session(sid, fresh=True)
+    before = snapshot(store)
+    with pytest.raises(ReplayDetected):
+        store.append(
+            sid,
+            expected_seq=0,
+            entry=entry_after(state, "step-1"),
+            response=None,
+            head_signature=HEAD_SIG,
+            replay=ReplayKeys("step-1"),
+        )
+    assert snapshot(store) == before
+    assert store.load_session(sid, fresh=True).head_hash == first["entry_hash"]
+    assert not store.seen(sid, ReplayKeys("step-1"))
+
+    # In a batch the replay fails alone; the other session's append commits.
+    other = new_session(store)
+    fresh = entry_after(store.load_session(other))
+    outcomes = store.append_many(
+        [
+            PendingAppend(sid, 0, entry_after(state, "step-1"), None, HEAD_SIG, None),
+            PendingAppend(other, -1, fresh, None, HEAD_SIG, ReplayKeys(fresh["step_id"])),
+        ]
+    )
+    assert [type(o) for o in outcomes] == [ReplayDetected, type(None)]
+    assert store.load_session(other, fresh=True).head_hash == fresh["entry_hash"]
+    # The same request id in another session is a different request.
+    append_next(store, other, step_id="step-1")
+
+
+def test_entries_without_a_step_id_are_not_one_per_session(store: Any) -> None:
+    sid = new_session(store)
+    for seq in range(2):
+        state = store.load_session(sid, fresh=True)
+        entry = chain_entry({"session_id": sid, "n": seq}, state.head_hash)
+        store.append(
+            sid,
+            expected_seq=state.head_seq,
+            entry=entry,
+            response=None,
+            head_signature=HEAD_SIG,
+            replay=None,
+        )
+    assert store.load_session(sid, fresh=True).head_seq == 1
+
+
+# -- iter_records vouches for what the database holds ------------------------------------
+
+
+def _sabotage(store: Any, sql: str, **params: Any) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(text(sql), params)
+
+
+def _refused(store: Any, session_id: str | None = None) -> IntegrityError:
+    with pytest.raises(IntegrityError) as info:
+        list(store.iter_records(session_id))
+    return info.value
+
+
+def test_entries_of_a_deleted_session_row_are_refused(store: Any) -> None:
+    a, b = new_session(store), new_session(store)
+    append_next(store, a)
+    append_next(store, b)
+    _sabotage(store, "DELETE FROM sessions WHERE session_id = :sid", sid=a)
+    for scope in (None, a):
+        exc = _refused(store, scope)
+        assert exc.integrity_reason is IntegrityReason.CHAIN_MISMATCH
+        assert (exc.session_id, exc.seq) == (a, None)
+        assert "1 audit entries belong to no session record" in exc.message
+    assert [r["kind"] for r in store.iter_records(b)] == ["session", "entry", "head"]
+
+
+_DUPLICATE_STEP_TYPE = (
+    "UPDATE entries SET entry = replace(entry, '\"step_type\":', "
+    '\'"step_type":"forged","step_type":\') WHERE seq = 1'
+)
+BAD_ROWS = [
+    # (test id, column named in the error, SQL, :v, entry seq named in the error)
+    ("entry_duplicate_key", "entry", _DUPLICATE_STEP_TYPE, None, 1),
+    ("entry_not_json", "entry", "UPDATE entries SET entry = :v WHERE seq = 1", "{", 1),
+    ("entry_not_object", "entry", "UPDATE entries SET entry = :v WHERE seq = 1", "[1]", 1),
+    ("response_duplicate_key", "response", "UPDATE entries SET response = :v WHERE seq = 0",
+     '{"a":1,"a":2}', 0),
+    ("head_signature_not_json", "head_signature", "UPDATE sessions SET head_signature = :v",
+     "not json", None),
+    ("negotiated_nan", "negotiated", "UPDATE sessions SET negotiated = :v", '{"x":NaN}', None),
+    ("session_signature_not_json", "session_signature",
+     "UPDATE sessions SET session_signature = :v", "{", None),
+    ("entry_hash_column", "entry_hash", "UPDATE entries SET entry_hash = :v WHERE seq = 1",
+     "0" * 64, 1),
+    ("step_id_column", "step_id", "UPDATE entries SET step_id = :v WHERE seq = 0",
+     "another-step", 0),
+    ("step_type_column", "step_type", "UPDATE entries SET step_type = :v WHERE seq = 1",
+     "steps/sessionEnd", 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("column", "sql", "value", "seq"), [r[1:] for r in BAD_ROWS], ids=[r[0] for r in BAD_ROWS]
+)
+def test_rows_that_would_not_export_faithfully_are_refused(
+    store: Any, column: str, sql: str, value: Any, seq: int | None
+) -> None:
+    """Every stored JSON column is parsed strictly; the denormalized columns must agree
+    with the entry. Either failure is record_hash_mismatch at the row."""
+    sid = new_session(store)
+    append_next(store, sid)
+    append_next(store, sid, close=True)
+    _sabotage(store, sql, v=value)
+    exc = _refused(store)
+    assert exc.integrity_reason is IntegrityReason.RECORD_HASH_MISMATCH, exc.message
+    assert (exc.session_id, exc.seq) == (sid, seq)
+    assert f"the {column} column" in exc.message
+
+
+def test_a_closed_session_without_entries_is_refused(store: Any) -> None:
+    sid = new_session(store)
+    _sabotage(store, "UPDATE sessions SET closed = :yes", yes=True)
+    exc = _refused(store)
+    assert exc.integrity_reason is IntegrityReason.CHAIN_MISMATCH
+    assert (exc.session_id, exc.seq) == (sid, None)
+
+
+def test_an_unreadable_database_is_store_unavailable(store: Any) -> None:
+    sid = new_session(store)
+    append_next(store, sid)
+    _sabotage(store, "DROP TABLE entries")
+    with pytest.raises(StoreUnavailable):
+        list(store.iter_records())
 
 
 # -- concurrency --------------------------------------------------------------------------
@@ -518,7 +763,10 @@ def test_migrations_create_the_schema_from_empty(store: Any) -> None:
         pk = insp.get_pk_constraint(table.name)["constrained_columns"]
         assert pk == [c.name for c in table.primary_key.columns], table.name
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0001"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0002"
+    indexes = {i["name"]: i for i in insp.get_indexes("entries")}
+    assert indexes["uq_entries_session_step"]["unique"]
+    assert indexes["uq_entries_session_step"]["column_names"] == ["session_id", "step_id"]
 
 
 def test_migrating_twice_changes_nothing(open_handle: Callable[[], Any]) -> None:

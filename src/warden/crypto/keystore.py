@@ -55,7 +55,7 @@ def load_or_create_ikm(path: Path) -> tuple[bytes, bool]:
     """
     if path.exists():
         return load_ikm(path), False
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     ikm = secrets.token_bytes(MIN_IKM_BYTES)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:

@@ -1,4 +1,10 @@
-"""Export audit chains as JSONL records closed by a signed manifest (see records.py)."""
+"""Export audit chains as JSONL records closed by a signed manifest (see records.py).
+
+The records are the store's own (:meth:`~warden.store.base.Store.iter_records`), which
+refuses with :class:`~warden.errors.IntegrityError` what it cannot export faithfully
+(stored JSON that is not strict, columns that disagree with their entry, entries of no
+session): an export never silently drops or re-reads tampered rows.
+"""
 
 from __future__ import annotations
 

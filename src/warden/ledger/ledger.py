@@ -1,24 +1,47 @@
-"""The Ledger: chains entries, signs heads and commits them durably through the Store.
+"""The Ledger: chains entries, signs heads and sessions, commits them durably through the Store.
 
 ``stage`` computes the entry hash on the session's current head, lets the caller
 build (and sign) the wire response that publishes it and signs a head
 checkpoint; ``commit`` (or the group committer) writes all of it in one store
 transaction. A response is released only after its commit: nothing is
 acknowledged before its audit entry is durable.
+
+Sessions are signed when created (:meth:`Ledger.create_session`, or any
+``store.create_session`` once a Ledger is attached: it registers
+:meth:`Ledger.signed_session` as the store's ``session_signer``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from warden.crypto.canonical import canonical_bytes
 from warden.crypto.hmac_keys import HMAC_ALGORITHM, SessionKeys, hmac_sign
 from warden.ledger.chain import chain_entry
-from warden.ledger.records import head_signing_input
+from warden.ledger.records import head_signing_input, session_signing_input
 from warden.store.base import PendingAppend, ReplayKeys, SessionState, Store
 
 ResponseBuilder = Callable[[dict[str, Any]], dict[str, Any] | None]
+
+
+def session_record(state: SessionState) -> dict[str, Any]:
+    """The exported session record of ``state`` (without its signature).
+
+    ``negotiated`` goes through a JSON round trip: it is signed exactly as the
+    store will read it back.
+    """
+    return {
+        "kind": "session",
+        "session_id": state.session_id,
+        "agent_id": state.agent_id,
+        "key_id": state.key_id,
+        "created_at": state.created_at,
+        "negotiated": json.loads(json.dumps(state.negotiated, ensure_ascii=False)),
+    }
 
 
 class Ledger:
@@ -28,17 +51,37 @@ class Ledger:
         self.store = store
         self.keys = keys
         self.key_id = key_id
+        if store.session_signer is None:
+            # Every session the store creates from now on is signed, even by a
+            # caller that calls ``store.create_session`` directly.
+            store.session_signer = self.signed_session
 
-    def signed_head(self, session_id: str, seq: int, chain_hash: str) -> dict[str, Any]:
-        """The head checkpoint record, signed under the session key."""
+    def _sign(self, session_id: str, record: dict[str, Any]) -> dict[str, Any]:
+        value = hmac_sign(self.keys.key_for(session_id), canonical_bytes(record))
+        return {"algorithm": HMAC_ALGORITHM, "value": value, "key_id": self.key_id}
+
+    def signed_session(self, state: SessionState) -> dict[str, Any]:
+        """The signature of the session record of ``state`` (under the session key)."""
+        return self._sign(state.session_id, session_signing_input(session_record(state)))
+
+    def create_session(self, state: SessionState, replay: ReplayKeys) -> SessionState:
+        """Create the session, signed; return the state as stored (with its signature)."""
+        signed = replace(state, signature=self.signed_session(state))
+        self.store.create_session(signed, replay)
+        return signed
+
+    def signed_head(
+        self, session_id: str, seq: int, chain_hash: str, *, closed: bool = False
+    ) -> dict[str, Any]:
+        """The signature of the head checkpoint record (under the session key)."""
         rec: dict[str, Any] = {
             "kind": "head",
             "session_id": session_id,
             "seq": seq,
             "chain_hash": chain_hash,
+            "closed": closed,
         }
-        value = hmac_sign(self.keys.key_for(session_id), canonical_bytes(head_signing_input(rec)))
-        return {"algorithm": HMAC_ALGORITHM, "value": value, "key_id": self.key_id}
+        return self._sign(session_id, head_signing_input(rec))
 
     def stage(
         self,
@@ -48,14 +91,21 @@ class Ledger:
         *,
         replay: ReplayKeys | None,
         close: bool = False,
+        request: str | None = None,
     ) -> PendingAppend:
         """Chain ``content`` after the session head; return what to commit.
 
         ``build_response(entry)`` receives the completed entry (with
         ``entry_hash``) and returns the signed response to store beside it.
+        ``request``, if given, is the canonical JSON of the request's params: its
+        SHA-256 must be ``content["request_hash"]`` (``ValueError`` otherwise).
         Nothing is written until the :class:`PendingAppend` is committed
         (:meth:`commit`, or a group committer); only then may the response leave.
         """
+        if request is not None and (
+            hashlib.sha256(request.encode("utf-8")).hexdigest() != content.get("request_hash")
+        ):
+            raise ValueError("request does not hash to the entry's request_hash")
         entry = chain_entry(content, session.head_hash)
         response = build_response(entry)
         seq = session.head_seq + 1
@@ -64,9 +114,12 @@ class Ledger:
             expected_seq=session.head_seq,
             entry=entry,
             response=response,
-            head_signature=self.signed_head(session.session_id, seq, entry["entry_hash"]),
+            head_signature=self.signed_head(
+                session.session_id, seq, entry["entry_hash"], closed=session.closed or close
+            ),
             replay=replay,
             close=close,
+            request=request,
         )
 
     def commit(self, pending: PendingAppend) -> None:

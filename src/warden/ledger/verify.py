@@ -7,37 +7,55 @@ signatures. It walks every session in order and raises
 session, the sequence number and the reason:
 
 1. ``chain_mismatch``        seq gap/duplicate, wrong ``previous_hash`` link,
-                             response ``chain_hash`` or signed head ≠ recomputed head
-2. ``record_hash_mismatch``  recomputed ``entry_hash`` ≠ stored one
-3. ``signature_invalid``     a response or head signature does not verify
+                             response ``chain_hash`` or signed head ≠ recomputed head,
+                             an entry after the session's ``steps/sessionEnd``, a head
+                             that calls an ended session open, records of no session
+2. ``record_hash_mismatch``  recomputed ``entry_hash`` ≠ stored one; a stored
+                             ``request`` whose SHA-256 ≠ the entry's ``request_hash``;
+                             a line or stored row that is not strict JSON
+3. ``signature_invalid``     a response, head or session signature does not verify,
+                             or (with a key) a session record is unsigned
 
-It never mutates the records it reads.
+It never mutates the records it reads. A session's end is part of the chain: the
+Guardian refuses every step after ``steps/sessionEnd`` without writing an entry,
+so an entry after it means the closed flag was reset behind its back.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from warden.crypto.canonical import canonical_bytes
+from warden.crypto.canonical import canonical_bytes, parse_strict_json
 from warden.crypto.hmac_keys import SessionKeys, derive_session_key, hmac_verify
-from warden.errors import IntegrityError, IntegrityReason, WardenError
+from warden.errors import ConfigError, IntegrityError, IntegrityReason, ParseError, WardenError
 from warden.ledger.chain import compute_entry_hash, entry_content
-from warden.ledger.records import MANIFEST_KEY_INFO, head_signing_input, manifest_signing_input
+from warden.ledger.records import (
+    MANIFEST_KEY_INFO,
+    head_signing_input,
+    manifest_signing_input,
+    session_signing_input,
+)
 
 _SIGNED_RESULT_KEYS = ("result", "error")
+SESSION_END = "steps/sessionEnd"
 
 
 @dataclass
 class VerifyReport:
-    """Summary of a clean verification."""
+    """Summary of a clean verification.
+
+    ``signatures_checked`` counts response, head and manifest signatures;
+    ``session_signatures_checked`` the session records' own signatures.
+    """
 
     sessions: int = 0
     entries: int = 0
     signatures_checked: int = 0
+    session_signatures_checked: int = 0
     heads: dict[str, str] = field(default_factory=dict)
 
 
@@ -47,6 +65,7 @@ class _SessionWalk:
     seq: int = -1
     head: str | None = None
     saw_head: bool = False
+    ended_at: int | None = None  # seq of the steps/sessionEnd entry
 
 
 def _fail(reason: IntegrityReason, msg: str, session_id: str, seq: int | None) -> IntegrityError:
@@ -60,20 +79,28 @@ def _check_signature(
     signed_obj: dict[str, Any],
     envelope_for_input: dict[str, Any],
     seq: int | None,
+    what: str = "",
 ) -> bool:
+    """Check ``signed_obj["signature"]`` over ``envelope_for_input``; ``what`` names the
+    record in the message ("head " → "head signature does not verify")."""
     if keys is None:
         return False
     sig = signed_obj.get("signature")
     if not isinstance(sig, dict) or not isinstance(sig.get("value"), str):
-        raise _fail(IntegrityReason.SIGNATURE_INVALID, "signature missing", session_id, seq)
+        raise _fail(IntegrityReason.SIGNATURE_INVALID, f"{what}signature missing", session_id, seq)
     try:
         message = canonical_bytes(envelope_for_input)
     except WardenError as exc:
         raise _fail(
-            IntegrityReason.SIGNATURE_INVALID, f"cannot canonicalize: {exc}", session_id, seq
+            IntegrityReason.SIGNATURE_INVALID,
+            f"{what}cannot canonicalize: {exc}",
+            session_id,
+            seq,
         ) from exc
     if not hmac_verify(keys.key_for(session_id), message, sig["value"]):
-        raise _fail(IntegrityReason.SIGNATURE_INVALID, "signature does not verify", session_id, seq)
+        raise _fail(
+            IntegrityReason.SIGNATURE_INVALID, f"{what}signature does not verify", session_id, seq
+        )
     return True
 
 
@@ -95,8 +122,9 @@ def verify_records(
 ) -> VerifyReport:
     """Verify exported records; return a summary or raise :class:`IntegrityError`.
 
-    ``ikm`` enables HMAC checks of every response and signed head; without it
-    only hashes and links are checked (``signatures_checked`` stays 0).
+    ``ikm`` enables HMAC checks of every response, signed head and session
+    record; without it only hashes and links are checked (``signatures_checked``
+    stays 0).
     ``require_manifest`` (for export files) demands the closing signed manifest
     and checks that it lists exactly the sessions and heads found.
     """
@@ -129,6 +157,9 @@ def verify_records(
                 raise _fail(IntegrityReason.CHAIN_MISMATCH, "session listed twice", sid, None)
             walks[sid] = _SessionWalk(sid)
             report.sessions += 1
+            report.session_signatures_checked += _check_signature(
+                keys, sid, rec, session_signing_input(rec), None, "session record "
+            )
             continue
         walk = walks.get(sid)
         if walk is None:
@@ -150,8 +181,9 @@ def verify_records(
                     sid,
                     None,
                 )
+            _check_closed(rec, walk)
             report.signatures_checked += _check_signature(
-                keys, sid, rec, head_signing_input(rec), None
+                keys, sid, rec, head_signing_input(rec), None, "head "
             )
             walk.saw_head = True
         else:
@@ -166,6 +198,28 @@ def verify_records(
             reason=IntegrityReason.CHAIN_MISMATCH,
         )
     return report
+
+
+def _check_closed(head: dict[str, Any], walk: _SessionWalk) -> None:
+    """A head's ``closed`` flag (absent in older exports) must agree with the chain."""
+    if "closed" not in head:
+        return
+    closed = head["closed"]
+    if not isinstance(closed, bool):
+        raise _fail(
+            IntegrityReason.CHAIN_MISMATCH,
+            "the head's closed flag is not a boolean",
+            walk.session_id,
+            None,
+        )
+    if walk.ended_at is not None and not closed:
+        raise _fail(
+            IntegrityReason.CHAIN_MISMATCH,
+            f"the head says the session is open, but it ended ({SESSION_END} at seq "
+            f"{walk.ended_at})",
+            walk.session_id,
+            None,
+        )
 
 
 def _verify_manifest(
@@ -261,6 +315,15 @@ def _verify_entry(rec: dict[str, Any], walk: _SessionWalk, keys: SessionKeys | N
             sid,
             seq,
         )
+    if walk.ended_at is not None:
+        raise _fail(
+            IntegrityReason.CHAIN_MISMATCH,
+            f"entry after the session ended ({SESSION_END} at seq {walk.ended_at})",
+            sid,
+            seq,
+        )
+    if "request" in rec:
+        _check_request(rec["request"], content, sid, seq)
     checked = 0
     response = rec.get("response")
     if response is not None:
@@ -284,24 +347,62 @@ def _verify_entry(rec: dict[str, Any], walk: _SessionWalk, keys: SessionKeys | N
         )
     walk.seq = seq
     walk.head = recomputed
+    if content.get("step_type") == SESSION_END:
+        walk.ended_at = seq
     return checked
+
+
+def _check_request(request: Any, content: dict[str, Any], sid: str, seq: int) -> None:
+    """The stored request must be exactly what the entry's ``request_hash`` covers."""
+    try:
+        digest = hashlib.sha256(request.encode("utf-8")).hexdigest()
+    except (AttributeError, UnicodeEncodeError) as exc:
+        raise _fail(
+            IntegrityReason.RECORD_HASH_MISMATCH, "the stored request is not text", sid, seq
+        ) from exc
+    if digest != content.get("request_hash"):
+        raise _fail(
+            IntegrityReason.RECORD_HASH_MISMATCH,
+            f"the stored request hashes to {digest}, not the entry's request_hash "
+            f"{content.get('request_hash')}",
+            sid,
+            seq,
+        )
+
+
+_PARSE_FAILURES = {"invalid_json": "not JSON", "invalid_utf8": "not UTF-8"}
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     """Yield the records of a JSONL export (blank lines skipped).
 
-    A line that is not a JSON object raises :class:`IntegrityError`
-    (``record_hash_mismatch``) naming the line number.
+    Each line is parsed strictly (:func:`~warden.crypto.canonical.parse_strict_json`):
+    a line that is not UTF-8 JSON, repeats a key or is not an object raises
+    :class:`IntegrityError` (``record_hash_mismatch``) naming the line number. A
+    file that cannot be read raises :class:`ConfigError`.
     """
-    with path.open("r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    with fh:
+        lineno = 0
+        while True:
+            try:
+                line = fh.readline()
+            except OSError as exc:
+                raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+            if not line:
+                return
+            lineno += 1
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
+                rec = parse_strict_json(line)
+            except ParseError as exc:
                 raise IntegrityError(
-                    f"{path}:{lineno}: not JSON ({exc})",
+                    f"{path}:{lineno}: {_PARSE_FAILURES.get(exc.reason, 'not strict JSON')} "
+                    f"({exc.message})",
                     reason=IntegrityReason.RECORD_HASH_MISMATCH,
                 ) from exc
             if not isinstance(rec, dict):

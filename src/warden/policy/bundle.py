@@ -9,6 +9,7 @@ parsed document, so formatting and comments do not change it.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import re
 from dataclasses import dataclass
@@ -18,15 +19,75 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from warden.core.hooks import MCP_METHOD_PREFIX, STEP_METHODS, is_evaluated_method
 from warden.core.modifications import ModificationConflict, check_modifications
 from warden.core.types import BundleRef, Effect
 from warden.crypto.canonical import canonical_bytes, sha256_hex
 from warden.errors import ConfigError, WardenError
-from warden.policy.conditions import Condition, ConditionError
+from warden.policy.conditions import Condition, ConditionError, pattern_problem
 
 FORMAT_VERSION = 1
 TOOL_METHODS = ("steps/toolCallRequest", "protocols/MCP/tools/call")
 _RULE_ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
+_GLOB_CHARS = frozenset("*?[")
+#: What may follow ``protocols/MCP/`` in a hook glob: method-name characters and glob syntax.
+_MCP_GLOB = re.compile(r"^[A-Za-z0-9_/*?\[\]!-]+$")
+#: MCP methods (2025-06-18) a hook glob such as ``protocols/*`` is tried against.
+_MCP_EXAMPLES = tuple(
+    MCP_METHOD_PREFIX + m
+    for m in (
+        "initialize",
+        "ping",
+        "tools/list",
+        "tools/call",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "prompts/list",
+        "prompts/get",
+        "logging/setLevel",
+        "completion/complete",
+        "sampling/createMessage",
+        "elicitation/create",
+        "roots/list",
+        "notifications/initialized",
+        "notifications/cancelled",
+        "notifications/progress",
+        "notifications/message",
+        "notifications/resources/updated",
+        "notifications/resources/list_changed",
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/roots/list_changed",
+    )
+)
+VALID_HOOKS_HELP = (
+    "valid hooks: "
+    + ", ".join(STEP_METHODS)
+    + f", {MCP_METHOD_PREFIX}<method> (e.g. {MCP_METHOD_PREFIX}tools/call), or globs of these"
+)
+
+
+def hook_problem(hook: str) -> str | None:
+    """Why a rule's ``hooks`` entry can never match a method Warden evaluates, or None.
+
+    A literal must be one of the 19 step hooks or ``protocols/MCP/<method>``; a glob must
+    match at least one of those, or be a ``protocols/MCP/…`` glob.
+    """
+    if not _GLOB_CHARS.intersection(hook):
+        if is_evaluated_method(hook):
+            return None
+        candidates = (*STEP_METHODS, *_MCP_EXAMPLES)
+        close = [m for m in candidates if m.lower() == hook.lower()]
+        close = close or difflib.get_close_matches(hook, candidates, n=1, cutoff=0.75)
+        return f"unknown hook {hook!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    if any(fnmatch.fnmatchcase(m, hook) for m in (*STEP_METHODS, *_MCP_EXAMPLES)):
+        return None
+    if hook.startswith(MCP_METHOD_PREFIX) and _MCP_GLOB.match(hook[len(MCP_METHOD_PREFIX) :]):
+        return None
+    return f"hook glob {hook!r} matches no known method"
 
 
 class _Strict(BaseModel):
@@ -93,6 +154,14 @@ class RuleSpec(_Strict):
             raise ValueError("rule id must match [A-Za-z0-9_.:-]+")
         return v
 
+    @field_validator("hooks")
+    @classmethod
+    def _known_hooks(cls, v: list[str] | None) -> list[str] | None:
+        bad = [why for hook in v or () if (why := hook_problem(hook)) is not None]
+        if bad:
+            raise ValueError("; ".join(bad) + "; " + VALID_HOOKS_HELP)
+        return v
+
     @model_validator(mode="after")
     def _details_match_effect(self) -> RuleSpec:
         need = {Effect.ASK: "ask", Effect.DEFER: "defer", Effect.MODIFY: "modify"}
@@ -102,8 +171,10 @@ class RuleSpec(_Strict):
                 raise ValueError(f"effect {effect.value} requires `{name}` details")
             if self.effect is not effect and present:
                 raise ValueError(f"`{name}` details given but effect is {self.effect.value}")
-        if self.effect is not Effect.ALLOW and not self.reasoning:
-            raise ValueError(f"effect {self.effect.value} requires `reasoning`")
+        if self.effect is not Effect.ALLOW and not (self.reasoning and self.reasoning.strip()):
+            raise ValueError(
+                f"effect {self.effect.value} requires `reasoning` (text, not only whitespace)"
+            )
         if self.warn and self.effect is not Effect.ALLOW:
             raise ValueError("`warn` applies to effect allow only")
         if self.hooks is None and self.tools is None:
@@ -125,6 +196,13 @@ class BundleSpec(_Strict):
     default_reasoning: str | None = None
     data: dict[str, Any] = Field(default_factory=dict)
     rules: list[RuleSpec]
+
+    @field_validator("default_reasoning")
+    @classmethod
+    def _reasoning_not_blank(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("must not be empty or only whitespace")
+        return v
 
     @model_validator(mode="after")
     def _non_empty_unique(self) -> BundleSpec:
@@ -231,6 +309,40 @@ def _schema_problems(exc: ValidationError, doc: dict[str, Any], source: str) -> 
     return problems
 
 
+def _data_problems(data: Any, source: str) -> list[str]:
+    """Every string under a ``data`` key ending in ``_patterns`` must compile as RE2
+    (such lists are patterns for ``re_find``); one problem per bad entry, naming it."""
+    problems: list[str] = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, list):
+            for i, item in enumerate(node):
+                walk(item, f"{path}[{i}]")
+            return
+        if not isinstance(node, dict):
+            return
+        for key, value in node.items():
+            where = f"{path}.{key}"
+            if not (isinstance(key, str) and key.endswith("_patterns")):
+                walk(value, where)
+                continue
+            items: list[tuple[str, Any]] = (
+                [(f"{where}[{i}]", v) for i, v in enumerate(value)]
+                if isinstance(value, list)
+                else [(where, value)]
+            )
+            for at, item in items:
+                if not isinstance(item, str):
+                    why: str | None = "a `_patterns` entry must be a string (an RE2 pattern)"
+                else:
+                    why = pattern_problem(item)
+                if why is not None:
+                    problems.append(_problem(source, "bundle", f"{at}: {why}"))
+
+    walk(data, "data")
+    return problems
+
+
 def _raw_rule_problems(exc: ValidationError, doc: dict[str, Any], source: str) -> list[str]:
     """CEL, §6.3 and duplicate-id problems of a bundle that failed schema validation."""
     rules = doc.get("rules")
@@ -283,8 +395,9 @@ def parse_bundle(text: str, *, source: str = "<bundle>") -> Bundle:
         # Report every problem at once: schema errors, and the CEL, §6.3 and
         # duplicate-id checks that a schema error would otherwise hide.
         problems = _schema_problems(exc, doc, source) + _raw_rule_problems(exc, doc, source)
+        problems += _data_problems(doc.get("data"), source)
         raise ConfigError("\n".join(problems), reason="bundle_invalid") from exc
-    problems = []
+    problems = _data_problems(spec.data, source)
     compiled: list[Rule] = []
     for order, rule in enumerate(spec.rules):
         cond: Condition | None = None

@@ -29,6 +29,7 @@ class RuleTrace:
     effect: Effect
     fired: bool
     detail: str
+    failed: bool = False  # the condition errored: evaluation stopped here (fail closed)
 
 
 @dataclass(frozen=True)
@@ -90,11 +91,26 @@ class PolicyEngine:
         return needed
 
     def evaluate(self, request: ActionRequest, *, explain: bool = False) -> Evaluation:
-        """Evaluate ``request``. Raises :class:`CouldNotDecide` on any engine error."""
+        """Evaluate ``request``. Raises :class:`CouldNotDecide` on any engine error.
+
+        With ``explain`` the result carries a :class:`RuleTrace` per candidate rule, and
+        a :class:`CouldNotDecide` carries the trace up to and including the rule that
+        failed in ``exc.data["trace"]`` (``warden policy explain``).
+        """
+        trace: list[RuleTrace] = []
+        try:
+            return self._evaluate(request, trace, explain=explain)
+        except CouldNotDecide as exc:
+            if explain:
+                exc.data["trace"] = tuple(trace)
+            raise
+
+    def _evaluate(
+        self, request: ActionRequest, trace: list[RuleTrace], *, explain: bool
+    ) -> Evaluation:
         candidates = self._index.candidates(request.method, request.tool_name)
         ctx: Any = None
         fired: list[Rule] = []
-        trace: list[RuleTrace] = []
         for rule in candidates:
             if rule.condition is not None:
                 try:
@@ -104,6 +120,9 @@ class PolicyEngine:
                         )
                     holds = rule.condition.evaluate(ctx)
                 except ConditionError as exc:
+                    if explain:
+                        detail = f"when `{rule.condition.source}` → error: {exc}"
+                        trace.append(RuleTrace(rule.id, rule.effect, False, detail, failed=True))
                     raise CouldNotDecide(
                         f"rule {rule.id}: {exc}", reason="evaluation_failed", rule_id=rule.id
                     ) from exc

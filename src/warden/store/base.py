@@ -3,18 +3,25 @@
 Contract (every implementation, tested by tests/store/test_store_contract.py):
 
 - Every method is atomic; a method that raises has changed nothing.
+- ``create_session`` stores the session with its signature (``state.signature``,
+  else the one ``session_signer`` makes, else none).
 - ``append`` commits the entry, the new signed head, the step's replay keys and
   the closed flag in one durable transaction, and only if the session head is
   still ``expected_seq`` (else :class:`~warden.errors.HeadMoved`). A duplicate
-  replay key raises :class:`~warden.errors.ReplayDetected`; neither writes.
+  replay key, or a second entry for the same request id (``step_id``) in the
+  session, raises :class:`~warden.errors.ReplayDetected`; neither writes.
 - ``record_replay`` persists replay keys alone (a refused step is still seen).
 - ``append_many`` is ``append`` for a batch: one commit, per-item outcomes.
+- ``iter_records`` yields only what the database holds faithfully: a stored row
+  that is not strict JSON, a denormalized column that disagrees with its entry,
+  or entries belonging to no session raise :class:`~warden.errors.IntegrityError`;
+  a database it cannot read raises :class:`~warden.errors.StoreUnavailable`.
 - Thread-safe: callers may use one store from several threads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,7 +39,9 @@ class SessionState:
     """What the Guardian knows about a session between requests.
 
     ``negotiated`` holds the ServerHello and the bound methods; ``head_seq`` is
-    -1 before the first entry.
+    -1 before the first entry. ``signature`` is the HMAC of the session record
+    (:meth:`warden.ledger.ledger.Ledger.signed_session`), made once at creation;
+    ``None`` when the caller did not sign it.
     """
 
     session_id: str
@@ -43,6 +52,11 @@ class SessionState:
     closed: bool = False
     head_seq: int = -1
     head_hash: str | None = None
+    signature: dict[str, Any] | None = None
+
+
+#: Signs a new session's record (see ``Store.session_signer``).
+SessionSigner = Callable[[SessionState], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,8 @@ class PendingAppend:
 
     ``response`` is the signed wire response that publishes ``entry_hash``; it is
     stored beside the entry so ``warden verify`` can re-check its signature.
+    ``request`` is the canonical JSON of the request's params, exactly the bytes
+    the entry's ``request_hash`` covers (optional; stored and exported beside it).
     """
 
     session_id: str
@@ -60,13 +76,17 @@ class PendingAppend:
     head_signature: dict[str, Any]
     replay: ReplayKeys | None
     close: bool = False
+    request: str | None = None
 
 
 class Store(Protocol):
     """Persistence for sessions, replay keys and audit entries."""
 
+    #: Signs a session created without ``state.signature`` (the Ledger registers one).
+    session_signer: SessionSigner | None
+
     def create_session(self, state: SessionState, replay: ReplayKeys) -> None:
-        """Insert a new session and its handshake's replay keys.
+        """Insert a new session (with its signature) and its handshake's replay keys.
 
         Raises ``SessionRefused(reason=renegotiation_not_supported)`` if it exists,
         ``ReplayDetected`` on a duplicate key.
@@ -91,6 +111,7 @@ class Store(Protocol):
         head_signature: dict[str, Any],
         replay: ReplayKeys | None,
         close: bool = False,
+        request: str | None = None,
     ) -> None:
         """Append one chained entry at ``expected_seq + 1`` (see module contract)."""
 
@@ -103,7 +124,12 @@ class Store(Protocol):
         """
 
     def iter_records(self, session_id: str | None = None) -> Iterator[dict[str, Any]]:
-        """Yield export records (session, entries, signed head) session by session."""
+        """Yield export records (session, entries, signed head) session by session
+        (shapes: :mod:`warden.ledger.records`).
+
+        Raises ``IntegrityError`` for what cannot be exported faithfully (see the
+        module contract) and ``StoreUnavailable`` if the database cannot be read.
+        """
 
     def counts(self) -> dict[str, int]:
         """Row counts per table (for tests and health)."""

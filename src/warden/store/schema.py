@@ -1,16 +1,24 @@
-"""SQLAlchemy Core table definitions; the Alembic migrations create exactly these."""
+"""SQLAlchemy Core table definitions; the Alembic migrations create exactly these.
+
+Migrations only ever add: 0001 created the three tables; 0002 added
+``sessions.session_signature`` (the HMAC of the session record),
+``entries.request`` (the canonical params the entry's ``request_hash`` covers)
+and the unique index ``uq_entries_session_step`` (one entry per request id).
+"""
 
 from __future__ import annotations
 
 from sqlalchemy import (
     Boolean,
     Column,
+    Index,
     Integer,
     MetaData,
     PrimaryKeyConstraint,
     String,
     Table,
     Text,
+    text,
 )
 
 metadata = MetaData()
@@ -27,6 +35,7 @@ sessions = Table(
     Column("head_seq", Integer, nullable=False, default=-1),
     Column("head_hash", String(64), nullable=True),
     Column("head_signature", Text, nullable=True),
+    Column("session_signature", Text, nullable=True),
 )
 
 replay_keys = Table(
@@ -50,5 +59,18 @@ entries = Table(
     Column("entry", Text, nullable=False),
     Column("response", Text, nullable=True),
     Column("created_at", String(40), nullable=False),
+    Column("request", Text, nullable=True),
     PrimaryKeyConstraint("session_id", "seq", name="pk_entries"),
+)
+
+#: One chained entry per request id and session: a replayed request cannot be chained
+#: twice even if its replay keys were deleted. Entries without a step id ("") are exempt.
+STEP_INDEX_WHERE = "step_id <> ''"
+Index(
+    "uq_entries_session_step",
+    entries.c.session_id,
+    entries.c.step_id,
+    unique=True,
+    sqlite_where=text(STEP_INDEX_WHERE),
+    postgresql_where=text(STEP_INDEX_WHERE),
 )

@@ -3,13 +3,22 @@
 SQLite is the embedded default: WAL journal, ``synchronous=FULL`` unless told
 otherwise (``NORMAL`` survives a process crash but not power loss), writes under
 ``BEGIN IMMEDIATE`` so two writers never deadlock. The schema is created and
-upgraded by Alembic (:func:`upgrade`), never by ``create_all``.
+upgraded by Alembic (:func:`upgrade`), never by ``create_all``. A database file
+Warden creates is mode 0600 (its WAL and shared-memory files inherit that), in a
+data directory created 0700.
+
+:meth:`SqlStore.iter_records` is what ``warden verify --data-dir`` reads, so it
+vouches for what the export format cannot show: every stored JSON column is
+parsed strictly (a duplicate key would read differently in SQL), the
+denormalized ``entry_hash``/``step_id``/``step_type`` columns must equal the
+entry's own members, and no entry may belong to a missing session row.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,19 +30,26 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, create_engine, event, func, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
+from warden.crypto.canonical import parse_strict_json
 from warden.errors import (
     ConfigError,
     HeadMoved,
+    IntegrityError,
+    IntegrityReason,
+    ParseError,
     ReplayDetected,
     SessionRefused,
     StoreUnavailable,
     WardenError,
 )
-from warden.store.base import PendingAppend, ReplayKeys, SessionState
+from warden.store.base import PendingAppend, ReplayKeys, SessionSigner, SessionState
 from warden.store.schema import entries, replay_keys, sessions
 
 SYNC_MODES = ("FULL", "NORMAL", "EXTRA")
@@ -54,10 +70,35 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def _private_sqlite_file(database: str) -> None:
+    """Create the database file 0600 (and its directory 0700) unless they exist.
+
+    The empty file is created before SQLite opens it, so nothing is ever written
+    to a file others can read; SQLite gives the WAL and shm files the same mode.
+    """
+    path = Path(database)
+    try:
+        path.parent.mkdir(parents=True, mode=0o700)
+    except FileExistsError:
+        pass
+    else:
+        os.chmod(path.parent, 0o700)  # the umask may have cleared bits, never added
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+    os.chmod(path, 0o600)
+
+
 def _sqlite_engine(url: str, sync: str) -> Engine:
     parsed = make_url(url)
-    if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    if (
+        parsed.database
+        and parsed.database != ":memory:"
+        and not parsed.database.startswith("file:")
+    ):
+        _private_sqlite_file(parsed.database)
     engine = create_engine(url, connect_args={"check_same_thread": False})
 
     @event.listens_for(engine, "connect")
@@ -77,15 +118,88 @@ def _sqlite_engine(url: str, sync: str) -> Engine:
     return engine
 
 
-def upgrade(engine: Engine) -> None:
-    """Run the Alembic migrations to ``head`` on ``engine``."""
+def _alembic_config() -> Config:
     cfg = Config()
     cfg.set_main_option(
         "script_location", str(resources.files("warden.store").joinpath("migrations"))
     )
+    return cfg
+
+
+def head_revision() -> str:
+    """The schema revision this Warden writes (the newest migration)."""
+    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def upgrade(engine: Engine) -> None:
+    """Run the Alembic migrations to ``head`` on ``engine``."""
+    cfg = _alembic_config()
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
+
+
+def check_revision(engine: Engine) -> None:
+    """Refuse (ConfigError) a database whose schema is not exactly this Warden's."""
+    with engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    head = head_revision()
+    if current is None:
+        raise ConfigError(
+            f"{engine.url.render_as_string()} is not a Warden database (no schema revision)"
+        )
+    if current != head:
+        raise ConfigError(
+            f"the database schema is at revision {current}, this Warden reads {head}: "
+            "start `warden serve` on it once (it migrates on start), or use the Warden "
+            "version that wrote it"
+        )
+
+
+def _integrity(
+    reason: IntegrityReason, msg: str, session_id: str, seq: int | None = None
+) -> IntegrityError:
+    """An IntegrityError worded like warden.ledger.verify's ("session X entry seq N: …")."""
+    where = f"session {session_id}" + (f" entry seq {seq}" if seq is not None else "")
+    return IntegrityError(f"{where}: {msg}", reason=reason, session_id=session_id, seq=seq)
+
+
+def _strict_column(value: Any, column: str, session_id: str, seq: int | None = None) -> Any:
+    """A stored JSON column parsed strictly (UTF-8 text, no duplicate keys, no NaN),
+    else ``IntegrityError(record_hash_mismatch)`` naming the row."""
+    if not isinstance(value, str):
+        kind = "not UTF-8 text" if isinstance(value, bytes) else f"a {type(value).__name__}"
+        raise _integrity(
+            IntegrityReason.RECORD_HASH_MISMATCH,
+            f"the {column} column is not JSON text ({kind})",
+            session_id,
+            seq,
+        )
+    try:
+        return parse_strict_json(value)
+    except ParseError as exc:
+        raise _integrity(
+            IntegrityReason.RECORD_HASH_MISMATCH,
+            f"the {column} column is not strict JSON ({exc.message})",
+            session_id,
+            seq,
+        ) from exc
+
+
+def _lenient_text(raw: bytes) -> str | bytes:
+    """SQLite text factory for reading rows to verify: undecodable text stays bytes
+    (and is then refused by row) instead of failing the whole query."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
+
+
+class _EntryConflict(Exception):
+    """The entry insert hit a uniqueness constraint (seq or step id); classified after
+    rolling back to the item's savepoint."""
 
 
 class SqlStore:
@@ -105,6 +219,7 @@ class SqlStore:
         self._raw: Any = engine.raw_connection()
         self._qmark = engine.dialect.paramstyle == "qmark"
         self._cache: dict[str, SessionState] = {}
+        self.session_signer: SessionSigner | None = None
         self._checkpointer: _Checkpointer | None = None
         if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
             # Checkpoint the WAL off the request path: an automatic checkpoint runs
@@ -165,13 +280,16 @@ class SqlStore:
             raise
 
     def create_session(self, state: SessionState, replay: ReplayKeys) -> None:
+        if state.signature is None and self.session_signer is not None:
+            state = replace(state, signature=self.session_signer(state))
         with self._write() as cur:
             self._insert_replay(cur, state.session_id, replay)
             try:
                 cur.execute(
                     self._q(
                         "INSERT INTO sessions (session_id, agent_id, key_id, created_at, "
-                        "negotiated, closed, head_seq) VALUES (?, ?, ?, ?, ?, ?, -1)"
+                        "negotiated, closed, head_seq, session_signature) "
+                        "VALUES (?, ?, ?, ?, ?, ?, -1, ?)"
                     ),
                     (
                         state.session_id,
@@ -180,6 +298,7 @@ class SqlStore:
                         state.created_at,
                         _dumps(state.negotiated),
                         False,
+                        _dumps(state.signature) if state.signature is not None else None,
                     ),
                 )
             except Exception as exc:
@@ -201,7 +320,8 @@ class SqlStore:
                 cur.execute(
                     self._q(
                         "SELECT session_id, agent_id, key_id, created_at, negotiated, closed, "
-                        "head_seq, head_hash FROM sessions WHERE session_id = ?"
+                        "head_seq, head_hash, session_signature FROM sessions "
+                        "WHERE session_id = ?"
                     ),
                     (session_id,),
                 )
@@ -213,16 +333,24 @@ class SqlStore:
         if row is None:
             self._cache.pop(session_id, None)
             return None
-        state = SessionState(
-            session_id=row[0],
-            agent_id=row[1],
-            key_id=row[2],
-            created_at=row[3],
-            negotiated=json.loads(row[4]),
-            closed=bool(row[5]),
-            head_seq=int(row[6]),
-            head_hash=row[7],
-        )
+        try:
+            state = SessionState(
+                session_id=row[0],
+                agent_id=row[1],
+                key_id=row[2],
+                created_at=row[3],
+                negotiated=_strict_column(row[4], "negotiated", session_id),
+                closed=bool(row[5]),
+                head_seq=int(row[6]),
+                head_hash=row[7],
+                signature=(
+                    _strict_column(row[8], "session_signature", session_id)
+                    if row[8] is not None
+                    else None
+                ),
+            )
+        except (IntegrityError, ValueError, TypeError) as exc:
+            raise StoreUnavailable(f"session {session_id} has a damaged row: {exc}") from exc
         self._cache[session_id] = state
         if len(self._cache) > _CACHE_SIZE:
             self._cache.pop(next(iter(self._cache)))
@@ -261,11 +389,19 @@ class SqlStore:
         head_signature: dict[str, Any],
         replay: ReplayKeys | None,
         close: bool = False,
+        request: str | None = None,
     ) -> None:
         (error,) = self.append_many(
             [
                 PendingAppend(
-                    session_id, expected_seq, entry, response, head_signature, replay, close
+                    session_id,
+                    expected_seq,
+                    entry,
+                    response,
+                    head_signature,
+                    replay,
+                    close,
+                    request,
                 )
             ]
         )
@@ -281,10 +417,14 @@ class SqlStore:
                 cur.execute(f"SAVEPOINT {savepoint}")
                 try:
                     self._append_one(cur, item)
-                except (HeadMoved, ReplayDetected) as exc:
+                except (HeadMoved, ReplayDetected, _EntryConflict) as exc:
                     cur.execute(f"ROLLBACK TO {savepoint}")
                     cur.execute(f"RELEASE {savepoint}")
-                    outcomes.append(exc)
+                    outcomes.append(
+                        self._classify_conflict(cur, item, exc)
+                        if isinstance(exc, _EntryConflict)
+                        else exc
+                    )
                     continue
                 cur.execute(f"RELEASE {savepoint}")
                 outcomes.append(None)
@@ -294,6 +434,10 @@ class SqlStore:
             elif isinstance(outcome, HeadMoved):
                 self._cache.pop(item.session_id, None)
         return outcomes
+
+    @staticmethod
+    def _step_id(item: PendingAppend) -> str:
+        return str(item.entry.get("step_id", ""))
 
     def _append_one(self, cur: Any, item: PendingAppend) -> None:
         seq = item.expected_seq + 1
@@ -319,23 +463,45 @@ class SqlStore:
             cur.execute(
                 self._q(
                     "INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, "
-                    "entry, response, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                    "entry, response, created_at, request) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
                 (
                     item.session_id,
                     seq,
                     item.entry["entry_hash"],
-                    str(item.entry.get("step_id", "")),
+                    self._step_id(item),
                     str(item.entry.get("step_type", "")),
                     _dumps(item.entry),
                     _dumps(item.response) if item.response is not None else None,
                     _now(),
+                    item.request,
                 ),
             )
         except Exception as exc:
             if _is_integrity(exc):
-                raise HeadMoved(f"entry seq {seq} of {item.session_id} already exists") from exc
+                raise _EntryConflict(str(exc)) from exc
             raise
+
+    def _classify_conflict(
+        self, cur: Any, item: PendingAppend, conflict: _EntryConflict
+    ) -> HeadMoved | ReplayDetected:
+        """After the item's rollback: a second entry for a request id is a replay (even
+        with its replay keys gone); otherwise the seq was taken (a lost race)."""
+        step_id = self._step_id(item)
+        if step_id:
+            cur.execute(
+                self._q("SELECT 1 FROM entries WHERE session_id = ? AND step_id = ? LIMIT 1"),
+                (item.session_id, step_id),
+            )
+            if cur.fetchone() is not None:
+                error: HeadMoved | ReplayDetected = ReplayDetected(
+                    "this request_id already has an audit entry in the session"
+                )
+                error.__cause__ = conflict
+                return error
+        moved = HeadMoved(f"entry seq {item.expected_seq + 1} of {item.session_id} already exists")
+        moved.__cause__ = conflict
+        return moved
 
     def _advance_cache(self, item: PendingAppend) -> None:
         with self._lock:
@@ -349,41 +515,172 @@ class SqlStore:
                 )
 
     def iter_records(self, session_id: str | None = None) -> Iterator[dict[str, Any]]:
-        with self._engine.connect() as conn:
-            q = select(sessions).order_by(sessions.c.created_at, sessions.c.session_id)
-            if session_id is not None:
-                q = q.where(sessions.c.session_id == session_id)
-            for s in conn.execute(q).all():
-                yield {
-                    "kind": "session",
-                    "session_id": s.session_id,
-                    "agent_id": s.agent_id,
-                    "key_id": s.key_id,
-                    "created_at": s.created_at,
-                }
-                rows = conn.execute(
-                    select(entries.c.seq, entries.c.entry, entries.c.response)
-                    .where(entries.c.session_id == s.session_id)
-                    .order_by(entries.c.seq)
+        """Yield the export records of every session (or one), checking what only the
+        database holds (see the module docstring); one read transaction throughout."""
+        try:
+            with self._engine.connect() as conn:
+                dbapi: Any = None
+                if self._engine.dialect.name == "sqlite":
+                    dbapi = conn.connection.dbapi_connection
+                    factory = dbapi.text_factory
+                    dbapi.text_factory = _lenient_text
+                try:
+                    yield from self._records(conn, session_id)
+                finally:
+                    if dbapi is not None:
+                        dbapi.text_factory = factory
+        except sa_exc.SQLAlchemyError as exc:
+            detail = getattr(exc, "orig", None) or exc
+            raise StoreUnavailable(
+                f"cannot read the database ({type(detail).__name__}: {detail}); "
+                "is it damaged or not a Warden database?"
+            ) from exc
+
+    def _records(self, conn: Connection, session_id: str | None) -> Iterator[dict[str, Any]]:
+        self._check_orphans(conn, session_id)
+        q = select(sessions).order_by(sessions.c.created_at, sessions.c.session_id)
+        if session_id is not None:
+            q = q.where(sessions.c.session_id == session_id)
+        for s in conn.execute(q).all():
+            sid = s.session_id
+            if not isinstance(sid, str):
+                raise _integrity(
+                    IntegrityReason.RECORD_HASH_MISMATCH,
+                    "the session_id column is not UTF-8 text",
+                    str(sid),
                 )
-                for r in rows:
-                    rec: dict[str, Any] = {
-                        "kind": "entry",
-                        "session_id": s.session_id,
-                        "seq": r.seq,
-                        "entry": json.loads(r.entry),
-                    }
-                    if r.response is not None:
-                        rec["response"] = json.loads(r.response)
-                    yield rec
-                if s.head_seq >= 0:
-                    yield {
-                        "kind": "head",
-                        "session_id": s.session_id,
-                        "seq": s.head_seq,
-                        "chain_hash": s.head_hash,
-                        "signature": json.loads(s.head_signature or "null"),
-                    }
+            yield self._session_record(s)
+            rows = conn.execute(
+                select(
+                    entries.c.seq,
+                    entries.c.entry_hash,
+                    entries.c.step_id,
+                    entries.c.step_type,
+                    entries.c.entry,
+                    entries.c.response,
+                    entries.c.request,
+                )
+                .where(entries.c.session_id == sid)
+                .order_by(entries.c.seq)
+            )
+            for r in rows:
+                yield self._entry_record(sid, r)
+            head = self._head_record(s)
+            if head is not None:
+                yield head
+
+    def _check_orphans(self, conn: Connection, session_id: str | None) -> None:
+        """Entries whose session row is gone would silently drop out of the walk."""
+        q = (
+            select(entries.c.session_id, func.count())
+            .where(entries.c.session_id.not_in(select(sessions.c.session_id)))
+            .group_by(entries.c.session_id)
+            .order_by(entries.c.session_id)
+            .limit(1)
+        )
+        if session_id is not None:
+            q = q.where(entries.c.session_id == session_id)
+        row = conn.execute(q).first()
+        if row is not None:
+            raise _integrity(
+                IntegrityReason.CHAIN_MISMATCH,
+                f"{row[1]} audit entries belong to no session record (session row deleted?)",
+                str(row[0]),
+            )
+
+    @staticmethod
+    def _session_record(s: Any) -> dict[str, Any]:
+        sid = s.session_id
+        for column in ("agent_id", "key_id", "created_at"):
+            if not isinstance(getattr(s, column), str):
+                raise _integrity(
+                    IntegrityReason.RECORD_HASH_MISMATCH, f"the {column} column is not text", sid
+                )
+        rec: dict[str, Any] = {
+            "kind": "session",
+            "session_id": sid,
+            "agent_id": s.agent_id,
+            "key_id": s.key_id,
+            "created_at": s.created_at,
+            "negotiated": _strict_column(s.negotiated, "negotiated", sid),
+        }
+        if s.session_signature is not None:
+            rec["signature"] = _strict_column(s.session_signature, "session_signature", sid)
+        return rec
+
+    @staticmethod
+    def _entry_record(sid: str, r: Any) -> dict[str, Any]:
+        seq = r.seq
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise _integrity(
+                IntegrityReason.RECORD_HASH_MISMATCH,
+                f"the seq column of an entry is not an integer ({seq!r})",
+                sid,
+            )
+        entry = _strict_column(r.entry, "entry", sid, seq)
+        if not isinstance(entry, dict):
+            raise _integrity(
+                IntegrityReason.RECORD_HASH_MISMATCH, "the entry column is not an object", sid, seq
+            )
+        # The denormalized columns (what SQL queries and the step index see) must say
+        # exactly what the hashed entry says.
+        for column, stored, own in (
+            ("entry_hash", r.entry_hash, entry.get("entry_hash")),
+            ("step_id", r.step_id, str(entry.get("step_id", ""))),
+            ("step_type", r.step_type, str(entry.get("step_type", ""))),
+        ):
+            if stored != own:
+                raise _integrity(
+                    IntegrityReason.RECORD_HASH_MISMATCH,
+                    f"the {column} column ({stored!r}) differs from the entry's ({own!r})",
+                    sid,
+                    seq,
+                )
+        rec: dict[str, Any] = {"kind": "entry", "session_id": sid, "seq": seq, "entry": entry}
+        if r.response is not None:
+            rec["response"] = _strict_column(r.response, "response", sid, seq)
+        if r.request is not None:
+            if not isinstance(r.request, str):
+                raise _integrity(
+                    IntegrityReason.RECORD_HASH_MISMATCH,
+                    "the request column is not UTF-8 text",
+                    sid,
+                    seq,
+                )
+            rec["request"] = r.request
+        return rec
+
+    @staticmethod
+    def _head_record(s: Any) -> dict[str, Any] | None:
+        sid = s.session_id
+        if not isinstance(s.head_seq, int) or isinstance(s.head_seq, bool):
+            raise _integrity(
+                IntegrityReason.RECORD_HASH_MISMATCH, "the head_seq column is not an integer", sid
+            )
+        if s.head_seq < 0:
+            if s.closed:
+                raise _integrity(
+                    IntegrityReason.CHAIN_MISMATCH,
+                    "the session is marked closed but has no entries",
+                    sid,
+                )
+            return None
+        if not isinstance(s.head_hash, str):
+            raise _integrity(
+                IntegrityReason.RECORD_HASH_MISMATCH, "the head_hash column is not text", sid
+            )
+        return {
+            "kind": "head",
+            "session_id": sid,
+            "seq": s.head_seq,
+            "chain_hash": s.head_hash,
+            "closed": bool(s.closed),
+            "signature": (
+                _strict_column(s.head_signature, "head_signature", sid)
+                if s.head_signature is not None
+                else None
+            ),
+        }
 
     def counts(self) -> dict[str, int]:
         with self._engine.connect() as conn:
@@ -435,7 +732,9 @@ def open_store(url: str, *, sqlite_sync: str = "FULL", migrate: bool = True) -> 
     """Open (and by default migrate) the store at ``url``.
 
     ``sqlite:///path/to/warden.db`` is the embedded default. Raises
-    :class:`ConfigError` for an unsupported URL or sync mode.
+    :class:`ConfigError` for an unsupported URL or sync mode, or (``migrate=False``)
+    a database whose schema is not this Warden's; :class:`StoreUnavailable` for a
+    database that cannot be opened or migrated (damaged, not a database).
     """
     sync = sqlite_sync.upper()
     if sync not in SYNC_MODES:
@@ -448,7 +747,26 @@ def open_store(url: str, *, sqlite_sync: str = "FULL", migrate: bool = True) -> 
         raise ConfigError(
             f"database backend {parsed.get_backend_name()!r} is not supported yet; use sqlite:///…"
         )
-    engine = _sqlite_engine(url, sync)
-    if migrate:
-        upgrade(engine)
-    return SqlStore(engine)
+    try:
+        engine = _sqlite_engine(url, sync)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the database {url}: {exc.strerror or exc}") from exc
+    try:
+        if migrate:
+            upgrade(engine)
+        else:
+            check_revision(engine)
+        return SqlStore(engine)
+    except BaseException as exc:
+        engine.dispose()
+        if isinstance(exc, WardenError) or not isinstance(exc, Exception):
+            raise
+        if isinstance(exc, CommandError):
+            raise ConfigError(f"cannot migrate the database {url}: {exc}") from exc
+        if isinstance(exc, sa_exc.SQLAlchemyError | engine.dialect.loaded_dbapi.Error):
+            detail = getattr(exc, "orig", None) or exc
+            raise StoreUnavailable(
+                f"cannot open the database {url} ({type(detail).__name__}: {detail}); "
+                "is it damaged or not a Warden database?"
+            ) from exc
+        raise

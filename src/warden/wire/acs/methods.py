@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from warden.core.hooks import MCP_METHOD
 from warden.core.types import ALL_EFFECTS, Effect
 from warden.errors import CapabilityNotNegotiated, InvalidParams, MethodNotFound
 
@@ -39,7 +40,6 @@ HOOKS: dict[str, tuple[str, frozenset[Effect]]] = {
 HANDSHAKE = "handshake/hello"
 PING = "system/ping"
 MCP_PREFIX = "protocols/"
-_MCP_METHOD = re.compile(r"^[A-Za-z0-9_]+(/[A-Za-z0-9_]+)*$")
 _WRAPPED = re.compile(r"^wrapped:(?P<proto>[A-Za-z0-9]+)-(?P<version>[^/]+)/(?P<method>.+)$")
 
 
@@ -82,7 +82,7 @@ def route(method: str) -> MethodInfo:
             raise CapabilityNotNegotiated("A2A wrapping is reserved for ACS v0.2", method=method)
         if proto.upper() != "MCP" or not inner:
             raise MethodNotFound(f"method {method!r} is not defined by ACS v0.1", method=method)
-        if not _MCP_METHOD.match(inner):
+        if not MCP_METHOD.match(inner):
             raise InvalidParams(f"wrapped MCP method {inner!r} is malformed", method=method)
         return MethodInfo(f"protocols/MCP/{inner}", "mcp", ALL_EFFECTS, mcp_method=inner)
     m = _WRAPPED.match(method)
@@ -90,7 +90,7 @@ def route(method: str) -> MethodInfo:
         if m["proto"].lower() != "mcp":
             raise CapabilityNotNegotiated("only MCP wrapping is defined in ACS v0.1", method=method)
         inner = m["method"]
-        if not _MCP_METHOD.match(inner):
+        if not MCP_METHOD.match(inner):
             raise InvalidParams(f"wrapped MCP method {inner!r} is malformed", method=method)
         return MethodInfo(
             f"protocols/MCP/{inner}", "mcp", ALL_EFFECTS, mcp_method=inner, mcp_version=m["version"]
@@ -111,14 +111,14 @@ def is_dispatchable(method: str, mcp_versions: frozenset[str]) -> bool:
         return (
             bool(mcp_versions)
             and proto.upper() == "MCP"
-            and (inner == "*" or bool(_MCP_METHOD.match(inner)))
+            and (inner == "*" or bool(MCP_METHOD.match(inner)))
         )
     m = _WRAPPED.match(method)
     if m is not None:
         return (
             m["proto"].lower() == "mcp"
             and m["version"] in mcp_versions
-            and (m["method"] == "*" or bool(_MCP_METHOD.match(m["method"])))
+            and (m["method"] == "*" or bool(MCP_METHOD.match(m["method"])))
         )
     return False
 

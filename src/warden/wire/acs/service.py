@@ -372,7 +372,7 @@ class AcsService:
             )
         self._check_skew(params)
         hello = negotiate(params["payload"], self.cfg)
-        self.store.create_session(
+        self.ledger.create_session(
             SessionState(
                 session_id=sid,
                 agent_id=params["metadata"]["agent_id"],
@@ -516,12 +516,15 @@ class AcsService:
             verdict = self.guardian.fail_closed(
                 request, f"rendered response failed its schema at {problem[0]}: {problem[1]}"
             )
+        # The params exactly as hashed are stored beside the entry, so an auditor can
+        # re-check the decision from the record alone.
+        received = canonical_bytes(params, known_fast=fast)
         content = entry_content(
             entry_id=str(uuid.uuid4()),
             session_id=session.session_id,
             request=request,
             params=params,
-            request_hash=sha256_hex(canonical_bytes(params, known_fast=fast)),
+            request_hash=sha256_hex(received),
             verdict=verdict,
         )
         return self.ledger.stage(
@@ -530,6 +533,7 @@ class AcsService:
             lambda entry: self._sign(key, render(verdict, entry["entry_hash"])),
             replay=replay,
             close=info.method == "steps/sessionEnd",
+            request=received.decode(),
         )
 
 
