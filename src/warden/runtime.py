@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from warden.core.guardian import Guardian
 from warden.crypto.hmac_keys import SessionKeys
 from warden.crypto.keystore import load_or_create_ikm
+from warden.ledger.ledger import Ledger
 from warden.policy.bundle import Bundle, load_bundle
 from warden.policy.engine import PolicyEngine
 from warden.settings import Settings
+from warden.spend.audit import SpendAuditor
+from warden.spend.engine import SpendEngine
 from warden.store.sql import SqlStore, open_store
 from warden.wire.acs.handshake import HandshakeConfig
 from warden.wire.acs.service import AcsService
@@ -32,6 +35,7 @@ class Runtime:
     guardian: Guardian
     keys: SessionKeys
     acs: AcsService
+    spend: SpendEngine
     ikm_created: bool
 
     @classmethod
@@ -56,7 +60,8 @@ class Runtime:
             ),
             max_body_bytes=settings.max_body_bytes,
         )
-        return cls(settings, store, bundle, guardian, keys, acs, created)
+        spend = SpendEngine(store, SpendAuditor(Ledger(store, keys, settings.key_id)))
+        return cls(settings, store, bundle, guardian, keys, acs, spend, created)
 
     def close(self) -> None:
         self.store.close()

@@ -33,6 +33,7 @@ from warden.ledger.verify import verify_records
 from warden.store import open_store
 from warden.store.base import PendingAppend, ReplayKeys, SessionState, Store
 from warden.store.schema import metadata
+from warden.store.sql import head_revision
 
 Opener = Callable[[Path], Store]
 
@@ -763,7 +764,10 @@ def test_migrations_create_the_schema_from_empty(store: Any) -> None:
         pk = insp.get_pk_constraint(table.name)["constrained_columns"]
         assert pk == [c.name for c in table.primary_key.columns], table.name
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0002"
+        assert (
+            conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
+            == head_revision()
+        )
     indexes = {i["name"]: i for i in insp.get_indexes("entries")}
     assert indexes["uq_entries_session_step"]["unique"]
     assert indexes["uq_entries_session_step"]["column_names"] == ["session_id", "step_id"]

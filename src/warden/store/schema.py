@@ -74,3 +74,72 @@ Index(
     sqlite_where=text(STEP_INDEX_WHERE),
     postgresql_where=text(STEP_INDEX_WHERE),
 )
+
+# -- spend (migration 0003) ----------------------------------------------------------
+
+budgets = Table(
+    "budgets",
+    metadata,
+    Column("budget_id", String(64), primary_key=True),
+    Column("kind", String(8), nullable=False),
+    Column("parent_id", String(64), nullable=True),
+    Column("currency", String(3), nullable=False),
+    Column("cap", Text, nullable=False),
+    Column("period", String(8), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("updated_at", String(40), nullable=False),
+)
+
+budget_usage = Table(
+    "budget_usage",
+    metadata,
+    Column("budget_id", String(64), nullable=False),
+    Column("bucket", String(16), nullable=False),
+    Column("reserved", Text, nullable=False),
+    Column("settled", Text, nullable=False),
+    PrimaryKeyConstraint("budget_id", "bucket", name="pk_budget_usage"),
+)
+
+reservations = Table(
+    "reservations",
+    metadata,
+    Column("reservation_id", String(64), primary_key=True),
+    Column("budget_id", String(64), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("expires_at", String(40), nullable=False),
+    Column("record", Text, nullable=False),
+)
+Index("ix_reservations_held_expiry", reservations.c.status, reservations.c.expires_at)
+
+receipts = Table(
+    "receipts",
+    metadata,
+    Column("receipt_id", String(64), primary_key=True),
+    Column("reservation_id", String(64), nullable=False),
+    Column("record", Text, nullable=False),
+)
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("scope", String(200), nullable=False),
+    Column("idem_key", String(255), nullable=False),
+    Column("request_hash", String(64), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("status_code", Integer, nullable=True),
+    Column("response", Text, nullable=True),
+    Column("created_at", String(40), nullable=False),
+    Column("expires_at", String(40), nullable=False),
+    PrimaryKeyConstraint("scope", "idem_key", name="pk_idempotency_keys"),
+)
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("task_id", String(64), primary_key=True),
+    Column("kind", String(32), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("record", Text, nullable=False),
+    Column("created_at", String(40), nullable=False),
+    Column("updated_at", String(40), nullable=False),
+)

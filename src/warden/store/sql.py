@@ -21,12 +21,12 @@ import logging
 import os
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alembic import command
 from alembic.config import Config
@@ -49,6 +49,10 @@ from warden.errors import (
     StoreUnavailable,
     WardenError,
 )
+
+if TYPE_CHECKING:
+    from warden.spend.budgets import Budget
+    from warden.store.spend_sql import SqlSpendTx
 from warden.store.base import PendingAppend, ReplayKeys, SessionSigner, SessionState
 from warden.store.schema import entries, replay_keys, sessions
 
@@ -681,6 +685,22 @@ class SqlStore:
                 else None
             ),
         }
+
+    def forget_session(self, session_id: str) -> None:
+        """Drop a cached session state (after it changed outside ``append``)."""
+        self._cache.pop(session_id, None)
+
+    def spend_transaction(self) -> AbstractContextManager[SqlSpendTx]:
+        """One write transaction for the spend engine (see :mod:`warden.store.spend_sql`)."""
+        from warden.store.spend_sql import spend_transaction
+
+        return spend_transaction(self)
+
+    def budgets(self) -> list[Budget]:
+        """Every budget, by id."""
+        from warden.store.spend_sql import list_budgets
+
+        return list_budgets(self)
 
     def counts(self) -> dict[str, int]:
         with self._engine.connect() as conn:

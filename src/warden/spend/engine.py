@@ -1,0 +1,438 @@
+"""The spend engine: reserve → settle | release, expiry and undo, never overspending.
+
+Every operation runs in one store transaction that serialises writers (SQLite
+``BEGIN IMMEDIATE``; row locks on PostgreSQL), so checking a cap and taking the
+hold are one atomic step: there is no window in which two requests both see
+room for one. Each operation — including a refused reservation or a refused
+settlement — appends a ``warden/spend.*`` entry to the audit chain of the
+budget tree (one chain per org budget) in the same transaction.
+
+Amounts are Decimal end to end; a reservation holds its amount against every
+budget from the agent's to the org's, in each budget's current period bucket,
+and settles or releases in those same buckets.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any, Protocol
+
+from warden.spend.audit import AuditTx, SpendAuditor
+from warden.spend.budgets import Budget, period_key
+from warden.spend.errors import (
+    AlreadyUndone,
+    BudgetExceeded,
+    ReservationNotHeld,
+    SettlementExceedsReservation,
+    SpendError,
+    UnknownBudget,
+    UnknownReceipt,
+    UnknownReservation,
+)
+from warden.spend.money import MoneyError, parse_amount, to_wire
+from warden.spend.records import HoldStatus, Receipt, Reservation
+
+DEFAULT_HOLD_SECONDS = 900
+MAX_HOLD_SECONDS = 7 * 24 * 3600
+
+
+class SpendTx(AuditTx, Protocol):
+    """What the engine needs inside one write transaction (implemented by the store)."""
+
+    def budget(self, budget_id: str) -> Budget | None: ...
+
+    def put_budget(self, budget: Budget) -> None: ...
+
+    def usage(self, budget_id: str, bucket: str) -> tuple[Decimal, Decimal]:
+        """(reserved, settled) in a period bucket; zeros when unused."""
+        ...
+
+    def set_usage(
+        self, budget_id: str, bucket: str, reserved: Decimal, settled: Decimal
+    ) -> None: ...
+
+    def reservation(self, reservation_id: str) -> Reservation | None: ...
+
+    def put_reservation(self, reservation: Reservation) -> None:
+        """Insert or update."""
+        ...
+
+    def due_reservations(self, now: datetime) -> list[Reservation]:
+        """Held reservations whose ``expires_at`` ≤ now."""
+        ...
+
+    def receipt(self, receipt_id: str) -> Receipt | None: ...
+
+    def put_receipt(self, receipt: Receipt) -> None: ...
+
+
+class SpendStore(Protocol):
+    """A store that can open spend transactions."""
+
+    def spend_transaction(self) -> AbstractContextManager[SpendTx]: ...
+
+    def budgets(self) -> list[Budget]: ...
+
+    def budget_usage(self, budget_id: str, bucket: str) -> tuple[Decimal, Decimal]: ...
+
+
+class SpendEngine:
+    """Budgets and holds over a :class:`SpendStore`. Thread-safe (the store serialises)."""
+
+    def __init__(
+        self,
+        store: SpendStore,
+        auditor: SpendAuditor,
+        *,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.store = store
+        self._audit = auditor
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    # -- budgets -------------------------------------------------------------------
+
+    def define_budget(self, budget: Budget) -> Budget:
+        """Create or update a budget (cap, period, name; kind/parent/currency are fixed once
+        set). Raises ``BudgetError``."""
+        with self.store.spend_transaction() as tx:
+            parent = tx.budget(budget.parent_id) if budget.parent_id else None
+            budget.validate(parent)
+            existing = tx.budget(budget.id)
+            if existing is not None and (existing.kind, existing.parent_id, existing.currency) != (
+                budget.kind,
+                budget.parent_id,
+                budget.currency,
+            ):
+                from warden.spend.budgets import BudgetError
+
+                raise BudgetError(
+                    f"budget {budget.id} exists as a {existing.kind.value} under "
+                    f"{existing.parent_id} in {existing.currency}; only cap, period and name "
+                    "can change"
+                )
+            tx.put_budget(budget)
+            root = self._path(tx, budget.id)[-1]
+            self._audit(
+                tx,
+                root.id,
+                "budget",
+                f"budget:{budget.id}:{uuid.uuid4()}",
+                {
+                    "budget_id": budget.id,
+                    "kind": budget.kind.value,
+                    "parent_id": budget.parent_id,
+                    "currency": budget.currency,
+                    "cap": to_wire(budget.cap),
+                    "period": budget.period.value,
+                    "updated": existing is not None,
+                },
+            )
+        return budget
+
+    def path(self, budget_id: str) -> list[Budget]:
+        """The budget and its ancestors, agent first. Raises :class:`UnknownBudget`."""
+        with self.store.spend_transaction() as tx:
+            return self._path(tx, budget_id)
+
+    @staticmethod
+    def _path(tx: SpendTx, budget_id: str) -> list[Budget]:
+        path: list[Budget] = []
+        current: str | None = budget_id
+        while current is not None:
+            b = tx.budget(current)
+            if b is None:
+                raise UnknownBudget(f"no budget {current!r}", budget_id=current)
+            path.append(b)
+            current = b.parent_id
+            if len(path) > 8:
+                raise UnknownBudget(f"budget {budget_id} has a cyclic parent chain")
+        return path
+
+    def remaining(self, budget_id: str) -> tuple[Decimal, str]:
+        """What can still be reserved through ``budget_id`` now (the tightest cap on the
+        path) and its currency."""
+        now = self._clock()
+        with self.store.spend_transaction() as tx:
+            path = self._path(tx, budget_id)
+            left = min(
+                b.cap - sum(tx.usage(b.id, period_key(b.period, now)), Decimal(0)) for b in path
+            )
+        return max(left, Decimal(0)), path[0].currency
+
+    # -- holds ---------------------------------------------------------------------
+
+    def reserve(
+        self,
+        budget_id: str,
+        amount: Any,
+        currency: str,
+        *,
+        action: str,
+        hold_seconds: int = DEFAULT_HOLD_SECONDS,
+        meta: dict[str, Any] | None = None,
+    ) -> Reservation:
+        """Hold ``amount`` against every budget on the path, atomically, or raise.
+
+        Raises :class:`BudgetExceeded` (naming the tightest budget, its cap, what is
+        left and what was asked), :class:`UnknownBudget`, ``MoneyError``.
+        """
+        value = parse_amount(amount, allow_zero=False)
+        if not 1 <= hold_seconds <= MAX_HOLD_SECONDS:
+            raise MoneyError(
+                f"hold_seconds must be 1..{MAX_HOLD_SECONDS}",
+                reason="invalid_hold",
+                field="hold_seconds",
+            )
+        now = self._clock()
+        refusal: SpendError | None = None
+        with self.store.spend_transaction() as tx:
+            self._expire(tx, now)
+            path = self._path(tx, budget_id)
+            if path[0].currency != currency:
+                raise MoneyError(
+                    f"budget {budget_id} is in {path[0].currency}, the spend is in {currency}",
+                    reason="currency_mismatch",
+                    field="currency",
+                )
+            buckets = tuple(period_key(b.period, now) for b in path)
+            usages = [tx.usage(b.id, k) for b, k in zip(path, buckets, strict=True)]
+            for b, (reserved, settled) in zip(path, usages, strict=True):
+                available = b.cap - reserved - settled
+                if value > available:
+                    refusal = BudgetExceeded(
+                        b.id,
+                        cap=b.cap,
+                        available=max(available, Decimal(0)),
+                        requested=value,
+                        currency=currency,
+                    )
+                    break
+            root = path[-1].id
+            if refusal is not None:
+                self._audit(
+                    tx,
+                    root,
+                    "refused",
+                    f"refused:{uuid.uuid4()}",
+                    {
+                        "budget_id": budget_id,
+                        "amount": to_wire(value),
+                        "currency": currency,
+                        "action": action,
+                        "gate": refusal.gate,
+                        **refusal.data,
+                    },
+                )
+            else:
+                for b, k, (reserved, settled) in zip(path, buckets, usages, strict=True):
+                    tx.set_usage(b.id, k, reserved + value, settled)
+                res = Reservation(
+                    id=f"res_{uuid.uuid4().hex}",
+                    budget_id=budget_id,
+                    path=tuple(b.id for b in path),
+                    buckets=buckets,
+                    currency=currency,
+                    amount=value,
+                    action=action,
+                    status=HoldStatus.HELD,
+                    created_at=now,
+                    expires_at=now + timedelta(seconds=hold_seconds),
+                    meta=dict(meta or {}),
+                )
+                tx.put_reservation(res)
+                self._audit(tx, root, "reserve", f"reserve:{res.id}", _hold_detail(res))
+        if refusal is not None:
+            raise refusal
+        return res
+
+    def settle(
+        self, reservation_id: str, actual: Any, *, resources: tuple[dict[str, str], ...] = ()
+    ) -> Receipt:
+        """Charge ``actual`` (≤ the reserved amount) and release the rest; return the receipt.
+
+        More than reserved: refused with :class:`SettlementExceedsReservation`, flagged in
+        the ledger, and the hold stays until released or expired.
+        """
+        value = parse_amount(actual, field="actual")
+        now = self._clock()
+        refusal: SpendError | None = None
+        with self.store.spend_transaction() as tx:
+            res, refusal = self._held(tx, reservation_id, now)
+            if res is None:
+                pass  # refusal is set; the expiries done on the way still commit
+            elif value > res.amount:
+                root = res.path[-1]
+                refusal = SettlementExceedsReservation(
+                    reservation_id, reserved=res.amount, actual=value
+                )
+                self._audit(
+                    tx,
+                    root,
+                    "settle_refused",
+                    f"settle_refused:{res.id}:{uuid.uuid4()}",
+                    {**_hold_detail(res), "actual": to_wire(value), "flagged": True},
+                )
+            else:
+                for b, k in zip(res.path, res.buckets, strict=True):
+                    reserved, settled = tx.usage(b, k)
+                    tx.set_usage(b, k, reserved - res.amount, settled + value)
+                receipt = Receipt(
+                    id=f"rcp_{uuid.uuid4().hex}",
+                    reservation_id=res.id,
+                    budget_id=res.budget_id,
+                    action=res.action,
+                    currency=res.currency,
+                    amount=value,
+                    created_at=now,
+                    resources=resources,
+                )
+                tx.put_receipt(receipt)
+                tx.put_reservation(
+                    replace(
+                        res, status=HoldStatus.SETTLED, settled_amount=value, receipt_id=receipt.id
+                    )
+                )
+                self._audit(
+                    tx,
+                    res.path[-1],
+                    "settle",
+                    f"settle:{res.id}",
+                    {**_hold_detail(res), "actual": to_wire(value), "receipt_id": receipt.id},
+                )
+        if refusal is not None:
+            raise refusal
+        return receipt
+
+    def release(self, reservation_id: str, *, reason: str = "released") -> Reservation:
+        """Release a held reservation (the action failed, was cancelled or blocked)."""
+        now = self._clock()
+        with self.store.spend_transaction() as tx:
+            res, refusal = self._held(tx, reservation_id, now)
+            if res is not None:
+                released = self._release(tx, res, HoldStatus.RELEASED, reason)
+        if refusal is not None:
+            raise refusal
+        return released
+
+    def expire_due(self) -> int:
+        """Release every held reservation past its expiry; return how many."""
+        now = self._clock()
+        with self.store.spend_transaction() as tx:
+            return self._expire(tx, now)
+
+    def undo(self, receipt_id: str, *, reason: str = "undo") -> Receipt:
+        """Reverse a settled spend: its amount returns to every budget it was charged to."""
+        now = self._clock()
+        with self.store.spend_transaction() as tx:
+            receipt = tx.receipt(receipt_id)
+            if receipt is None:
+                raise UnknownReceipt(f"no receipt {receipt_id!r}", receipt_id=receipt_id)
+            if receipt.undone_at is not None:
+                raise AlreadyUndone(
+                    f"receipt {receipt_id} was undone at {receipt.undone_at.isoformat()}",
+                    receipt_id=receipt_id,
+                )
+            res = tx.reservation(receipt.reservation_id)
+            assert res is not None  # a receipt is written with its reservation
+            for b, k in zip(res.path, res.buckets, strict=True):
+                reserved, settled = tx.usage(b, k)
+                tx.set_usage(b, k, reserved, settled - receipt.amount)
+            undone = replace(receipt, undone_at=now)
+            tx.put_receipt(undone)
+            self._audit(
+                tx,
+                res.path[-1],
+                "undo",
+                f"undo:{receipt.id}",
+                {
+                    "receipt_id": receipt.id,
+                    "reservation_id": res.id,
+                    "amount": to_wire(receipt.amount),
+                    "currency": receipt.currency,
+                    "reason": reason,
+                },
+            )
+        return undone
+
+    def reservation(self, reservation_id: str) -> Reservation:
+        """Read a reservation (expiring it first if due). Raises UnknownReservation."""
+        now = self._clock()
+        with self.store.spend_transaction() as tx:
+            self._expire(tx, now)
+            res = tx.reservation(reservation_id)
+        if res is None:
+            raise UnknownReservation(
+                f"no reservation {reservation_id!r}", reservation_id=reservation_id
+            )
+        return res
+
+    def receipt(self, receipt_id: str) -> Receipt:
+        with self.store.spend_transaction() as tx:
+            receipt = tx.receipt(receipt_id)
+        if receipt is None:
+            raise UnknownReceipt(f"no receipt {receipt_id!r}", receipt_id=receipt_id)
+        return receipt
+
+    # -- internals -----------------------------------------------------------------
+
+    def _held(
+        self, tx: SpendTx, reservation_id: str, now: datetime
+    ) -> tuple[Reservation | None, SpendError | None]:
+        """The held reservation, or the error to raise once the transaction commits."""
+        self._expire(tx, now)
+        res = tx.reservation(reservation_id)
+        if res is None:
+            return None, UnknownReservation(
+                f"no reservation {reservation_id!r}", reservation_id=reservation_id
+            )
+        if res.status is not HoldStatus.HELD:
+            return None, ReservationNotHeld(reservation_id, res.status.value)
+        return res, None
+
+    def _release(
+        self, tx: SpendTx, res: Reservation, status: HoldStatus, reason: str
+    ) -> Reservation:
+        for b, k in zip(res.path, res.buckets, strict=True):
+            reserved, settled = tx.usage(b, k)
+            tx.set_usage(b, k, reserved - res.amount, settled)
+        done = replace(res, status=status, reason=reason)
+        tx.put_reservation(done)
+        event = "expire" if status is HoldStatus.EXPIRED else "release"
+        self._audit(
+            tx, res.path[-1], event, f"{event}:{res.id}", {**_hold_detail(res), "reason": reason}
+        )
+        return done
+
+    def _expire(self, tx: SpendTx, now: datetime) -> int:
+        due = tx.due_reservations(now)
+        for res in due:
+            self._release(tx, res, HoldStatus.EXPIRED, "expired")
+        return len(due)
+
+
+def _hold_detail(res: Reservation) -> dict[str, Any]:
+    return {
+        "reservation_id": res.id,
+        "budget_id": res.budget_id,
+        "path": list(res.path),
+        "buckets": list(res.buckets),
+        "amount": to_wire(res.amount),
+        "currency": res.currency,
+        "action": res.action,
+        "expires_at": res.expires_at.isoformat(),
+    }
+
+
+def iter_path(budgets: list[Budget], budget_id: str) -> Iterator[Budget]:
+    """Walk ``budget_id`` up to its root within an in-memory list (for listings)."""
+    by_id = {b.id: b for b in budgets}
+    current: str | None = budget_id
+    while current is not None and current in by_id:
+        yield by_id[current]
+        current = by_id[current].parent_id

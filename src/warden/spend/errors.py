@@ -1,0 +1,95 @@
+"""Spend errors; each names its Governed Spend gate (``blockedBy``) and ACS reason code."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from warden.errors import InputRejected, WardenError
+from warden.spend.money import to_wire
+
+
+class SpendError(WardenError):
+    """Root of spend refusals. ``gate`` is the ``blockedBy`` value (``namespace:snake``)."""
+
+    gate = "spend:error"
+    retryable = False
+
+
+class BudgetExceeded(SpendError):
+    """The amount does not fit under a budget on the path (limit = what was left)."""
+
+    gate = "budget:exceeded"
+    reason = "budget_exceeded"
+
+    def __init__(
+        self, budget_id: str, *, cap: Decimal, available: Decimal, requested: Decimal, currency: str
+    ) -> None:
+        super().__init__(
+            f"{to_wire(requested)} {currency} does not fit in budget {budget_id}: "
+            f"{to_wire(available)} of {to_wire(cap)} {currency} left this period",
+            budget_id=budget_id,
+            cap=to_wire(cap),
+            available=to_wire(available),
+            requested=to_wire(requested),
+            currency=currency,
+        )
+        self.budget_id = budget_id
+        self.cap = cap
+        self.available = available
+        self.requested = requested
+        self.currency = currency
+
+
+class UnknownBudget(SpendError, InputRejected):
+    gate = "input:unknown_budget"
+    reason = "unknown_budget"
+
+
+class UnknownReservation(SpendError, InputRejected):
+    gate = "input:unknown_reservation"
+    reason = "unknown_reservation"
+
+
+class UnknownReceipt(SpendError, InputRejected):
+    gate = "input:unknown_receipt"
+    reason = "unknown_receipt"
+
+
+class ReservationNotHeld(SpendError):
+    """The reservation was already settled, released or expired."""
+
+    gate = "reservation:not_held"
+    reason = "reservation_not_held"
+
+    def __init__(self, reservation_id: str, status: str, **data: Any) -> None:
+        super().__init__(
+            f"reservation {reservation_id} is {status}, not held",
+            reservation_id=reservation_id,
+            status=status,
+            **data,
+        )
+        self.status = status
+
+
+class SettlementExceedsReservation(SpendError):
+    """The actual cost is more than was reserved: refused and flagged in the ledger."""
+
+    gate = "budget:settlement_exceeds_reservation"
+    reason = "settlement_exceeds_reservation"
+
+    def __init__(self, reservation_id: str, *, reserved: Decimal, actual: Decimal) -> None:
+        super().__init__(
+            f"settlement of {to_wire(actual)} exceeds the {to_wire(reserved)} reserved by "
+            f"{reservation_id}; refused and flagged",
+            reservation_id=reservation_id,
+            reserved=to_wire(reserved),
+            actual=to_wire(actual),
+        )
+        self.reserved = reserved
+        self.actual = actual
+
+
+class AlreadyUndone(SpendError):
+    gate = "receipt:already_undone"
+    reason = "already_undone"

@@ -1,0 +1,101 @@
+"""Money: ``decimal.Decimal`` amounts in one ISO 4217 currency, never floats.
+
+Amounts arrive as decimal strings (``"12.50"``) or JSON integers; a binary
+float is refused because it cannot say which decimal it meant. Currencies are
+three uppercase letters and are never mixed: adding two currencies is an error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from warden.errors import InputRejected
+
+_CURRENCY = re.compile(r"^[A-Z]{3}$")
+#: Amounts are kept to this many fractional digits (sub-cent prices exist; 6 is ample).
+MAX_SCALE = 6
+MAX_AMOUNT = Decimal("1e15")
+
+
+class MoneyError(InputRejected):
+    """An amount or currency that Warden will not use."""
+
+    reason = "invalid_amount"
+
+
+def parse_amount(value: Any, *, field: str = "amount", allow_zero: bool = True) -> Decimal:
+    """A non-negative Decimal from a decimal string, an int or a Decimal.
+
+    Raises :class:`MoneyError` for floats, booleans, non-numbers, NaN/Infinity,
+    negatives, more than 6 fractional digits, or amounts ≥ 10^15.
+    """
+    if isinstance(value, bool | float):
+        raise MoneyError(
+            f"{field} must be a decimal string or an integer, not {value!r}", field=field
+        )
+    if isinstance(value, int | Decimal):
+        amount = Decimal(value)
+    elif isinstance(value, str):
+        try:
+            amount = Decimal(value.strip())
+        except InvalidOperation as exc:
+            raise MoneyError(f"{field} {value!r} is not a decimal number", field=field) from exc
+    else:
+        raise MoneyError(f"{field} must be a decimal string or an integer", field=field)
+    if not amount.is_finite():
+        raise MoneyError(f"{field} must be finite", field=field)
+    if amount < 0 or (amount == 0 and not allow_zero):
+        raise MoneyError(
+            f"{field} must be {'≥' if allow_zero else '>'} 0, got {value}", field=field
+        )
+    exponent = amount.as_tuple().exponent
+    if isinstance(exponent, int) and exponent < -MAX_SCALE:
+        raise MoneyError(f"{field} has more than {MAX_SCALE} fractional digits", field=field)
+    if amount >= MAX_AMOUNT:
+        raise MoneyError(f"{field} is too large", field=field)
+    return amount
+
+
+def parse_currency(value: Any) -> str:
+    """An ISO 4217-shaped code (three uppercase letters); raises :class:`MoneyError`."""
+    if not isinstance(value, str) or not _CURRENCY.match(value):
+        raise MoneyError(
+            f"currency must be three uppercase letters, got {value!r}",
+            reason="invalid_currency",
+            field="currency",
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Money:
+    """An amount in one currency."""
+
+    amount: Decimal
+    currency: str
+
+    def __add__(self, other: Money) -> Money:
+        self._same(other)
+        return Money(self.amount + other.amount, self.currency)
+
+    def __sub__(self, other: Money) -> Money:
+        self._same(other)
+        return Money(self.amount - other.amount, self.currency)
+
+    def _same(self, other: Money) -> None:
+        if other.currency != self.currency:
+            raise MoneyError(
+                f"cannot combine {self.currency} with {other.currency}", reason="currency_mismatch"
+            )
+
+    def wire(self) -> str:
+        """The amount as a plain decimal string (no exponent)."""
+        return format(self.amount, "f")
+
+
+def to_wire(amount: Decimal) -> str:
+    """A Decimal as a plain decimal string (``"12.50"``, never ``1.25E+1``)."""
+    return format(amount, "f")

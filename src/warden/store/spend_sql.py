@@ -1,0 +1,292 @@
+"""SQL for the spend engine: one write transaction (:class:`SqlSpendTx`) per operation.
+
+Implements :class:`warden.spend.engine.SpendTx` on the store's write connection
+(SQLite ``BEGIN IMMEDIATE``: the cap check and the hold are one serialised
+step). Amounts are stored as decimal strings and read back as ``Decimal``;
+reservation and receipt records are JSON beside the columns that are queried.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from warden.crypto.canonical import parse_strict_json
+from warden.spend.budgets import Budget, BudgetKind, Period
+from warden.spend.money import to_wire
+from warden.spend.records import HoldStatus, Receipt, Reservation
+from warden.store.base import PendingAppend, SessionState
+
+if TYPE_CHECKING:
+    from warden.store.sql import SqlStore
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _reservation_record(r: Reservation) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "budget_id": r.budget_id,
+        "path": list(r.path),
+        "buckets": list(r.buckets),
+        "currency": r.currency,
+        "amount": to_wire(r.amount),
+        "action": r.action,
+        "status": r.status.value,
+        "created_at": r.created_at.isoformat(),
+        "expires_at": r.expires_at.isoformat(),
+        "settled_amount": to_wire(r.settled_amount) if r.settled_amount is not None else None,
+        "receipt_id": r.receipt_id,
+        "reason": r.reason,
+        "meta": r.meta,
+    }
+
+
+def _reservation(rec: dict[str, Any]) -> Reservation:
+    return Reservation(
+        id=rec["id"],
+        budget_id=rec["budget_id"],
+        path=tuple(rec["path"]),
+        buckets=tuple(rec["buckets"]),
+        currency=rec["currency"],
+        amount=Decimal(rec["amount"]),
+        action=rec["action"],
+        status=HoldStatus(rec["status"]),
+        created_at=datetime.fromisoformat(rec["created_at"]),
+        expires_at=datetime.fromisoformat(rec["expires_at"]),
+        settled_amount=Decimal(rec["settled_amount"]) if rec["settled_amount"] else None,
+        receipt_id=rec["receipt_id"],
+        reason=rec["reason"],
+        meta=rec.get("meta") or {},
+    )
+
+
+def _receipt_record(r: Receipt) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "reservation_id": r.reservation_id,
+        "budget_id": r.budget_id,
+        "action": r.action,
+        "currency": r.currency,
+        "amount": to_wire(r.amount),
+        "created_at": r.created_at.isoformat(),
+        "undone_at": r.undone_at.isoformat() if r.undone_at else None,
+        "resources": list(r.resources),
+    }
+
+
+def _receipt(rec: dict[str, Any]) -> Receipt:
+    return Receipt(
+        id=rec["id"],
+        reservation_id=rec["reservation_id"],
+        budget_id=rec["budget_id"],
+        action=rec["action"],
+        currency=rec["currency"],
+        amount=Decimal(rec["amount"]),
+        created_at=datetime.fromisoformat(rec["created_at"]),
+        undone_at=datetime.fromisoformat(rec["undone_at"]) if rec["undone_at"] else None,
+        resources=tuple(rec.get("resources") or ()),
+    )
+
+
+def _budget(row: Any) -> Budget:
+    return Budget(
+        id=row[0],
+        kind=BudgetKind(row[1]),
+        parent_id=row[2],
+        currency=row[3],
+        cap=Decimal(row[4]),
+        period=Period(row[5]),
+        name=row[6],
+    )
+
+
+_BUDGET_COLUMNS = "budget_id, kind, parent_id, currency, cap, period, name"
+
+
+class SqlSpendTx:
+    """The spend engine's view of one open write transaction."""
+
+    def __init__(self, store: SqlStore, cur: Any) -> None:
+        self._store = store
+        self._cur = cur
+        self._q = store._q  # noqa: SLF001 - same package, same connection
+        self.touched_sessions: set[str] = set()
+
+    def _one(self, sql: str, params: tuple[Any, ...]) -> Any:
+        self._cur.execute(self._q(sql), params)
+        return self._cur.fetchone()
+
+    # budgets
+    def budget(self, budget_id: str) -> Budget | None:
+        row = self._one(f"SELECT {_BUDGET_COLUMNS} FROM budgets WHERE budget_id = ?", (budget_id,))
+        return _budget(row) if row is not None else None
+
+    def put_budget(self, budget: Budget) -> None:
+        from warden.store.sql import _now
+
+        params = (
+            budget.kind.value,
+            budget.parent_id,
+            budget.currency,
+            to_wire(budget.cap),
+            budget.period.value,
+            budget.name,
+            _now(),
+            budget.id,
+        )
+        self._cur.execute(
+            self._q(
+                "UPDATE budgets SET kind = ?, parent_id = ?, currency = ?, cap = ?, period = ?, "
+                "name = ?, updated_at = ? WHERE budget_id = ?"
+            ),
+            params,
+        )
+        if self._cur.rowcount == 0:
+            self._cur.execute(
+                self._q(
+                    "INSERT INTO budgets (kind, parent_id, currency, cap, period, name, "
+                    "updated_at, "
+                    "budget_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
+                params,
+            )
+
+    def usage(self, budget_id: str, bucket: str) -> tuple[Decimal, Decimal]:
+        row = self._one(
+            "SELECT reserved, settled FROM budget_usage WHERE budget_id = ? AND bucket = ?",
+            (budget_id, bucket),
+        )
+        return (Decimal(row[0]), Decimal(row[1])) if row is not None else (Decimal(0), Decimal(0))
+
+    def set_usage(self, budget_id: str, bucket: str, reserved: Decimal, settled: Decimal) -> None:
+        if reserved < 0 or settled < 0:
+            raise AssertionError(f"usage of {budget_id}/{bucket} would go negative")
+        params = (to_wire(reserved), to_wire(settled), budget_id, bucket)
+        self._cur.execute(
+            self._q(
+                "UPDATE budget_usage SET reserved = ?, settled = ? "
+                "WHERE budget_id = ? AND bucket = ?"
+            ),
+            params,
+        )
+        if self._cur.rowcount == 0:
+            self._cur.execute(
+                self._q(
+                    "INSERT INTO budget_usage (reserved, settled, budget_id, "
+                    "bucket) VALUES (?, ?, ?, ?)"
+                ),
+                params,
+            )
+
+    # reservations and receipts
+    def reservation(self, reservation_id: str) -> Reservation | None:
+        row = self._one(
+            "SELECT record FROM reservations WHERE reservation_id = ?", (reservation_id,)
+        )
+        return _reservation(parse_strict_json(row[0])) if row is not None else None
+
+    def put_reservation(self, r: Reservation) -> None:
+        params = (
+            r.budget_id,
+            r.status.value,
+            r.expires_at.isoformat(),
+            _dumps(_reservation_record(r)),
+            r.id,
+        )
+        self._cur.execute(
+            self._q(
+                "UPDATE reservations SET budget_id = ?, status = ?, "
+                "expires_at = ?, record = ? WHERE reservation_id = ?"
+            ),
+            params,
+        )
+        if self._cur.rowcount == 0:
+            self._cur.execute(
+                self._q(
+                    "INSERT INTO reservations (budget_id, status, expires_at, "
+                    "record, reservation_id) VALUES (?, ?, ?, ?, ?)"
+                ),
+                params,
+            )
+
+    def due_reservations(self, now: datetime) -> list[Reservation]:
+        # expires_at is ISO 8601 UTC with a fixed offset, so text order is time order.
+        self._cur.execute(
+            self._q(
+                "SELECT record FROM reservations WHERE status = 'held' AND "
+                "expires_at <= ? ORDER BY expires_at"
+            ),
+            (now.isoformat(),),
+        )
+        return [_reservation(parse_strict_json(r[0])) for r in self._cur.fetchall()]
+
+    def receipt(self, receipt_id: str) -> Receipt | None:
+        row = self._one("SELECT record FROM receipts WHERE receipt_id = ?", (receipt_id,))
+        return _receipt(parse_strict_json(row[0])) if row is not None else None
+
+    def put_receipt(self, r: Receipt) -> None:
+        params = (r.reservation_id, _dumps(_receipt_record(r)), r.id)
+        self._cur.execute(
+            self._q("UPDATE receipts SET reservation_id = ?, record = ? WHERE receipt_id = ?"),
+            params,
+        )
+        if self._cur.rowcount == 0:
+            self._cur.execute(
+                self._q(
+                    "INSERT INTO receipts (reservation_id, record, receipt_id) VALUES (?, ?, ?)"
+                ),
+                params,
+            )
+
+    # audit chain primitives (the chaining itself is the ledger's)
+    def session_head(self, session_id: str) -> tuple[int, str | None] | None:
+        row = self._one(
+            "SELECT head_seq, head_hash FROM sessions WHERE session_id = ?", (session_id,)
+        )
+        return (int(row[0]), row[1]) if row is not None else None
+
+    def insert_session(self, state: SessionState) -> None:
+        self._cur.execute(
+            self._q(
+                "INSERT INTO sessions (session_id, agent_id, key_id, created_at, negotiated, "
+                "closed, "
+                "head_seq, session_signature) VALUES (?, ?, ?, ?, ?, ?, -1, ?)"
+            ),
+            (
+                state.session_id,
+                state.agent_id,
+                state.key_id,
+                state.created_at,
+                _dumps(state.negotiated),
+                False,
+                _dumps(state.signature) if state.signature is not None else None,
+            ),
+        )
+        self.touched_sessions.add(state.session_id)
+
+    def append(self, item: PendingAppend) -> None:
+        self._store._append_one(self._cur, item)  # noqa: SLF001
+        self.touched_sessions.add(item.session_id)
+
+
+@contextmanager
+def spend_transaction(store: SqlStore) -> Iterator[SqlSpendTx]:
+    """Open one write transaction for the spend engine on ``store``."""
+    with store._write() as cur:  # noqa: SLF001
+        tx = SqlSpendTx(store, cur)
+        yield tx
+    for sid in tx.touched_sessions:
+        store.forget_session(sid)
+
+
+def list_budgets(store: SqlStore) -> list[Budget]:
+    with store._write() as cur:  # noqa: SLF001 - a short read under the writer lock
+        cur.execute(f"SELECT {_BUDGET_COLUMNS} FROM budgets ORDER BY budget_id")
+        return [_budget(r) for r in cur.fetchall()]
