@@ -78,8 +78,6 @@ class SpendStore(Protocol):
 
     def budgets(self) -> list[Budget]: ...
 
-    def budget_usage(self, budget_id: str, bucket: str) -> tuple[Decimal, Decimal]: ...
-
 
 class SpendEngine:
     """Budgets and holds over a :class:`SpendStore`. Thread-safe (the store serialises)."""
