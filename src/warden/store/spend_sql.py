@@ -253,22 +253,7 @@ class SqlSpendTx:
         return (int(row[0]), row[1]) if row is not None else None
 
     def insert_session(self, state: SessionState) -> None:
-        self._cur.execute(
-            self._q(
-                "INSERT INTO sessions (session_id, agent_id, key_id, created_at, negotiated, "
-                "closed, "
-                "head_seq, session_signature) VALUES (?, ?, ?, ?, ?, ?, -1, ?)"
-            ),
-            (
-                state.session_id,
-                state.agent_id,
-                state.key_id,
-                state.created_at,
-                _dumps(state.negotiated),
-                False,
-                _dumps(state.signature) if state.signature is not None else None,
-            ),
-        )
+        self._store._insert_session(self._cur, state)  # noqa: SLF001
         self.touched_sessions.add(state.session_id)
 
     def append(self, item: PendingAppend) -> None:

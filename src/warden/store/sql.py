@@ -289,22 +289,7 @@ class SqlStore:
         with self._write() as cur:
             self._insert_replay(cur, state.session_id, replay)
             try:
-                cur.execute(
-                    self._q(
-                        "INSERT INTO sessions (session_id, agent_id, key_id, created_at, "
-                        "negotiated, closed, head_seq, session_signature) "
-                        "VALUES (?, ?, ?, ?, ?, ?, -1, ?)"
-                    ),
-                    (
-                        state.session_id,
-                        state.agent_id,
-                        state.key_id,
-                        state.created_at,
-                        _dumps(state.negotiated),
-                        False,
-                        _dumps(state.signature) if state.signature is not None else None,
-                    ),
-                )
+                self._insert_session(cur, state)
             except Exception as exc:
                 if _is_integrity(exc):
                     raise SessionRefused(
@@ -312,6 +297,25 @@ class SqlStore:
                     ) from exc
                 raise
         self._cache[state.session_id] = replace(state, closed=False, head_seq=-1, head_hash=None)
+
+    def _insert_session(self, cur: Any, state: SessionState) -> None:
+        """Insert a session row (head -1, open) inside the caller's transaction."""
+        cur.execute(
+            self._q(
+                "INSERT INTO sessions (session_id, agent_id, key_id, created_at, "
+                "negotiated, closed, head_seq, session_signature) "
+                "VALUES (?, ?, ?, ?, ?, ?, -1, ?)"
+            ),
+            (
+                state.session_id,
+                state.agent_id,
+                state.key_id,
+                state.created_at,
+                _dumps(state.negotiated),
+                False,
+                _dumps(state.signature) if state.signature is not None else None,
+            ),
+        )
 
     def load_session(self, session_id: str, *, fresh: bool = False) -> SessionState | None:
         if not fresh:
