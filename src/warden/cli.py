@@ -137,11 +137,28 @@ def serve(
             help="Refuse clients whose ClientHello says provenance_producer: none (-32002).",
         ),
     ] = False,
+    budgets: Annotated[
+        Path | None,
+        typer.Option(
+            "--budgets",
+            envvar="WARDEN_BUDGETS",
+            help="YAML list of budgets (id, kind, parent, currency, cap, period, name) "
+            "created or updated at start; an invalid file stops the start.",
+        ),
+    ] = None,
+    idempotency_ttl_seconds: Annotated[
+        int,
+        typer.Option(
+            envvar="WARDEN_IDEMPOTENCY_TTL_SECONDS",
+            help="How long the spend wire replays an Idempotency-Key's stored answer.",
+        ),
+    ] = 86_400,
     log_level: Annotated[
         str, typer.Option(envvar="WARDEN_LOG_LEVEL", help="Python logging level.")
     ] = "INFO",
 ) -> None:
-    """Run Warden: ACS at POST /acs, health at /healthz and /readyz."""
+    """Run Warden: ACS at POST /acs, the Governed Spend REST wire under /v1 (bearer token in
+    <data-dir>/api.token), health at /healthz and /readyz."""
     import uvicorn
 
     from warden.runtime import Runtime
@@ -162,6 +179,8 @@ def serve(
         sqlite_sync=sqlite_sync.upper(),
         max_body_bytes=max_body_bytes,
         policy_requires_provenance=policy_requires_provenance,
+        budgets=budgets,
+        idempotency_ttl_seconds=idempotency_ttl_seconds,
     )
     try:
         runtime = Runtime.start(settings)
@@ -171,7 +190,7 @@ def serve(
     err_console.print(
         f"warden {__version__}: bundle {ref.id}@{ref.version} ({len(runtime.bundle.rules)} "
         f"rules, {ref.digest[:19]}…), store {settings.resolved_database_url()}, key file "
-        f"{settings.resolved_key_file()}"
+        f"{settings.resolved_key_file()}, spend API token {settings.resolved_api_token_file()}"
     )
     try:
         uvicorn.run(

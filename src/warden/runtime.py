@@ -1,22 +1,26 @@
 """Wires the pieces together from :class:`Settings`: store, keys, bundle, Guardian, wires.
 
 Start-up validates everything at once and refuses to start on any problem
-(ConfigError): a bad bundle, an unreadable key file, a bad database URL.
+(ConfigError): a bad bundle, an unreadable key or token file, a bad budgets file,
+a bad database URL. Files are checked before the database is opened.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 
 from warden.core.guardian import Guardian
 from warden.crypto.hmac_keys import SessionKeys
-from warden.crypto.keystore import load_or_create_ikm
+from warden.crypto.keystore import load_or_create_api_token, load_or_create_ikm
+from warden.gates.spend import SpendGate
 from warden.ledger.ledger import Ledger
 from warden.policy.bundle import Bundle, load_bundle
 from warden.policy.engine import PolicyEngine
 from warden.settings import Settings
 from warden.spend.audit import SpendAuditor
+from warden.spend.config import apply_budgets, load_budgets
 from warden.spend.engine import SpendEngine
 from warden.store.sql import SqlStore, open_store
 from warden.wire.acs.handshake import HandshakeConfig
@@ -37,6 +41,10 @@ class Runtime:
     acs: AcsService
     spend: SpendEngine
     ikm_created: bool
+    expirer: HoldExpirer | None = None
+    #: The bearer token of the spend wire (``<data-dir>/api.token``).
+    api_token: str = ""
+    api_token_created: bool = False
 
     @classmethod
     def start(cls, settings: Settings) -> Runtime:
@@ -46,9 +54,38 @@ class Runtime:
             log.warning(
                 "generated a new HMAC master secret at %s (mode 0600)", settings.resolved_key_file()
             )
+        token_file = settings.resolved_api_token_file()
+        api_token, token_created = load_or_create_api_token(token_file)
+        if token_created:
+            log.warning("generated a new spend API token at %s (mode 0600)", token_file)
+        budgets = load_budgets(settings.budgets) if settings.budgets is not None else None
         store = open_store(settings.resolved_database_url(), sqlite_sync=settings.sqlite_sync)
         keys = SessionKeys(ikm)
         guardian = Guardian(PolicyEngine(bundle))
+        spend = SpendEngine(store, SpendAuditor(Ledger(store, keys, settings.key_id)))
+        if budgets is not None:
+            try:
+                changed = apply_budgets(spend, budgets)
+            except BaseException:
+                store.close()
+                raise
+            log.info(
+                "budgets file %s: %d budgets, %d defined or changed",
+                settings.budgets,
+                len(budgets),
+                len(changed),
+            )
+        gate = SpendGate.for_bundle(spend, bundle, store.step_entry)
+        if gate is not None:
+            known = {b.id for b in store.budgets()}
+            for charge in gate.charges:
+                if charge.budget is not None and charge.budget not in known:
+                    log.warning(
+                        "bundle charge %s charges budget %s, which is not defined: its calls "
+                        "are denied (unknown_budget) until it is",
+                        charge.id,
+                        charge.budget,
+                    )
         acs = AcsService(
             guardian,
             store,
@@ -59,9 +96,52 @@ class Runtime:
                 policy_requires_provenance=settings.policy_requires_provenance,
             ),
             max_body_bytes=settings.max_body_bytes,
+            spend_gate=gate,
         )
-        spend = SpendEngine(store, SpendAuditor(Ledger(store, keys, settings.key_id)))
-        return cls(settings, store, bundle, guardian, keys, acs, spend, created)
+        interval = settings.spend_expiry_interval_s
+        expirer = HoldExpirer(spend, interval) if interval > 0 else None
+        return cls(
+            settings,
+            store,
+            bundle,
+            guardian,
+            keys,
+            acs,
+            spend,
+            created,
+            expirer,
+            api_token=api_token,
+            api_token_created=token_created,
+        )
 
     def close(self) -> None:
+        if self.expirer is not None:
+            self.expirer.stop()
         self.store.close()
+
+
+class HoldExpirer:
+    """A daemon thread that releases expired spend holds every ``interval`` seconds
+    (:meth:`SpendEngine.expire_due`), so a hold nobody concludes does not wait for the
+    next reservation to be released. Errors are logged and retried next tick."""
+
+    def __init__(self, engine: SpendEngine, interval: float) -> None:
+        self._engine = engine
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="warden-hold-expiry", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                released = self._engine.expire_due()
+            except Exception:  # noqa: BLE001 - retried next tick; the server keeps serving
+                log.warning("releasing expired spend holds failed", exc_info=True)
+                continue
+            if released:
+                log.info("released %d expired spend hold(s)", released)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)

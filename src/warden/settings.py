@@ -1,7 +1,8 @@
 """Warden's settings: command-line options, ``WARDEN_*`` environment variables, defaults.
 
 Embedded defaults: data under ``./.warden/`` (SQLite ``warden.db``, HMAC master
-secret ``ikm.key`` generated on first start with mode 0600) and the shipped
+secret ``ikm.key`` and spend API token ``api.token``, both generated on first
+start with mode 0600) and the shipped
 bundle ``examples/policies/default.yaml`` (also packaged as
 ``warden/bundles/default.yaml`` for installs outside the repository).
 """
@@ -42,6 +43,14 @@ class Settings(BaseSettings):
     sqlite_sync: Literal["FULL", "NORMAL", "EXTRA"] = "FULL"
     policy_requires_provenance: bool = False
     max_body_bytes: int = Field(1 << 20, ge=1024)
+    api_token_file: Path | None = None
+    #: A YAML list of budgets upserted at start (see warden.spend.config).
+    budgets: Path | None = None
+    #: How long a stored Idempotency-Key response is replayed (AdCP recommends 86400).
+    idempotency_ttl_seconds: int = Field(86_400, ge=1, le=604_800)
+    #: How often expired spend holds are released in the background (s); 0 = only when
+    #: a reservation is made.
+    spend_expiry_interval_s: float = Field(30.0, ge=0)
 
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir / 'warden.db'}"
@@ -51,3 +60,6 @@ class Settings(BaseSettings):
 
     def resolved_key_file(self) -> Path:
         return self.key_file or self.data_dir / "ikm.key"
+
+    def resolved_api_token_file(self) -> Path:
+        return self.api_token_file or self.data_dir / "api.token"

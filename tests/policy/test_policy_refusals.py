@@ -76,6 +76,41 @@ REFUSALS: dict[str, list[tuple[str, str]]] = {
             r"data.secret_patterns[1]: RE2 cannot compile pattern `password(?=\s*=)`",
         )
     ],
+    "bundle_spend_two_amounts.yaml": [
+        ("charge payments", "exactly one of `amount` (CEL), `price` or `prices`; got amount, price")
+    ],
+    "bundle_spend_float_price.yaml": [
+        ("charge payments", 'price: Value error, price must be a decimal string such as "0.05"')
+    ],
+    "bundle_spend_zero_price.yaml": [("charge payments", "price: Value error, price must be > 0")],
+    "bundle_spend_bad_currency.yaml": [
+        ("charge payments", "currency: Value error, currency must be three uppercase letters")
+    ],
+    "bundle_spend_bad_budget_id.yaml": [
+        ("charge payments", "budget: Value error, budget id 'Shop Budget' must match")
+    ],
+    "bundle_spend_no_budget.yaml": [
+        ("charge payments", "a charge needs exactly one of `budget` and `budget_expr`")
+    ],
+    "bundle_spend_bad_amount_cel.yaml": [("charge payments", "amount: does not compile")],
+    "bundle_spend_actual_reads_args.yaml": [
+        ("charge payments", "actual: names undefined variable(s) ['args']")
+    ],
+    "bundle_spend_duplicate_charge_ids.yaml": [("bundle", "duplicate charge id 'payments'")],
+    "bundle_spend_hold_too_long.yaml": [
+        ("charge payments", "hold_seconds: Input should be less than or equal to 604800")
+    ],
+    "bundle_spend_prices_and_tools.yaml": [
+        ("charge price-list", "`tools` is implied by `prices` (its keys)")
+    ],
+    "bundle_spend_unknown_field.yaml": [
+        ("charge payments", "amout: Extra inputs are not permitted")
+    ],
+    "bundle_spend_several_problems.yaml": [
+        ("rule pay", "effect: Input should be 'allow'"),
+        ("charge payments", "when: does not compile"),
+        ("charge fees", 'price: Value error, price must be a decimal string such as "1.5"'),
+    ],
     "bundle_several_problems.yaml": [
         ("rule typo-field", "colour: Extra inputs are not permitted"),
         ("rule bad-cel", "when: does not compile"),

@@ -1,6 +1,7 @@
 """AgentDojo v1.2 replayed end to end: a real `warden serve`, the `warden replay agentdojo`
 CLI over HTTP, then `warden verify` on the database. The decision counts are pinned: a
-change in the bundle, the loader or the engine shows up here."""
+change in the bundle, the loader, the engine or the spend gate shows up here. Bank
+transfers are governed by the budgets of examples/budgets/agentdojo.yaml."""
 
 from __future__ import annotations
 
@@ -9,26 +10,34 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from conftest import AGENTDOJO_POLICY, Server, start_server
+from conftest import AGENTDOJO_POLICY, ROOT, Server, start_server
 
 from warden.replay.agentdojo_tasks import load_task_runs
 
-#: suite → (tasks, calls, allow, warn, modify, ask, defer, deny, errors)
+AGENTDOJO_BUDGETS = ROOT / "examples" / "budgets" / "agentdojo.yaml"
+
+#: suite → (tasks, calls, allow, warn, modify, ask, defer, deny, budget, errors);
+#: budget = the denies with reason code budget_exceeded (counted in deny too).
 PINNED = {
-    "banking": (25, 45, 24, 0, 0, 21, 0, 0, 0),
-    "slack": (26, 111, 69, 19, 0, 23, 0, 0, 0),
-    "travel": (27, 136, 127, 2, 0, 7, 0, 0, 0),
-    "workspace": (54, 94, 74, 0, 0, 20, 0, 0, 0),
-    "all": (132, 386, 294, 21, 0, 71, 0, 0, 0),
+    "banking": (25, 45, 23, 0, 0, 21, 0, 1, 1, 0),
+    "slack": (26, 111, 69, 19, 0, 23, 0, 0, 0, 0),
+    "travel": (27, 136, 127, 2, 0, 7, 0, 0, 0, 0),
+    "workspace": (54, 94, 74, 0, 0, 20, 0, 0, 0, 0),
+    "all": (132, 386, 293, 21, 0, 71, 0, 1, 1, 0),
 }
+#: The transfers the rules allow, in replay order (EUR): 4 and 10 are held and settled,
+#: 50 no longer fits the 50 EUR agent budget (budget_exceeded), the last 10 does.
+ALLOWED_TRANSFERS = [("4.0", "held"), ("10.0", "held"), ("50.0", "refused"), ("10.0", "held")]
 
 
 @pytest.fixture(scope="module")
 def dojo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("dojo") / "srv", AGENTDOJO_POLICY)
+    data = tmp_path_factory.mktemp("dojo") / "srv"
+    srv = start_server(data, AGENTDOJO_POLICY, "--budgets", str(AGENTDOJO_BUDGETS))
     yield srv
     srv.stop()
 
@@ -65,7 +74,7 @@ def test_replay_all_suites_then_verify(dojo_server: Server) -> None:
     rows = {}
     for line in proc.stdout.splitlines():
         cells = [c.strip() for c in re.split(r"[│┃]", line) if c.strip()]
-        if cells and cells[0] in PINNED and len(cells) == 10:
+        if cells and cells[0] in PINNED and len(cells) == 11:
             rows[cells[0]] = tuple(int(c) for c in cells[1:])
     assert rows == PINNED, proc.stdout
     summary = re.search(
@@ -73,10 +82,59 @@ def test_replay_all_suites_then_verify(dojo_server: Server) -> None:
     )
     assert summary is not None, proc.stdout
     sessions, entries, signatures = map(int, summary.groups())
-    # 132 sessions; per session: sessionStart, userMessage, sessionEnd + 2 per call.
-    assert sessions == 132
-    assert entries == 132 * 3 + 2 * 386
-    assert signatures == entries + sessions  # every response and every signed head
+    # 132 ACS sessions, plus the spend chain of the agentdojo budget tree.
+    assert sessions == 132 + 1
+    # Per ACS session: sessionStart, userMessage, sessionEnd + 2 per call. Spend chain:
+    # 3 budgets defined, 3 holds taken and 3 settled, 1 refusal.
+    acs_entries = 132 * 3 + 2 * 386
+    assert entries == acs_entries + 3 + 3 + 3 + 1
+    # Every ACS response and every signed head (spend entries carry no response).
+    assert signatures == acs_entries + sessions
+
+
+def test_replay_transfers_are_governed_by_the_budget(dojo_server: Server) -> None:
+    """After the replay (previous test): each transfer the rules allowed was held against
+    the agent budget and settled by its result, or refused; the entries carry it."""
+    import json
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{dojo_server.data_dir / 'warden.db'}?mode=ro", uri=True)
+    try:
+        rows = db.execute(
+            "SELECT step_type, step_id, entry FROM entries WHERE step_type IN "
+            "('steps/toolCallRequest', 'steps/toolCallResult') AND entry LIKE '%\"spend\"%' "
+            "ORDER BY rowid"
+        ).fetchall()
+        holds = dict(db.execute("SELECT reservation_id, status FROM reservations").fetchall())
+        usage = db.execute(
+            "SELECT reserved, settled FROM budget_usage WHERE budget_id = ?",
+            ("agentdojo.banking.agent",),
+        ).fetchone()
+    finally:
+        db.close()
+    requests = [json.loads(e)["verdict"] for t, _, e in rows if t == "steps/toolCallRequest"]
+    results = [json.loads(e)["verdict"] for t, _, e in rows if t == "steps/toolCallResult"]
+    seen = [
+        (v["spend"]["amount"], "refused" if "refused" in v["spend"] else "held") for v in requests
+    ]
+    assert seen == ALLOWED_TRANSFERS
+    refused = next(v for v in requests if "refused" in v["spend"])
+    assert (refused["decision"], refused["reason_codes"]) == ("deny", ["budget_exceeded"])
+    assert refused["spend"] == {
+        "charge": "banking-transfers",
+        "budget_id": "agentdojo.banking.agent",
+        "amount": "50.0",
+        "currency": "EUR",
+        "refused": "budget_exceeded",
+        "blocking_budget_id": "agentdojo.banking.agent",
+        "limit": "50",
+        "available": "36.0",
+    }
+    held = [v["spend"]["reservation_id"] for v in requests if "reservation_id" in v["spend"]]
+    assert [v["spend"]["reservation_id"] for v in results] == held
+    assert all(v["spend"]["outcome"] == "settled" for v in results)
+    assert holds == dict.fromkeys(held, "settled")
+    assert (Decimal(usage[0]), Decimal(usage[1])) == (Decimal(0), Decimal("24.0"))
 
 
 def test_verify_detects_a_tampered_replay_database(dojo_server: Server, tmp_path: Path) -> None:

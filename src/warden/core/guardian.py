@@ -1,7 +1,8 @@
 """The Guardian: one decision path for every wire (DESIGN.md "One decision, four wires").
 
-``Guardian.decide(request)`` runs the policy engine (and, in later issues, the
-built-in gates), then makes the verdict fit the hook: an effect the hook does
+``Guardian.decide(request)`` runs the policy engine, then makes the verdict fit the
+hook (the spend gate, which holds money and so has effects, runs on this verdict in
+the wire's dispatch: :mod:`warden.gates.spend`): an effect the hook does
 not permit becomes deny (or allow where deny is not permitted either) with
 reason code ``disposition_not_permitted`` (specs/acs.md §7). It never raises
 for a request: any engine failure is a fail-closed deny with reason code

@@ -95,6 +95,8 @@ class Verdict:
     ``modifications``/``ask_details``/``defer_details`` are present exactly when
     the decision needs them (ACS §6). ``failure`` carries operator detail when
     the verdict is a fail-closed deny; it goes to the ledger, never the wire.
+    ``spend`` is what the spend gate did for this step (a reservation taken or
+    refused, a settlement or release); it goes into the hashed entry.
     """
 
     decision: Effect
@@ -108,3 +110,4 @@ class Verdict:
     defer_details: dict[str, Any] | None = None
     policy_data: dict[str, Any] = field(default_factory=dict)
     failure: str | None = None
+    spend: dict[str, Any] | None = None

@@ -12,8 +12,11 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 import yaml
@@ -24,7 +27,19 @@ from warden.core.modifications import ModificationConflict, check_modifications
 from warden.core.types import BundleRef, Effect
 from warden.crypto.canonical import canonical_bytes, sha256_hex
 from warden.errors import ConfigError, WardenError
-from warden.policy.conditions import Condition, ConditionError, pattern_problem
+from warden.policy.conditions import (
+    RESULT_VARIABLES,
+    Condition,
+    ConditionError,
+    Expression,
+    pattern_problem,
+)
+from warden.spend.budgets import budget_id_problem
+from warden.spend.money import MoneyError, parse_amount, parse_currency
+
+#: Hold time of a reservation when a charge does not say (s), and the longest allowed.
+DEFAULT_HOLD_SECONDS = 900
+MAX_HOLD_SECONDS = 7 * 24 * 3600
 
 FORMAT_VERSION = 1
 TOOL_METHODS = ("steps/toolCallRequest", "protocols/MCP/tools/call")
@@ -186,6 +201,102 @@ class RuleSpec(_Strict):
         return self
 
 
+def _price(value: Any, what: str) -> Decimal:
+    """A positive decimal price from YAML: a string (``"0.05"``) or an integer; a YAML
+    float is refused because it cannot say which decimal it meant."""
+    if isinstance(value, float):
+        raise ValueError(
+            f'{what} must be a decimal string such as "{value!r}" or an integer, not a YAML '
+            "float (a binary float cannot say which decimal it meant)"
+        )
+    try:
+        return parse_amount(value, field=what, allow_zero=False)
+    except MoneyError as exc:
+        raise ValueError(exc.message) from exc
+
+
+class ChargeSpec(_Strict):
+    """One entry of the bundle's ``spend`` section: which tool calls cost money, how much,
+    in which currency, charged to which budget (docs/policy-bundles.md, "Spend")."""
+
+    id: str
+    description: str | None = None
+    tools: list[str] | None = None
+    when: str | None = None
+    amount: str | None = None
+    price: Any = None
+    prices: dict[str, Any] | None = None
+    currency: str | None = None
+    currency_expr: str | None = None
+    budget: str | None = None
+    budget_expr: str | None = None
+    hold_seconds: int = Field(DEFAULT_HOLD_SECONDS, ge=1, le=MAX_HOLD_SECONDS, strict=True)
+    actual: str | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id_shape(cls, v: str) -> str:
+        if not _RULE_ID.match(v):
+            raise ValueError("charge id must match [A-Za-z0-9_.:-]+")
+        return v
+
+    @field_validator("price")
+    @classmethod
+    def _price_shape(cls, v: Any) -> Any:
+        if v is not None:
+            _price(v, "price")
+        return v
+
+    @field_validator("prices")
+    @classmethod
+    def _prices_shape(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("`prices` must not be empty")
+        for tool, price in v.items():
+            if not tool or _GLOB_CHARS.intersection(tool):
+                raise ValueError(f"prices: {tool!r} must be an exact tool name (no globs)")
+            _price(price, f"prices.{tool}")
+        return v
+
+    @field_validator("currency")
+    @classmethod
+    def _currency_shape(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                parse_currency(v)
+            except MoneyError as exc:
+                raise ValueError(exc.message) from exc
+        return v
+
+    @field_validator("budget")
+    @classmethod
+    def _budget_shape(cls, v: str | None) -> str | None:
+        if v is not None and (why := budget_id_problem(v)) is not None:
+            raise ValueError(why)
+        return v
+
+    @model_validator(mode="after")
+    def _one_of_each(self) -> ChargeSpec:
+        given = [n for n in ("amount", "price", "prices") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "a charge needs exactly one of `amount` (CEL), `price` or `prices`"
+                + (f"; got {', '.join(given)}" if given else "")
+            )
+        for fixed, expr in (("currency", "currency_expr"), ("budget", "budget_expr")):
+            if (getattr(self, fixed) is None) == (getattr(self, expr) is None):
+                raise ValueError(f"a charge needs exactly one of `{fixed}` and `{expr}`")
+        if self.prices is not None and self.tools is not None:
+            raise ValueError("`tools` is implied by `prices` (its keys); give one, not both")
+        if self.prices is None and self.tools is None:
+            raise ValueError("a charge needs `tools` (or a `prices` table)")
+        if self.tools is not None and not self.tools:
+            raise ValueError("`tools` must not be empty")
+        return self
+
+
 class BundleSpec(_Strict):
     warden_bundle: Literal[1]
     id: str
@@ -196,6 +307,7 @@ class BundleSpec(_Strict):
     default_reasoning: str | None = None
     data: dict[str, Any] = Field(default_factory=dict)
     rules: list[RuleSpec]
+    spend: list[ChargeSpec] = Field(default_factory=list)
 
     @field_validator("default_reasoning")
     @classmethod
@@ -213,6 +325,11 @@ class BundleSpec(_Strict):
             if rule.id in seen:
                 raise ValueError(f"duplicate rule id {rule.id!r}")
             seen.add(rule.id)
+        charges: set[str] = set()
+        for charge in self.spend:
+            if charge.id in charges:
+                raise ValueError(f"duplicate charge id {charge.id!r}")
+            charges.add(charge.id)
         return self
 
 
@@ -243,9 +360,73 @@ class Rule:
         return bool(tool_name) and any(fnmatch.fnmatchcase(tool_name, t) for t in self.tools)
 
 
+@dataclass(frozen=True, eq=False)
+class Charge:
+    """A compiled ``spend`` entry: the tool calls it prices and how (see :class:`ChargeSpec`).
+
+    Exactly one of ``amount`` (CEL over the request), ``price`` or ``prices`` (per tool) is
+    set; likewise ``currency``/``currency_expr`` and ``budget``/``budget_expr``. ``actual``,
+    if set, is CEL over the ``steps/toolCallResult`` that settles the reservation.
+    """
+
+    spec: ChargeSpec
+    order: int
+    tools: tuple[str, ...]
+    condition: Condition | None
+    amount: Expression | None
+    price: Decimal | None
+    prices: Mapping[str, Decimal]
+    currency_expr: Expression | None
+    budget_expr: Expression | None
+    actual: Expression | None
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def currency(self) -> str | None:
+        return self.spec.currency
+
+    @property
+    def budget(self) -> str | None:
+        return self.spec.budget
+
+    @property
+    def hold_seconds(self) -> int:
+        return self.spec.hold_seconds
+
+    def matches_tool(self, tool_name: str) -> bool:
+        return bool(tool_name) and any(fnmatch.fnmatchcase(tool_name, t) for t in self.tools)
+
+
+_CHARGE_EXPRESSIONS = ("when", "amount", "currency_expr", "budget_expr", "actual")
+
+
+def _compile_charge(raw: Mapping[str, Any]) -> tuple[dict[str, Expression | None], list[str]]:
+    """Compile a charge's CEL fields (``when`` must be bool; ``actual`` reads the result)."""
+    compiled: dict[str, Expression | None] = {}
+    problems: list[str] = []
+    for name in _CHARGE_EXPRESSIONS:
+        source = raw.get(name)
+        compiled[name] = None
+        if not isinstance(source, str):
+            continue
+        try:
+            if name == "when":
+                compiled[name] = Condition(source)
+            elif name == "actual":
+                compiled[name] = Expression(source, allowed=RESULT_VARIABLES)
+            else:
+                compiled[name] = Expression(source)
+        except ConditionError as exc:
+            problems.append(f"{name}: {exc}")
+    return compiled, problems
+
+
 @dataclass(frozen=True)
 class Bundle:
-    """A loaded bundle: identity, default effect, constants and compiled rules."""
+    """A loaded bundle: identity, default effect, constants, compiled rules and charges."""
 
     ref: BundleRef
     name: str | None
@@ -254,6 +435,7 @@ class Bundle:
     data: dict[str, Any]
     rules: tuple[Rule, ...]
     source: str
+    charges: tuple[Charge, ...] = field(default=())
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -303,6 +485,9 @@ def _schema_problems(exc: ValidationError, doc: dict[str, Any], source: str) -> 
         where = "bundle"
         if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
             where = f"rule {_raw_rule_id(doc.get('rules'), loc[1])}"
+            loc = loc[2:]
+        elif len(loc) >= 2 and loc[0] == "spend" and isinstance(loc[1], int):
+            where = f"charge {_raw_rule_id(doc.get('spend'), loc[1])}"
             loc = loc[2:]
         field = ".".join(str(p) for p in loc)
         problems.append(_problem(source, where, f"{field + ': ' if field else ''}{err['msg']}"))
@@ -367,12 +552,19 @@ def _raw_rule_problems(exc: ValidationError, doc: dict[str, Any], source: str) -
                 check_modifications(modify.to_wire())
             except ModificationConflict as mexc:
                 problems.append(_problem(source, where, f"modify: {mexc}"))
-    # BundleSpec's own validator (empty/duplicate rules) runs only when every field is valid.
+    charges = doc.get("spend")
+    charges = charges if isinstance(charges, list) else []
+    for index, raw in enumerate(charges):
+        if isinstance(raw, dict):
+            where = f"charge {_raw_rule_id(charges, index)}"
+            problems += [_problem(source, where, why) for why in _compile_charge(raw)[1]]
+    # BundleSpec's own validator (empty/duplicate ids) runs only when every field is valid.
     if any(not err["loc"] for err in exc.errors()):
         return problems
-    ids = [raw.get("id") for raw in rules if isinstance(raw, dict)]
-    for rid in dict.fromkeys(i for i in ids if isinstance(i, str) and ids.count(i) > 1):
-        problems.append(_problem(source, "bundle", f"duplicate rule id {rid!r}"))
+    for kind, items in (("rule", rules), ("charge", charges)):
+        ids = [raw.get("id") for raw in items if isinstance(raw, dict)]
+        for rid in dict.fromkeys(i for i in ids if isinstance(i, str) and ids.count(i) > 1):
+            problems.append(_problem(source, "bundle", f"duplicate {kind} id {rid!r}"))
     return problems
 
 
@@ -415,6 +607,25 @@ def parse_bundle(text: str, *, source: str = "<bundle>") -> Bundle:
         compiled.append(
             Rule(rule, order, cond, hooks, tuple(rule.tools) if rule.tools is not None else None)
         )
+    charges: list[Charge] = []
+    for order, charge in enumerate(spec.spend):
+        exprs, why = _compile_charge(charge.model_dump())
+        problems += [_problem(source, f"charge {charge.id}", w) for w in why]
+        prices = charge.prices or {}
+        charges.append(
+            Charge(
+                spec=charge,
+                order=order,
+                tools=tuple(charge.tools if charge.tools is not None else prices),
+                condition=exprs["when"] if isinstance(exprs["when"], Condition) else None,
+                amount=exprs["amount"],
+                price=_price(charge.price, "price") if charge.price is not None else None,
+                prices=MappingProxyType({t: _price(v, f"prices.{t}") for t, v in prices.items()}),
+                currency_expr=exprs["currency_expr"],
+                budget_expr=exprs["budget_expr"],
+                actual=exprs["actual"],
+            )
+        )
     if problems:
         raise ConfigError("\n".join(problems), reason="bundle_invalid")
     try:
@@ -431,6 +642,7 @@ def parse_bundle(text: str, *, source: str = "<bundle>") -> Bundle:
         data=spec.data,
         rules=tuple(compiled),
         source=source,
+        charges=tuple(charges),
     )
 
 

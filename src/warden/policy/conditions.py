@@ -26,6 +26,13 @@ CONDITION_VARIABLES = frozenset(
     {"method", "tool", "args", "raw_command", "payload", "metadata", "session", "data"}
 )
 
+#: Variables a spend charge's ``actual`` expression may use: the ``steps/toolCallResult``
+#: being settled (docs/policy-bundles.md, "Spend").
+RESULT_VARIABLES = frozenset(
+    {"method", "tool", "outputs", "exit_status", "reserved", "payload", "metadata", "session"}
+    | {"data"}
+)
+
 #: CEL type identifiers, which the library reports as variables.
 _TYPE_NAMES = frozenset(
     {
@@ -212,12 +219,13 @@ def literal_arguments(source: str, function: str, position: int) -> list[str]:
     return found
 
 
-class Condition:
-    """A compiled CEL boolean expression; ``variables`` are the Warden variables it reads."""
+class Expression:
+    """A compiled CEL expression of any result type; ``variables`` are the Warden variables
+    it reads, out of ``allowed`` (a name outside it is refused at compile time)."""
 
     __slots__ = ("_program", "source", "variables")
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, *, allowed: frozenset[str] = CONDITION_VARIABLES) -> None:
         self.source = source
         try:
             self._program = cel.compile(source)
@@ -228,22 +236,32 @@ class Condition:
             names = set(self._program.variables())
         except (ValueError, RuntimeError) as exc:  # pragma: no cover - library guarantee
             raise ConditionError(f"cannot analyse variables: {exc}") from exc
-        self.variables = frozenset(names & CONDITION_VARIABLES)
-        undefined = sorted(names - CONDITION_VARIABLES - _TYPE_NAMES - bound)
+        self.variables = frozenset(names & allowed)
+        undefined = sorted(names - allowed - _TYPE_NAMES - bound)
         if undefined:
             raise ConditionError(
-                f"names undefined variable(s) {undefined}; available: {sorted(CONDITION_VARIABLES)}"
+                f"names undefined variable(s) {undefined}; available: {sorted(allowed)}"
             )
         bad = [why for p in literal_arguments(source, "re_find", 1) if (why := pattern_problem(p))]
         if bad:
             raise ConditionError("re_find: " + "; ".join(bad))
 
-    def evaluate(self, context: Any) -> bool:
-        """Evaluate against a ``cel.Context`` (or dict); raise ConditionError unless bool."""
+    def value(self, context: Any) -> Any:
+        """Evaluate against a ``cel.Context`` (or dict); raise ConditionError on any error."""
         try:
-            result = self._program.execute(context)
+            return self._program.execute(context)
         except Exception as exc:  # noqa: BLE001 - foreign errors translated here (one boundary)
             raise ConditionError(f"evaluation failed: {type(exc).__name__}: {exc}") from exc
+
+
+class Condition(Expression):
+    """A compiled CEL boolean expression (a rule's ``when``)."""
+
+    __slots__ = ()
+
+    def evaluate(self, context: Any) -> bool:
+        """Evaluate against a ``cel.Context`` (or dict); raise ConditionError unless bool."""
+        result = self.value(context)
         if not isinstance(result, bool):
             raise ConditionError(f"must evaluate to a bool, got {type(result).__name__}")
         return result

@@ -6,7 +6,10 @@ ground-truth call a ``steps/toolCallRequest`` with its arguments and the
 matching ``steps/toolCallResult`` — ``success`` with the output of executing the
 call in AgentDojo's environment when Warden allowed (or modified) it,
 ``blocked`` with no output when Warden denied, asked or deferred — and
-``steps/sessionEnd``. Every response's signature is verified on arrival.
+``steps/sessionEnd``. Every response's signature is verified on arrival. With a
+bundle that prices tool calls (``spend``), an allowed call holds its cost and its
+``success`` result settles it; the table's ``budget`` column counts the denies whose
+reason code is ``budget_exceeded`` (they are included in ``deny``).
 
 This replays recorded ground-truth calls; it is not an LLM agent run.
 """
@@ -27,6 +30,8 @@ from warden.replay.agentdojo_tasks import TaskRun, load_task_runs
 from warden.wire.acs.client import AcsClient, http_transport
 
 DECISION_COLUMNS = ("allow", "warn", "modify", "ask", "defer", "deny")
+#: Counted beside the decisions: denies with reason code ``budget_exceeded`` (in ``deny`` too).
+BUDGET_COLUMN = "budget"
 
 
 @dataclass
@@ -44,6 +49,7 @@ class ReplaySummary:
             "tasks",
             "calls",
             *DECISION_COLUMNS,
+            BUDGET_COLUMN,
             "errors",
             title="AgentDojo v1.2 replay: decisions on toolCallRequest",
         )
@@ -56,6 +62,7 @@ class ReplaySummary:
                 str(self.tasks[suite]),
                 str(sum(c[d] for d in DECISION_COLUMNS)),
                 *(str(c[d]) for d in DECISION_COLUMNS),
+                str(c[BUDGET_COLUMN]),
                 str(c["error"]),
             )
         t.add_row(
@@ -63,6 +70,7 @@ class ReplaySummary:
             str(sum(self.tasks.values())),
             str(sum(totals[d] for d in DECISION_COLUMNS)),
             *(str(totals[d]) for d in DECISION_COLUMNS),
+            str(totals[BUDGET_COLUMN]),
             str(totals["error"]),
         )
         return t
@@ -107,6 +115,8 @@ def replay_task(client: AcsClient, run: TaskRun, summary: ReplaySummary) -> None
         check(resp, f"toolCallRequest {step.function}")
         decision = _decision(resp)
         summary.calls[run.suite][decision] += 1
+        if decision == "deny" and "budget_exceeded" in resp["result"].get("reason_codes", []):
+            summary.calls[run.suite][BUDGET_COLUMN] += 1
         executed = decision in ("allow", "warn", "modify")
         if executed:
             status = "failure" if step.error else "success"

@@ -2,7 +2,9 @@
 
 ``POST /acs`` serves ACS JSON-RPC (always HTTP 200 with a JSON-RPC body, like
 the reference Guardians); the body is read up to the configured cap and no
-further. ``GET /healthz`` is liveness; ``GET /readyz`` checks the store.
+further. ``/v1/…`` is the Governed Agent Spend REST wire (bearer token; see
+:mod:`warden.wire.spend`). ``GET /healthz`` is liveness; ``GET /readyz`` checks
+the store; ``/openapi.json`` documents the HTTP routes.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from warden import __version__
 from warden.errors import InvalidRequest, WardenError
 from warden.runtime import Runtime
 from warden.store.group_commit import GroupCommitter
+from warden.store.idempotency import Idempotency
 from warden.wire.acs.render import error_response
 from warden.wire.acs.service import AcsService
+from warden.wire.spend import SpendBodyCap, spend_router
 
 
 class AcsEndpoint:
@@ -92,11 +96,12 @@ async def _send(
     await send({"type": "http.response.body", "body": body})
 
 
-def create_app(runtime: Runtime) -> ASGIApp:
+def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> ASGIApp:
     """Build the ASGI app around a started :class:`Runtime`: ``/acs`` plus FastAPI.
 
     Audit entries of concurrent ACS requests are group-committed; the writer
-    thread drains its queue and stops at shutdown.
+    thread drains its queue and stops at shutdown. ``idempotency`` overrides the
+    spend wire's replay rules (default: the configured TTL and the system clock).
     """
     committer = GroupCommitter(runtime.store)
 
@@ -108,6 +113,16 @@ def create_app(runtime: Runtime) -> ASGIApp:
             committer.close()
 
     app = FastAPI(title="Warden", version=__version__, lifespan=lifespan)
+    app.include_router(
+        spend_router(
+            runtime.spend,
+            runtime.store,
+            token=runtime.api_token,
+            idempotency=idempotency or Idempotency(runtime.settings.idempotency_ttl_seconds),
+            max_body_bytes=runtime.settings.max_body_bytes,
+        )
+    )
+    app.add_middleware(SpendBodyCap, limit=runtime.settings.max_body_bytes)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -71,14 +71,21 @@ class Budget:
             )
         if parent.kind is not _PARENT_KIND[self.kind]:
             raise BudgetError(
-                f"a {self.kind.value} budget sits under a "
-                f"{_PARENT_KIND[self.kind].value}, not a {parent.kind.value}"
+                f"{self.kind.value} budget {self.id} needs a parent of kind "
+                f"{_PARENT_KIND[self.kind].value}, not {parent.kind.value} budget {parent.id}"
             )
         if parent.currency != self.currency:
             raise BudgetError(
                 f"budget {self.id} is in {self.currency} but its parent "
                 f"{parent.id} is in {parent.currency}: currencies never mix"
             )
+
+
+def budget_id_problem(budget_id: object) -> str | None:
+    """Why ``budget_id`` cannot name a budget, or None when it can."""
+    if not isinstance(budget_id, str) or not _BUDGET_ID.match(budget_id):
+        return f"budget id {budget_id!r} must match {_BUDGET_ID.pattern}"
+    return None
 
 
 def period_key(period: Period, at: datetime) -> str:

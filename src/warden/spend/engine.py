@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -92,6 +92,21 @@ class SpendEngine:
         self.store = store
         self._audit = auditor
         self._clock = clock or (lambda: datetime.now(UTC))
+
+    def now(self) -> datetime:
+        """The engine's clock (what its period buckets and expiries are computed from)."""
+        return self._clock()
+
+    def within(self, tx: SpendTx) -> SpendEngine:
+        """This engine over a transaction the caller has already opened.
+
+        Every operation of the returned engine joins ``tx`` instead of opening its
+        own, and commits or rolls back with it: the spend wire uses this to make a
+        mutation, its idempotency claim and its stored answer one atomic step. A
+        refusal still raises after its audit entry is written into ``tx``; the caller
+        decides whether ``tx`` commits (it should, to keep the refusal's entry).
+        """
+        return SpendEngine(_OpenTransaction(tx), self._audit, clock=self._clock)
 
     # -- budgets -------------------------------------------------------------------
 
@@ -412,6 +427,21 @@ class SpendEngine:
         for res in due:
             self._release(tx, res, HoldStatus.EXPIRED, "expired")
         return len(due)
+
+
+class _OpenTransaction:
+    """A :class:`SpendStore` over one already-open transaction (:meth:`SpendEngine.within`)."""
+
+    def __init__(self, tx: SpendTx) -> None:
+        self._tx = tx
+
+    def spend_transaction(self) -> AbstractContextManager[SpendTx]:
+        return nullcontext(self._tx)
+
+    def budgets(self) -> list[Budget]:
+        # Listing opens its own transaction on the real store; inside an open one it
+        # would nest. Nothing in the engine lists budgets.
+        raise RuntimeError("budgets() is not available inside a joined transaction")
 
 
 def _hold_detail(res: Reservation) -> dict[str, Any]:

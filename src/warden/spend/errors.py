@@ -27,7 +27,7 @@ class BudgetExceeded(SpendError):
     ) -> None:
         super().__init__(
             f"{to_wire(requested)} {currency} does not fit in budget {budget_id}: "
-            f"{to_wire(available)} of {to_wire(cap)} {currency} left this period",
+            f"{to_wire(available)} of {to_wire(cap)} {currency} left",
             budget_id=budget_id,
             cap=to_wire(cap),
             available=to_wire(available),

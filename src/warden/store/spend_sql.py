@@ -4,6 +4,9 @@ Implements :class:`warden.spend.engine.SpendTx` on the store's write connection
 (SQLite ``BEGIN IMMEDIATE``: the cap check and the hold are one serialised
 step). Amounts are stored as decimal strings and read back as ``Decimal``;
 reservation and receipt records are JSON beside the columns that are queried.
+The same transaction carries the idempotency keys and tasks tables
+(:attr:`SqlSpendTx.idempotency_keys`, :attr:`SqlSpendTx.tasks`), so a spend
+wire mutation commits together with its idempotency claim and stored answer.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from warden.spend.budgets import Budget, BudgetKind, Period
 from warden.spend.money import to_wire
 from warden.spend.records import HoldStatus, Receipt, Reservation
 from warden.store.base import PendingAppend, SessionState
+from warden.store.idempotency_sql import SqlIdempotencyKeys
+from warden.store.tasks_sql import SqlTasks
 
 if TYPE_CHECKING:
     from warden.store.sql import SqlStore
@@ -118,6 +123,10 @@ class SqlSpendTx:
         self._cur = cur
         self._q = store._q  # noqa: SLF001 - same package, same connection
         self.touched_sessions: set[str] = set()
+        # Rows that commit with the spend operation: an idempotency claim and its
+        # stored response, a task (the spend wire, warden.wire.spend).
+        self.idempotency_keys = SqlIdempotencyKeys(cur, self._q)
+        self.tasks = SqlTasks(cur, self._q)
 
     def _one(self, sql: str, params: tuple[Any, ...]) -> Any:
         self._cur.execute(self._q(sql), params)

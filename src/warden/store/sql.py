@@ -383,6 +383,33 @@ class SqlStore:
             finally:
                 cur.close()
 
+    def step_entry(self, session_id: str, step_id: str) -> dict[str, Any] | None:
+        """The committed entry of request ``step_id`` in the session, or None.
+
+        Raises :class:`StoreUnavailable` if it cannot be read or is not strict JSON.
+        """
+        with self._lock:
+            cur = self._raw.cursor()
+            try:
+                cur.execute(
+                    self._q("SELECT entry FROM entries WHERE session_id = ? AND step_id = ?"),
+                    (session_id, step_id),
+                )
+                row = cur.fetchone()
+            except Exception as exc:
+                raise StoreUnavailable(f"store error: {exc.__class__.__name__}") from exc
+            finally:
+                cur.close()
+        if row is None:
+            return None
+        try:
+            entry = parse_strict_json(row[0])
+        except WardenError as exc:
+            raise StoreUnavailable(
+                f"entry {step_id} of session {session_id} is damaged: {exc.message}"
+            ) from exc
+        return entry if isinstance(entry, dict) else None
+
     def record_replay(self, session_id: str, replay: ReplayKeys) -> None:
         with self._write() as cur:
             self._insert_replay(cur, session_id, replay)

@@ -91,7 +91,8 @@ def entry_content(
     verdict: Verdict,
 ) -> dict[str, Any]:
     """The ContextEntry content for one evaluated step (§8.2; Warden's fields in
-    ``verdict`` and ``failure``). Optional members are omitted, never null."""
+    ``verdict`` — including ``spend``, what the spend gate reserved, refused, settled or
+    released — and ``failure``). Optional members are omitted, never null."""
     v: dict[str, Any] = {"decision": verdict.decision.value}
     if verdict.reason_codes:
         v["reason_codes"] = list(verdict.reason_codes)
@@ -103,6 +104,8 @@ def entry_content(
         v["bundle"] = verdict.bundle.to_wire()
     if "substituted_from" in verdict.policy_data:
         v["substituted_from"] = verdict.policy_data["substituted_from"]
+    if verdict.spend is not None:
+        v["spend"] = verdict.spend
     content: dict[str, Any] = {
         "entry_id": entry_id,
         "session_id": session_id,

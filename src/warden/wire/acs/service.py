@@ -12,8 +12,12 @@ Dispatch order (specs/acs.md §17, REF-PY, asserted by the black-box probes):
 7. replay: request_id, then nonce (-32005); recorded on arrival, persisted
 8. key_id / agent_id binding, closed session → signed DENY without an entry
 9. negotiated method (-32003), skew window (-32006), payload schema (-32602)
-10. client chain_hash cross-check → DENY ``chain_mismatch``; else Guardian.decide
-11. ContextEntry appended and committed; response with ``chain_hash``, signed
+10. client chain_hash cross-check → DENY ``chain_mismatch``; else Guardian.decide;
+    then the spend gate (:mod:`warden.gates.spend`): a priced allow/modify tool call
+    holds its cost or becomes a DENY ``budget_exceeded``, a tool result settles or
+    releases its request's hold (store work yielded as :class:`Offload`)
+11. ContextEntry appended and committed; response with ``chain_hash``, signed; if the
+    commit fails, a hold taken for it is released
 
 Once authenticated, a failure to decide or to store is a signed DENY, never a
 silent allow and never an unsigned error.
@@ -27,9 +31,10 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Generator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from warden.core.guardian import Guardian
@@ -54,6 +59,7 @@ from warden.errors import (
     UnsupportedVersion,
     WardenError,
 )
+from warden.gates.spend import SpendGate, SpendStep
 from warden.ledger.ledger import Ledger
 from warden.schemas import SchemaSet
 from warden.store.base import PendingAppend, ReplayKeys, SessionState, Store
@@ -88,9 +94,19 @@ class SessionLock:
     session_id: str
 
 
-#: The dispatch generator: yields a session lock and appends to commit; receives the
-#: outcome of each (None or the error); returns the response.
-Flow = Generator[SessionLock | PendingAppend, Exception | None, dict[str, Any]]
+@dataclass(frozen=True)
+class Offload:
+    """Yielded by the dispatch for blocking store work outside an append (the spend
+    gate's reserve, settle or release): the driver runs ``run()`` — off the event loop
+    when it has one — and sends back its value, or throws its exception in."""
+
+    run: Callable[[], Any]
+
+
+#: The dispatch generator: yields a session lock, appends to commit and blocking work to
+#: run; receives the outcome of each (None or the error for an append, the value for
+#: offloaded work); returns the response.
+Flow = Generator[SessionLock | PendingAppend | Offload, Any, dict[str, Any]]
 
 
 def _utcnow() -> datetime:
@@ -125,8 +141,10 @@ class AcsService:
         handshake: HandshakeConfig | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
         clock: Any = _utcnow,
+        spend_gate: SpendGate | None = None,
     ) -> None:
         self.guardian = guardian
+        self.spend_gate = spend_gate
         self.store = store
         self.keys = keys
         self.key_id = key_id
@@ -164,6 +182,14 @@ class AcsService:
             item = next(flow)
             while True:
                 outcome: Exception | None = None
+                if isinstance(item, Offload):
+                    try:
+                        value = item.run()
+                    except Exception as exc:  # noqa: BLE001 - the flow decides what it means
+                        item = flow.throw(exc)
+                    else:
+                        item = flow.send(value)
+                    continue
                 if isinstance(item, SessionLock):
                     held = self._thread_locks[hash(item.session_id) % len(self._thread_locks)]
                     held.acquire()
@@ -193,6 +219,14 @@ class AcsService:
             item = next(flow)
             while True:
                 outcome: Exception | None = None
+                if isinstance(item, Offload):
+                    try:
+                        value = await asyncio.to_thread(item.run)
+                    except Exception as exc:  # noqa: BLE001 - the flow decides what it means
+                        item = flow.throw(exc)
+                    else:
+                        item = flow.send(value)
+                    continue
                 if isinstance(item, SessionLock):
                     lock = self._async_locks.get(item.session_id)
                     if lock is None:
@@ -395,6 +429,13 @@ class AcsService:
         sid = params["metadata"]["session_id"]
         replay = ReplayKeys(params["request_id"], params.get("nonce"))
         yield SessionLock(sid)
+        gate = (
+            self.spend_gate.step(
+                sid, params["request_id"], is_replay=lambda: self.store.seen(sid, replay)
+            )
+            if self.spend_gate is not None
+            else None
+        )
         for attempt in range(_APPEND_ATTEMPTS):
             session = self.store.load_session(sid, fresh=attempt > 0)
             if session is None:
@@ -408,12 +449,15 @@ class AcsService:
                 if isinstance(refusal, ProtocolError):
                     raise refusal
                 return self._sign(key, refusal)
-            pending = self._decide(msg, info, session, replay, key, fast)
+            pending = yield from self._decide(msg, info, session, replay, key, fast, gate)
             # The commit's unique replay keys detect a replay (-32005) atomically.
             outcome = yield pending
             if outcome is None:
                 assert pending.response is not None
                 return pending.response
+            if gate is not None and gate.held is not None:
+                # The entry recording the hold did not commit: release it.
+                yield Offload(gate.abandon)
             if not isinstance(outcome, HeadMoved):
                 raise outcome
         raise StoreUnavailable("the session head kept moving; try again")
@@ -476,7 +520,9 @@ class AcsService:
         replay: ReplayKeys,
         key: bytes,
         fast: bool,
-    ) -> PendingAppend:
+        gate: SpendStep | None = None,
+    ) -> Generator[Offload, Any, PendingAppend]:
+        """Decide the step (Guardian, then the spend gate) and stage its entry."""
         started = time.perf_counter()
         params = msg["params"]
         request = action_request(info, params, session)
@@ -491,6 +537,13 @@ class AcsService:
             )
         else:
             verdict = self.guardian.decide(request)
+        if gate is not None:
+            # The one place the spend gate runs: a priced allow/modify reserves its cost
+            # (or becomes a deny); a tool result settles or releases its request's hold.
+            if gate.touches_store(request, verdict):
+                verdict = yield Offload(partial(gate.apply, request, verdict))
+            else:
+                verdict = gate.apply(request, verdict)
         acs_version = session.negotiated.get("server_hello", {}).get(
             "negotiated_version", SUPPORTED_VERSIONS[0]
         )
@@ -516,6 +569,10 @@ class AcsService:
             verdict = self.guardian.fail_closed(
                 request, f"rendered response failed its schema at {problem[0]}: {problem[1]}"
             )
+            if gate is not None:
+                # A deny holds nothing; a settlement already made stays recorded.
+                yield Offload(gate.abandon)
+                verdict = replace(verdict, spend=gate.result_record)
         # The params exactly as hashed are stored beside the entry, so an auditor can
         # re-check the decision from the record alone.
         received = canonical_bytes(params, known_fast=fast)
@@ -527,14 +584,19 @@ class AcsService:
             request_hash=sha256_hex(received),
             verdict=verdict,
         )
-        return self.ledger.stage(
-            session,
-            content,
-            lambda entry: self._sign(key, render(verdict, entry["entry_hash"])),
-            replay=replay,
-            close=info.method == "steps/sessionEnd",
-            request=received.decode(),
-        )
+        try:
+            return self.ledger.stage(
+                session,
+                content,
+                lambda entry: self._sign(key, render(verdict, entry["entry_hash"])),
+                replay=replay,
+                close=info.method == "steps/sessionEnd",
+                request=received.decode(),
+            )
+        except BaseException:
+            if gate is not None:
+                gate.abandon()
+            raise
 
 
 def _internal() -> ProtocolError:

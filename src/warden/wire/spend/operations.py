@@ -1,0 +1,502 @@
+"""What each spend wire route does: one store transaction per request, the engine
+joined to it (:meth:`SpendEngine.within <warden.spend.engine.SpendEngine.within>`), the
+wire's own checks (USD only) and the rendered answer.
+
+A mutation runs in one transaction with its Idempotency-Key claim and stored answer
+(:meth:`SpendWire.mutate`; docs/decisions.md, "Governed spend wire"). No policy lives
+here: the engine decides whether a spend fits.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Protocol
+
+from fastapi.responses import Response
+
+from warden.approvals.tasks import Task, TaskKind, TaskStatus, TaskStore
+from warden.errors import CouldNotDecide, WardenError
+from warden.spend.budgets import Budget, period_key
+from warden.spend.engine import DEFAULT_HOLD_SECONDS, SpendEngine, SpendTx
+from warden.spend.errors import BudgetExceeded
+from warden.spend.money import parse_amount, to_wire
+from warden.store.idempotency import Idempotency, IdempotencyKeys, request_hash
+from warden.wire.spend.auth import BearerAuth
+from warden.wire.spend.models import (
+    BudgetData,
+    BudgetDefineData,
+    BudgetDefinition,
+    BudgetIncreaseRequest,
+    BudgetListData,
+    BudgetView,
+    CommitData,
+    CommitRequest,
+    Quote,
+    QuoteData,
+    QuoteRequest,
+    ReasonRequest,
+    ReleaseData,
+    ReservationData,
+    ReservationRef,
+    Resolution,
+    TaskData,
+    UndoData,
+)
+from warden.wire.spend.render import (
+    CURRENCY,
+    IRREVERSIBLE,
+    Refusal,
+    budget_exceeded,
+    budget_view,
+    currency_not_supported,
+    dump,
+    invalid,
+    json_response,
+    receipt,
+    reservation_view,
+    rfc3339,
+    success,
+    task_view,
+    to_bytes,
+    undo_command,
+    usd,
+    warden_resource,
+)
+
+
+class WireTx(SpendTx, Protocol):
+    """One store write transaction as the spend wire uses it."""
+
+    @property
+    def idempotency_keys(self) -> IdempotencyKeys: ...
+
+    @property
+    def tasks(self) -> TaskStore: ...
+
+
+class WireStore(Protocol):
+    """The store behind the spend wire (``SqlStore``)."""
+
+    def spend_transaction(self) -> AbstractContextManager[WireTx]: ...
+
+    def budgets(self) -> list[Budget]: ...
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A rendered answer: HTTP status and envelope."""
+
+    status: int
+    body: dict[str, Any]
+
+
+Effect = Callable[[WireTx, SpendEngine], Answer]
+
+
+class SpendWire:
+    """The routes' shared state: engine, store, token check, idempotency rules."""
+
+    def __init__(
+        self,
+        engine: SpendEngine,
+        store: WireStore,
+        auth: BearerAuth,
+        idempotency: Idempotency,
+        max_body_bytes: int,
+    ) -> None:
+        self.engine = engine
+        self.store = store
+        self.auth = auth
+        self.idempotency = idempotency
+        self.max_body_bytes = max_body_bytes
+
+    # -- the mutation step ------------------------------------------------------------
+
+    def mutate(
+        self, route: str, path: dict[str, str], body: Any, key: str | None, effect: Effect
+    ) -> Response:
+        """Run ``effect`` once per Idempotency-Key, in one transaction with the key's claim
+        and its stored answer. A refusal is raised after the transaction commits (its
+        audit entry is kept; its claim is released: errors are never cached)."""
+        scope = f"{self.auth.principal} {route}"
+        req_hash = request_hash({"path": path, "body": body})  # validates the JCS domain
+        refusal: WardenError | None = None
+        with self.store.spend_transaction() as tx:
+            if key is not None:
+                stored = self.idempotency.begin(tx.idempotency_keys, scope, key, req_hash)
+                if stored is not None:
+                    replay = json.loads(stored.body)
+                    replay["replayed"] = True
+                    return json_response(stored.status_code, replay)
+            try:
+                answer = effect(tx, self.engine.within(tx))
+            except CouldNotDecide:
+                raise  # the store failed: roll everything back
+            except WardenError as exc:  # a refusal: keep its audit entry, cache nothing
+                refusal = exc
+            if refusal is not None:
+                if key is not None:
+                    self.idempotency.abandon(tx.idempotency_keys, scope, key)
+            else:
+                text = to_bytes(answer.body)
+                if key is not None:
+                    self.idempotency.finish(
+                        tx.idempotency_keys, scope, key, answer.status, text.decode("utf-8")
+                    )
+        if refusal is not None:
+            raise refusal
+        return Response(text, answer.status, media_type="application/json")
+
+    def read(self, effect: Effect) -> Response:
+        """A read in one transaction (due holds are expired first, as the engine's reads do)."""
+        with self.store.spend_transaction() as tx:
+            answer = effect(tx, self.engine.within(tx))
+        return json_response(answer.status, answer.body)
+
+    # -- checks and views ---------------------------------------------------------------
+
+    @staticmethod
+    def usd_only(what: str, currency: str) -> None:
+        if currency != CURRENCY:
+            raise currency_not_supported(what, currency, fixable=False)
+
+    @staticmethod
+    def view(tx: WireTx, eng: SpendEngine, budget: Budget) -> BudgetView:
+        now = eng.now()
+        reserved, settled = tx.usage(budget.id, period_key(budget.period, now))
+        remaining, _ = eng.remaining(budget.id)
+        return budget_view(budget, reserved=reserved, settled=settled, remaining=remaining, now=now)
+
+    @staticmethod
+    def remaining(eng: SpendEngine, budget_id: str) -> Decimal:
+        return eng.remaining(budget_id)[0]
+
+    # -- effects --------------------------------------------------------------------------
+
+    def quote(self, tx: WireTx, eng: SpendEngine, body: QuoteRequest) -> Answer:
+        amount = parse_amount(body.amount, allow_zero=False)
+        path = eng.path(body.budgetId)
+        self.usd_only(f"budget {body.budgetId}", path[0].currency)
+        if body.currency != CURRENCY:
+            raise currency_not_supported("the amount", body.currency, fixable=True)
+        try:
+            res = eng.reserve(
+                body.budgetId,
+                amount,
+                CURRENCY,
+                action=body.action,
+                hold_seconds=body.holdSeconds or DEFAULT_HOLD_SECONDS,
+                meta={"wire": "spend"},
+            )
+        except BudgetExceeded as exc:
+            tight = next(b for b in path if b.id == exc.budget_id)
+            now = eng.now()
+            reserved, _ = tx.usage(tight.id, period_key(tight.period, now))
+            raise budget_exceeded(exc, tight, reserved, now) from exc
+        left = self.remaining(eng, body.budgetId)
+        release = f"POST /v1/reservations/{res.id}/release"
+        data = QuoteData(
+            quote=Quote(
+                budgetId=body.budgetId,
+                action=body.action,
+                amount=to_wire(amount),
+                currency=CURRENCY,
+                verdict="ALLOW",
+                reservation=ReservationRef(reservationId=res.id, expiresAt=rfc3339(res.expires_at)),
+            ),
+            receipt=receipt(
+                "reserve",
+                resources=[warden_resource("reservation", res.id)],
+                reservationId=res.id,
+            ),
+            undo=undo_command(release),
+            budgetRemainingUsd=usd(left),
+            budgetRemaining=to_wire(left),
+            currency=CURRENCY,
+        )
+        return Answer(
+            200,
+            success(
+                data,
+                [
+                    f"Do the action, then POST /v1/reservations/{res.id}/commit with "
+                    f'{{"actualAmount": "<at most {to_wire(amount)}>"}}',
+                    f"If the action fails or is cancelled: {release}",
+                    f"Unless committed or released, the hold expires at {rfc3339(res.expires_at)}",
+                ],
+            ),
+        )
+
+    def commit(self, tx: WireTx, eng: SpendEngine, rid: str, body: CommitRequest) -> Answer:
+        actual = parse_amount(body.actualAmount, field="actualAmount")
+        res = eng.reservation(rid)
+        self.usd_only(f"reservation {rid}", res.currency)
+        rcpt = eng.settle(rid, actual, resources=tuple(r.model_dump() for r in body.resources))
+        left = self.remaining(eng, res.budget_id)
+        undo = f"POST /v1/receipts/{rcpt.id}/undo"
+        data = CommitData(
+            receipt=receipt(
+                rcpt.action,
+                one_time=rcpt.amount,
+                resources=list(body.resources),
+                receiptId=rcpt.id,
+                reservationId=rid,
+                amount=to_wire(rcpt.amount),
+                currency=CURRENCY,
+            ),
+            undo=undo_command(undo),
+            budgetRemainingUsd=usd(left),
+            budgetRemaining=to_wire(left),
+            currency=CURRENCY,
+            reservation=reservation_view(eng.reservation(rid)),
+        )
+        return Answer(
+            200,
+            success(
+                data,
+                [
+                    f"To reverse this spend: {undo}",
+                    f"GET /v1/budgets/{res.budget_id} shows what is left",
+                ],
+            ),
+        )
+
+    def release(self, tx: WireTx, eng: SpendEngine, rid: str, body: ReasonRequest) -> Answer:
+        res = eng.reservation(rid)
+        self.usd_only(f"reservation {rid}", res.currency)
+        done = eng.release(rid, reason=body.reason or "released")
+        left = self.remaining(eng, res.budget_id)
+        data = ReleaseData(
+            receipt=receipt(
+                "release",
+                resources=[warden_resource("reservation", rid)],
+                reservationId=rid,
+            ),
+            undo=IRREVERSIBLE,
+            budgetRemainingUsd=usd(left),
+            budgetRemaining=to_wire(left),
+            currency=CURRENCY,
+            reservation=reservation_view(done),
+        )
+        return Answer(
+            200,
+            success(
+                data,
+                [
+                    "A released hold cannot be taken back; POST /v1/quotes reserves again",
+                    f"GET /v1/budgets/{res.budget_id} shows what is left",
+                ],
+            ),
+        )
+
+    def undo(self, tx: WireTx, eng: SpendEngine, rcp: str, body: ReasonRequest) -> Answer:
+        original = eng.receipt(rcp)
+        self.usd_only(f"receipt {rcp}", original.currency)
+        eng.undo(rcp, reason=body.reason or "undo")
+        left = self.remaining(eng, original.budget_id)
+        data = UndoData(
+            receipt=receipt(
+                "undo",
+                resources=[warden_resource("receipt", rcp)],
+                receiptId=rcp,
+                reservationId=original.reservation_id,
+                refundUsd=usd(original.amount),
+                refund=to_wire(original.amount),
+                currency=CURRENCY,
+            ),
+            undo=IRREVERSIBLE,
+            budgetRemainingUsd=usd(left),
+            budgetRemaining=to_wire(left),
+            currency=CURRENCY,
+        )
+        return Answer(
+            200,
+            success(
+                data,
+                [
+                    f"{to_wire(original.amount)} USD is back in budget {original.budget_id}; "
+                    "an undo cannot itself be undone",
+                    f"GET /v1/budgets/{original.budget_id} shows what is left",
+                ],
+            ),
+        )
+
+    def define(self, tx: WireTx, eng: SpendEngine, bid: str, body: BudgetDefinition) -> Answer:
+        old = tx.budget(bid)
+        if old is not None:
+            self.usd_only(f"budget {bid}", old.currency)
+        if body.currency != CURRENCY:
+            raise currency_not_supported(f"budget {bid}", body.currency, fixable=old is None)
+        budget = Budget(
+            id=bid,
+            kind=body.kind,
+            currency=CURRENCY,
+            cap=parse_amount(body.cap, field="cap"),
+            period=body.period,
+            parent_id=body.parent,
+            name=body.name,
+        )
+        eng.define_budget(budget)
+        view = self.view(tx, eng, budget)
+        remaining = Decimal(view.remaining)
+        if old is None:
+            undo = IRREVERSIBLE
+        else:
+            undo = undo_command(
+                f"PUT /v1/budgets/{bid} "
+                + json.dumps(
+                    {
+                        "kind": old.kind.value,
+                        "parent": old.parent_id,
+                        "currency": old.currency,
+                        "cap": to_wire(old.cap),
+                        "period": old.period.value,
+                        "name": old.name,
+                    },
+                    separators=(",", ":"),
+                )
+            )
+        data = BudgetDefineData(
+            receipt=receipt(
+                "budget.update" if old is not None else "budget.create",
+                resources=[warden_resource("budget", bid)],
+            ),
+            undo=undo,
+            budgetRemainingUsd=usd(remaining),
+            budgetRemaining=to_wire(remaining),
+            currency=CURRENCY,
+            budget=view,
+        )
+        return Answer(
+            200 if old is not None else 201,
+            success(
+                data,
+                [
+                    f"POST /v1/quotes with budgetId {bid} reserves against it",
+                    f"GET /v1/budgets/{bid} shows its usage",
+                ],
+            ),
+        )
+
+    def request_increase(self, tx: WireTx, eng: SpendEngine, body: BudgetIncreaseRequest) -> Answer:
+        budget = eng.path(body.budgetId)[0]
+        self.usd_only(f"budget {budget.id}", budget.currency)
+        cap = parse_amount(body.cap, field="cap")
+        if cap <= budget.cap:
+            raise invalid(
+                f"cap {to_wire(cap)} is not above the current cap {to_wire(budget.cap)} USD "
+                f"of budget {budget.id}",
+                gate="input:not_an_increase",
+                hint=f"ask for more than {to_wire(budget.cap)} USD",
+            )
+        now = eng.now()
+        task = Task(
+            id=f"task_{uuid.uuid4().hex}",
+            kind=TaskKind.BUDGET_INCREASE,
+            status=TaskStatus.INPUT_REQUIRED,
+            created_at=now,
+            updated_at=now,
+            detail={
+                "budgetId": budget.id,
+                "currentCap": to_wire(budget.cap),
+                "requestedCap": to_wire(cap),
+                "currency": CURRENCY,
+                "reason": body.reason,
+            },
+        )
+        tx.tasks.put(task)
+        # An accepted submission that waits for a human: rendered as the approval gate
+        # and, having changed state, cached like a success (AdCP caches `submitted`).
+        waiting = Refusal(
+            "approval:required",
+            403,
+            f"raising budget {budget.id} from {to_wire(budget.cap)} to {to_wire(cap)} USD "
+            f"needs a human approval; task {task.id} is input_required. The human approval "
+            "desk is not built yet (a later issue): until then an operator applies an "
+            f"approved increase with PUT /v1/budgets/{budget.id}",
+            resolution=Resolution(type="human_approval", taskId=task.id),
+            limit=budget.cap,
+            requested=cap,
+        )
+        return Answer(waiting.status, dump(waiting.envelope()))
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def list_budgets(self, tx: WireTx, eng: SpendEngine, budgets: list[Budget]) -> Answer:
+        eng.expire_due()
+        views = [self.view(tx, eng, b) for b in budgets if b.currency == CURRENCY]
+        return Answer(
+            200,
+            success(
+                BudgetListData(budgets=views, currency=CURRENCY),
+                [
+                    "GET /v1/budgets/{budgetId} shows one budget and its path",
+                    'POST /v1/quotes {budgetId, action, amount, "currency": "USD"} reserves',
+                ],
+            ),
+        )
+
+    def get_budget(self, tx: WireTx, eng: SpendEngine, bid: str) -> Answer:
+        eng.expire_due()
+        path = eng.path(bid)
+        self.usd_only(f"budget {bid}", path[0].currency)
+        view = self.view(tx, eng, path[0])
+        remaining = Decimal(view.remaining)
+        data = BudgetData(
+            budget=view,
+            path=[b.id for b in path],
+            budgetRemainingUsd=usd(remaining),
+            budgetRemaining=to_wire(remaining),
+            currency=CURRENCY,
+        )
+        return Answer(
+            200,
+            success(
+                data,
+                [
+                    f'POST /v1/quotes {{"budgetId": "{bid}", "action", "amount", '
+                    '"currency": "USD"} reserves at most budgetRemaining',
+                    'POST /v1/budget-requests {"budgetId", "cap", "reason"} asks a human '
+                    "for a higher cap",
+                ],
+            ),
+        )
+
+    def get_reservation(self, tx: WireTx, eng: SpendEngine, rid: str) -> Answer:
+        res = eng.reservation(rid)
+        self.usd_only(f"reservation {rid}", res.currency)
+        steps = (
+            [
+                f"POST /v1/reservations/{rid}/commit once the action succeeded",
+                f"POST /v1/reservations/{rid}/release if it failed",
+            ]
+            if res.status.value == "held"
+            else [f"GET /v1/budgets/{res.budget_id} shows what is left"]
+        )
+        return Answer(200, success(ReservationData(reservation=reservation_view(res)), steps))
+
+    def get_task(self, tx: WireTx, eng: SpendEngine, tid: str) -> Answer:
+        task = tx.tasks.get(tid)
+        if task is None:
+            raise Refusal(
+                "input:unknown_task",
+                404,
+                f"no task {tid!r}",
+                resolution=Resolution(
+                    type="retry", hint="use the taskId that POST /v1/budget-requests returned"
+                ),
+            )
+        steps = (
+            [
+                f"Poll GET /v1/tasks/{tid}: a human decides it on the approval desk (not "
+                "built yet); until then an operator applies the change with PUT /v1/budgets"
+            ]
+            if not task.status.terminal
+            else ["The task is finished"]
+        )
+        return Answer(200, success(TaskData(task=task_view(task)), steps))

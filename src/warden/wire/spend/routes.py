@@ -1,0 +1,366 @@
+"""The Governed Spend REST routes (``/v1``): HTTP in, :class:`SpendWire` operations, HTTP out.
+
+Every route requires the bearer token (:mod:`.auth`), checked first, before the body
+is read. Every answer is a seed ``003_…`` envelope, including FastAPI's own
+validation and body errors: the router's route class renders them (there is no
+``422 {detail}`` under ``/v1``), and :class:`SpendBodyCap` stops reading a body at the
+configured size. The operations themselves are in :mod:`.operations`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any, ClassVar
+
+from fastapi import APIRouter, Depends, Header, Request, Security
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from warden.crypto.canonical import parse_strict_json
+from warden.spend.engine import SpendEngine
+from warden.store.idempotency import KEY_PATTERN, KEY_RULE, Idempotency, InvalidIdempotencyKey
+from warden.wire.spend.auth import BearerAuth
+from warden.wire.spend.models import (
+    BudgetData,
+    BudgetDefineData,
+    BudgetDefinition,
+    BudgetIncreaseRequest,
+    BudgetListData,
+    CommitData,
+    CommitRequest,
+    ErrorEnvelope,
+    QuoteData,
+    QuoteRequest,
+    ReasonRequest,
+    ReleaseData,
+    ReservationData,
+    Resolution,
+    Success,
+    TaskData,
+    UndoData,
+)
+from warden.wire.spend.operations import SpendWire, WireStore
+from warden.wire.spend.render import Refusal, dump, invalid, json_response, refusal_for
+
+PREFIX = "/v1"
+
+
+def error_response(exc: BaseException) -> Response:
+    refusal = refusal_for(exc)
+    return json_response(refusal.status, dump(refusal.envelope()), refusal.headers)
+
+
+def validation_refusal(exc: RequestValidationError) -> Refusal:
+    """FastAPI's request validation errors as the spend error envelope (never 422)."""
+    errors = list(exc.errors())
+    for err in errors:
+        loc = tuple(str(p) for p in err.get("loc", ()))
+        if loc[:1] == ("header",) and loc[-1].lower() == "idempotency-key":
+            return refusal_for(InvalidIdempotencyKey(KEY_RULE))
+        if err.get("type") == "json_invalid":
+            detail = (err.get("ctx") or {}).get("error", "invalid JSON")
+            return invalid(
+                f"the body is not valid JSON: {detail}",
+                gate="input:invalid_json",
+                hint="send one JSON object with content-type: application/json",
+            )
+        if loc == ("body",) and (
+            err.get("type") in ("missing", "model_attributes_type")
+            and not isinstance(err.get("input"), dict)
+        ):
+            return invalid(
+                "the body must be one JSON object sent with content-type: application/json"
+            )
+    parts = []
+    for err in errors[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ())[1:]) or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    return invalid("invalid request: " + "; ".join(parts) + more)
+
+
+class _BodyTooLarge(Exception):
+    """The body grew past the cap while it was read (no or a false content-length)."""
+
+
+def _too_large(limit: int) -> Refusal:
+    return Refusal(
+        "input:body_too_large",
+        413,
+        f"the request body is larger than {limit} bytes",
+        resolution=Resolution(type="retry", hint=f"send at most {limit} bytes"),
+    )
+
+
+def http_refusal(exc: StarletteHTTPException, limit: int) -> Refusal:
+    if isinstance(exc.__cause__, _BodyTooLarge) or exc.status_code == 413:
+        return _too_large(limit)
+    return invalid(f"the request could not be read: {exc.detail}")
+
+
+class SpendBodyCap:
+    """ASGI middleware: a ``/v1`` request body stops being read past ``limit`` bytes.
+
+    A declared ``content-length`` over the cap is refused before reading (after the
+    token check, in the route); a body without one raises while it is read, and the
+    route answers ``413 input:body_too_large``. Nothing beyond the cap is buffered.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int, prefix: str = PREFIX) -> None:
+        self.app = app
+        self.limit = limit
+        self.prefix = prefix + "/"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
+            await self.app(scope, receive, send)
+            return
+        seen = 0
+
+        async def receive_capped() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _BodyTooLarge
+            return message
+
+        await self.app(scope, receive_capped, send)
+
+
+class _SpendRoute(APIRoute):
+    """Authenticates first, then renders every failure as a spend error envelope."""
+
+    wire: ClassVar[SpendWire]
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        auth = self.wire.auth
+        limit = self.wire.max_body_bytes
+
+        async def guarded(request: Request) -> Response:
+            try:
+                auth.check(request.headers.get("authorization"))
+                length = request.headers.get("content-length", "")
+                if length.isdigit() and int(length) > limit:
+                    raise _too_large(limit)
+                return await handler(request)
+            except RequestValidationError as exc:
+                return error_response(validation_refusal(exc))
+            except StarletteHTTPException as exc:
+                return error_response(http_refusal(exc, limit))
+            except Exception as exc:  # noqa: BLE001 - every failure gets an envelope
+                return error_response(exc)
+
+        return guarded
+
+
+async def _strict_body(request: Request) -> Any:
+    """The body parsed strictly (duplicate keys, NaN refused): what idempotency hashes."""
+    raw = await request.body()
+    return parse_strict_json(raw) if raw.strip() else None
+
+
+RawBody = Annotated[Any, Depends(_strict_body)]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        pattern=KEY_PATTERN,
+        description="Replays the stored answer of the first request with this key "
+        "(same body) instead of running it again; see docs/decisions.md.",
+    ),
+]
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": ErrorEnvelope, "description": "Refused: blockedBy names the gate"},
+    "5XX": {"model": ErrorEnvelope, "description": "Warden could not complete the request"},
+}
+
+
+def spend_router(
+    engine: SpendEngine,
+    store: WireStore,
+    *,
+    token: str,
+    idempotency: Idempotency | None = None,
+    max_body_bytes: int = 1 << 20,
+) -> APIRouter:
+    """The ``/v1`` router of the Governed Spend wire, every route in the OpenAPI document.
+
+    ``token`` is the bearer token every route requires; ``idempotency`` the replay
+    rules (TTL, clock); ``max_body_bytes`` the largest body read (413 beyond).
+    """
+    wire = SpendWire(engine, store, BearerAuth(token), idempotency or Idempotency(), max_body_bytes)
+    route_class = type("SpendRoute", (_SpendRoute,), {"wire": wire})
+    router = APIRouter(
+        prefix=PREFIX,
+        tags=["governed spend"],
+        route_class=route_class,
+        responses=_ERRORS,
+        dependencies=[Security(HTTPBearer(auto_error=False, description="<data-dir>/api.token"))],
+    )
+
+    @router.post(
+        "/quotes",
+        response_model=Success[QuoteData],
+        summary="Quote and reserve a spend (holds the amount against every budget on the path)",
+    )
+    def create_quote(body: QuoteRequest, raw: RawBody, key: IdempotencyKey = None) -> Response:
+        return wire.mutate(
+            "POST /v1/quotes", {}, raw, key, lambda tx, eng: wire.quote(tx, eng, body)
+        )
+
+    @router.post(
+        "/reservations/{reservation_id}/commit",
+        response_model=Success[CommitData],
+        summary="Commit a reserved spend at its actual cost",
+    )
+    def commit_reservation(
+        reservation_id: str, body: CommitRequest, raw: RawBody, key: IdempotencyKey = None
+    ) -> Response:
+        return wire.mutate(
+            "POST /v1/reservations/{id}/commit",
+            {"id": reservation_id},
+            raw,
+            key,
+            lambda tx, eng: wire.commit(tx, eng, reservation_id, body),
+        )
+
+    @router.post(
+        "/reservations/{reservation_id}/release",
+        response_model=Success[ReleaseData],
+        summary="Release a reserved spend (the action failed or was cancelled)",
+    )
+    def release_reservation(
+        reservation_id: str,
+        raw: RawBody,
+        body: ReasonRequest | None = None,
+        key: IdempotencyKey = None,
+    ) -> Response:
+        return wire.mutate(
+            "POST /v1/reservations/{id}/release",
+            {"id": reservation_id},
+            raw,
+            key,
+            lambda tx, eng: wire.release(tx, eng, reservation_id, body or ReasonRequest()),
+        )
+
+    @router.get(
+        "/reservations/{reservation_id}",
+        response_model=Success[ReservationData],
+        summary="Read a reservation",
+    )
+    def get_reservation(reservation_id: str) -> Response:
+        return wire.read(lambda tx, eng: wire.get_reservation(tx, eng, reservation_id))
+
+    @router.post(
+        "/receipts/{receipt_id}/undo",
+        response_model=Success[UndoData],
+        summary="Undo a committed spend (its amount returns to every budget it was charged to)",
+    )
+    def undo_receipt(
+        receipt_id: str,
+        raw: RawBody,
+        body: ReasonRequest | None = None,
+        key: IdempotencyKey = None,
+    ) -> Response:
+        return wire.mutate(
+            "POST /v1/receipts/{id}/undo",
+            {"id": receipt_id},
+            raw,
+            key,
+            lambda tx, eng: wire.undo(tx, eng, receipt_id, body or ReasonRequest()),
+        )
+
+    @router.get("/budgets", response_model=Success[BudgetListData], summary="List the USD budgets")
+    def list_budgets() -> Response:
+        budgets = store.budgets()
+        return wire.read(lambda tx, eng: wire.list_budgets(tx, eng, budgets))
+
+    @router.get(
+        "/budgets/{budget_id}",
+        response_model=Success[BudgetData],
+        summary="Read a budget: cap, period, usage in the current bucket, remaining on its path",
+    )
+    def get_budget(budget_id: str) -> Response:
+        return wire.read(lambda tx, eng: wire.get_budget(tx, eng, budget_id))
+
+    @router.put(
+        "/budgets/{budget_id}",
+        response_model=Success[BudgetDefineData],
+        status_code=200,
+        responses={201: {"model": Success[BudgetDefineData], "description": "Created"}},
+        summary="Define or update a budget (admin)",
+    )
+    def put_budget(
+        budget_id: str, body: BudgetDefinition, raw: RawBody, key: IdempotencyKey = None
+    ) -> Response:
+        return wire.mutate(
+            "PUT /v1/budgets/{id}",
+            {"id": budget_id},
+            raw,
+            key,
+            lambda tx, eng: wire.define(tx, eng, budget_id, body),
+        )
+
+    @router.post(
+        "/budget-requests",
+        status_code=403,
+        response_model=ErrorEnvelope,
+        summary="Ask a human to raise a budget's cap (answers approval:required with a task)",
+    )
+    def request_budget_increase(
+        body: BudgetIncreaseRequest, raw: RawBody, key: IdempotencyKey = None
+    ) -> Response:
+        return wire.mutate(
+            "POST /v1/budget-requests",
+            {},
+            raw,
+            key,
+            lambda tx, eng: wire.request_increase(tx, eng, body),
+        )
+
+    @router.get("/tasks/{task_id}", response_model=Success[TaskData], summary="Read a task")
+    def get_task(task_id: str) -> Response:
+        return wire.read(lambda tx, eng: wire.get_task(tx, eng, task_id))
+
+    @router.api_route(
+        "/{rest:path}",
+        methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+        include_in_schema=False,
+    )
+    def unknown_route(request: Request) -> Response:
+        allowed = sorted(
+            {
+                m
+                for r in router.routes
+                if isinstance(r, APIRoute)
+                and r.endpoint is not unknown_route
+                and r.path_regex.match(request.url.path)
+                for m in (r.methods or ())
+            }
+        )
+        if allowed:
+            raise Refusal(
+                "input:method_not_allowed",
+                405,
+                f"{request.method} is not allowed on {request.url.path}; use {', '.join(allowed)}",
+                resolution=Resolution(type="retry", hint=f"use {', '.join(allowed)}"),
+                headers={"Allow": ", ".join(allowed)},
+            )
+        raise Refusal(
+            "input:unknown_route",
+            404,
+            f"no route {request.method} {request.url.path}",
+            resolution=Resolution(type="retry", hint="the routes are listed in /openapi.json"),
+        )
+
+    return router
+
+
+__all__ = ["PREFIX", "SpendBodyCap", "spend_router"]
