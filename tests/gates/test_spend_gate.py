@@ -60,7 +60,7 @@ def test_no_spend_section_builds_no_gate(make_runtime: Callable[..., Runtime]) -
     ("amount", "expected"),
     [
         ("40.50", Decimal("40.50")),
-        (" 7 ", Decimal("7")),
+        ("7", Decimal("7")),
         (12, Decimal("12")),
         (98.7, Decimal("98.7")),  # the decimal the JSON number spelled, not 98.700000000000003
         (0.01, Decimal("0.01")),

@@ -55,7 +55,27 @@ def test_decimal_exactness_no_float_drift(tmp_path: Path) -> None:
         eng.reserve(bot, "0.000001", "USD", action="one more")
 
 
-@pytest.mark.parametrize("amount", [0.1, True, "abc", "-1", "NaN", "1e400", "0.0000001", None])
+@pytest.mark.parametrize(
+    "amount",
+    [
+        0.1,
+        True,
+        "abc",
+        "-1",
+        "NaN",
+        "1e400",
+        "0.0000001",
+        None,
+        "1_0",
+        "\uff11",
+        "\u0663",
+        " 1 ",
+        "+1",
+        ".5",
+        "1.",
+        "1e0",
+    ],
+)
 def test_bad_amounts_are_refused_and_nothing_is_held(tmp_path: Path, amount: object) -> None:
     eng, store, _ = open_engine(tmp_path / "w.db")
     bot = tree(eng)
@@ -243,3 +263,10 @@ def test_processes_never_overspend(tmp_path: Path) -> None:
     assert sum('"warden/spend.reserve"' in e for e in entries) == 40
     assert sum('"warden/spend.refused"' in e for e in entries) == 60
     assert report.sessions == 1
+
+
+def test_trailing_zeros_do_not_count_as_fractional_digits(tmp_path: Path) -> None:
+    eng, _, _ = open_engine(tmp_path / "w.db")
+    bot = tree(eng)
+    res = eng.reserve(bot, "1.0000000", "USD", action="x")
+    assert res.amount == Decimal(1)

@@ -30,6 +30,7 @@ class TaskStatus(StrEnum):
 
 class TaskKind(StrEnum):
     BUDGET_INCREASE = "budget_increase"
+    SPEND_APPROVAL = "spend_approval"
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,11 @@ STEP_METHODS: tuple[str, ...] = (
     "steps/sessionEnd",
 )
 
+#: Warden's own evaluation points outside ACS: a Governed Spend quote is decided by the
+#: same Guardian (rules target it with ``hooks: [spend/quote]``; ``tool.name`` is the
+#: action, ``args`` are ``{budgetId, amount, currency, action}``).
+WARDEN_METHODS: tuple[str, ...] = ("spend/quote",)
+
 #: Canonical prefix of a wrapped MCP method as policy sees it (``protocols/MCP/tools/call``).
 MCP_METHOD_PREFIX = "protocols/MCP/"
 
@@ -40,8 +45,9 @@ MCP_METHOD = re.compile(r"^[A-Za-z0-9_]+(/[A-Za-z0-9_]+)*$")
 
 
 def is_evaluated_method(name: str) -> bool:
-    """Whether ``name`` is a method policy can see: a step hook or ``protocols/MCP/<method>``."""
-    if name in STEP_METHODS:
+    """Whether ``name`` is a method policy can see: a step hook, ``protocols/MCP/<method>``
+    or one of :data:`WARDEN_METHODS`."""
+    if name in STEP_METHODS or name in WARDEN_METHODS:
         return True
     return name.startswith(MCP_METHOD_PREFIX) and bool(
         MCP_METHOD.match(name[len(MCP_METHOD_PREFIX) :])

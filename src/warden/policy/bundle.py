@@ -22,7 +22,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from warden.core.hooks import MCP_METHOD_PREFIX, STEP_METHODS, is_evaluated_method
+from warden.core.hooks import (
+    MCP_METHOD_PREFIX,
+    STEP_METHODS,
+    WARDEN_METHODS,
+    is_evaluated_method,
+)
 from warden.core.modifications import ModificationConflict, check_modifications
 from warden.core.types import BundleRef, Effect
 from warden.crypto.canonical import canonical_bytes, sha256_hex
@@ -94,11 +99,11 @@ def hook_problem(hook: str) -> str | None:
     if not _GLOB_CHARS.intersection(hook):
         if is_evaluated_method(hook):
             return None
-        candidates = (*STEP_METHODS, *_MCP_EXAMPLES)
+        candidates = (*STEP_METHODS, *WARDEN_METHODS, *_MCP_EXAMPLES)
         close = [m for m in candidates if m.lower() == hook.lower()]
         close = close or difflib.get_close_matches(hook, candidates, n=1, cutoff=0.75)
         return f"unknown hook {hook!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-    if any(fnmatch.fnmatchcase(m, hook) for m in (*STEP_METHODS, *_MCP_EXAMPLES)):
+    if any(fnmatch.fnmatchcase(m, hook) for m in (*STEP_METHODS, *WARDEN_METHODS, *_MCP_EXAMPLES)):
         return None
     if hook.startswith(MCP_METHOD_PREFIX) and _MCP_GLOB.match(hook[len(MCP_METHOD_PREFIX) :]):
         return None

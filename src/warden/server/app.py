@@ -120,6 +120,7 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
             token=runtime.api_token,
             idempotency=idempotency or Idempotency(runtime.settings.idempotency_ttl_seconds),
             max_body_bytes=runtime.settings.max_body_bytes,
+            guardian=runtime.guardian,
         )
     )
     app.add_middleware(SpendBodyCap, limit=runtime.settings.max_body_bytes)

@@ -93,6 +93,13 @@ class SpendEngine:
         self._audit = auditor
         self._clock = clock or (lambda: datetime.now(UTC))
 
+    def record_decision(self, budget_id: str, detail: dict[str, Any]) -> None:
+        """Chain a ``warden/spend.policy`` entry: a policy decision that stopped a spend
+        before any hold (deny, ask, defer, modify), in the budget tree's chain."""
+        with self.store.spend_transaction() as tx:
+            root = self._path(tx, budget_id)[-1].id
+            self._audit(tx, root, "policy", f"policy:{uuid.uuid4()}", detail)
+
     def now(self) -> datetime:
         """The engine's clock (what its period buckets and expiries are computed from)."""
         return self._clock()

@@ -15,6 +15,7 @@ from typing import Any
 from warden.errors import InputRejected
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
+_PLAIN_DECIMAL = re.compile(r"^[0-9]{1,16}(\.[0-9]{1,18})?$", re.ASCII)
 #: Amounts are kept to this many fractional digits (sub-cent prices exist; 6 is ample).
 MAX_SCALE = 6
 MAX_AMOUNT = Decimal("1e15")
@@ -39,9 +40,21 @@ def parse_amount(value: Any, *, field: str = "amount", allow_zero: bool = True) 
     if isinstance(value, int | Decimal):
         amount = Decimal(value)
     elif isinstance(value, str):
+        # Plain ASCII digits only: Decimal() alone would also read "1_0", "+1", " 1 ",
+        # "1e0" or non-ASCII digits, turning a malformed amount into a different one.
+        if value.startswith("-") and _PLAIN_DECIMAL.match(value[1:]):
+            raise MoneyError(
+                f"{field} must be {'≥' if allow_zero else '>'} 0, got {value}", field=field
+            )
+        if not _PLAIN_DECIMAL.match(value):
+            raise MoneyError(
+                f"{field} {value!r} is not a decimal string (plain ASCII digits, optionally a "
+                'point and more digits, e.g. "12.50")',
+                field=field,
+            )
         try:
-            amount = Decimal(value.strip())
-        except InvalidOperation as exc:
+            amount = Decimal(value)
+        except InvalidOperation as exc:  # pragma: no cover - the pattern admits only decimals
             raise MoneyError(f"{field} {value!r} is not a decimal number", field=field) from exc
     else:
         raise MoneyError(f"{field} must be a decimal string or an integer", field=field)
@@ -51,7 +64,7 @@ def parse_amount(value: Any, *, field: str = "amount", allow_zero: bool = True) 
         raise MoneyError(
             f"{field} must be {'≥' if allow_zero else '>'} 0, got {value}", field=field
         )
-    exponent = amount.as_tuple().exponent
+    exponent = amount.normalize().as_tuple().exponent if amount else 0
     if isinstance(exponent, int) and exponent < -MAX_SCALE:
         raise MoneyError(f"{field} has more than {MAX_SCALE} fractional digits", field=field)
     if amount >= MAX_AMOUNT:

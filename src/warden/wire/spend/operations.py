@@ -10,6 +10,7 @@ here: the engine decides whether a spend fits.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -20,6 +21,9 @@ from typing import Any, Protocol
 from fastapi.responses import Response
 
 from warden.approvals.tasks import Task, TaskKind, TaskStatus, TaskStore
+from warden.core.guardian import Guardian
+from warden.core.types import ActionRequest
+from warden.core.types import Effect as VerdictEffect
 from warden.errors import CouldNotDecide, WardenError
 from warden.spend.budgets import Budget, period_key
 from warden.spend.engine import DEFAULT_HOLD_SECONDS, SpendEngine, SpendTx
@@ -59,6 +63,7 @@ from warden.wire.spend.render import (
     json_response,
     receipt,
     reservation_view,
+    retry,
     rfc3339,
     success,
     task_view,
@@ -108,7 +113,9 @@ class SpendWire:
         auth: BearerAuth,
         idempotency: Idempotency,
         max_body_bytes: int,
+        guardian: Guardian | None = None,
     ) -> None:
+        self.guardian = guardian
         self.engine = engine
         self.store = store
         self.auth = auth
@@ -184,6 +191,9 @@ class SpendWire:
         self.usd_only(f"budget {body.budgetId}", path[0].currency)
         if body.currency != CURRENCY:
             raise currency_not_supported("the amount", body.currency, fixable=True)
+        stopped = self.policy(tx, eng, body, amount)
+        if stopped is not None:
+            return stopped
         try:
             res = eng.reserve(
                 body.budgetId,
@@ -231,6 +241,96 @@ class SpendWire:
                 ],
             ),
         )
+
+    def policy(
+        self, tx: WireTx, eng: SpendEngine, body: QuoteRequest, amount: Decimal
+    ) -> Answer | None:
+        """Ask the Guardian about the quote (``spend/quote``; DESIGN.md's decision table):
+        None to go on; a task and ``approval:required`` for ask/defer (an answer that
+        changed state, so it is cached); raises ``policy:<rule>`` for deny and modify."""
+        if self.guardian is None:
+            return None
+        request = ActionRequest(
+            method="spend/quote",
+            payload=body.model_dump(),
+            metadata={"principal": self.auth.principal},
+            tool={
+                "name": body.action,
+                "version": "",
+                "provider": "spend",
+                "operation": "",
+                "capability": "spend",
+            },
+            args={
+                "budgetId": body.budgetId,
+                "amount": to_wire(amount),
+                "currency": body.currency,
+                "action": body.action,
+            },
+            raw_command="",
+            session={"id": "", "agent_id": self.auth.principal, "step_count": 0},
+        )
+        verdict = self.guardian.decide(request)
+        if verdict.decision is VerdictEffect.ALLOW:
+            return None
+        rules = [r.rule_id for r in verdict.policy_references]
+        eng.record_decision(
+            body.budgetId,
+            {
+                "budget_id": body.budgetId,
+                "amount": to_wire(amount),
+                "currency": body.currency,
+                "action": body.action,
+                "decision": verdict.decision.value,
+                "reason_codes": list(verdict.reason_codes),
+                "rules": rules,
+                "bundle": verdict.bundle.to_wire() if verdict.bundle else None,
+            },
+        )
+        # The gate names the rule whose effect won (a fired allow rule is not the reason).
+        effects = {r.id: r.effect for r in self.guardian.engine.bundle.rules}
+        winners = [rid for rid in rules if effects.get(rid) is verdict.decision]
+        gate = "policy:" + _gate_value(
+            winners[0] if winners else (verdict.reason_codes or ("no_rule_matched",))[0]
+        )
+        if verdict.decision in (VerdictEffect.ASK, VerdictEffect.DEFER):
+            now = eng.now()
+            task = Task(
+                id=f"task_{uuid.uuid4().hex}",
+                kind=TaskKind.SPEND_APPROVAL,
+                status=TaskStatus.INPUT_REQUIRED,
+                created_at=now,
+                updated_at=now,
+                detail={
+                    "budgetId": body.budgetId,
+                    "action": body.action,
+                    "amount": to_wire(amount),
+                    "currency": CURRENCY,
+                    "reasoning": verdict.reasoning,
+                    "rules": rules,
+                },
+            )
+            tx.tasks.put(task)
+            waiting = Refusal(
+                "approval:required",
+                403,
+                f"{verdict.reasoning} A human must approve this spend: task {task.id} is "
+                "input_required (the approval desk is not built yet).",
+                resolution=Resolution(type="human_approval", taskId=task.id),
+                requested=amount,
+            )
+            return Answer(waiting.status, dump(waiting.envelope()))
+        if verdict.decision is VerdictEffect.MODIFY:
+            raise Refusal(
+                gate,
+                403,
+                verdict.reasoning or "the policy would change this spend",
+                resolution=retry(
+                    "resubmit with the policy's change: "
+                    + json.dumps(verdict.modifications, sort_keys=True)
+                ),
+            )
+        raise Refusal(gate, 403, verdict.reasoning or "denied by policy")
 
     def commit(self, tx: WireTx, eng: SpendEngine, rid: str, body: CommitRequest) -> Answer:
         actual = parse_amount(body.actualAmount, field="actualAmount")
@@ -500,3 +600,9 @@ class SpendWire:
             else ["The task is finished"]
         )
         return Answer(200, success(TaskData(task=task_view(task)), steps))
+
+
+def _gate_value(name: str) -> str:
+    """A rule id or reason code as a ``blockedBy`` value (lower snake_case)."""
+    value = re.sub(r"[^a-z0-9_.]+", "_", name.lower()).strip("_")
+    return value or "denied"

@@ -20,6 +20,7 @@ from fastapi.security import HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from warden.core.guardian import Guardian
 from warden.crypto.canonical import parse_strict_json
 from warden.spend.engine import SpendEngine
 from warden.store.idempotency import KEY_PATTERN, KEY_RULE, Idempotency, InvalidIdempotencyKey
@@ -161,7 +162,16 @@ class _SpendRoute(APIRoute):
 
 
 async def _strict_body(request: Request) -> Any:
-    """The body parsed strictly (duplicate keys, NaN refused): what idempotency hashes."""
+    """The body parsed strictly (duplicate keys, NaN refused): what idempotency hashes.
+
+    Two ``Idempotency-Key`` headers are refused: which one would count is ambiguous.
+    """
+    if len(request.headers.getlist("idempotency-key")) > 1:
+        raise invalid(
+            "send one Idempotency-Key header, not several",
+            gate="input:invalid_idempotency_key",
+            hint="send the request again with a single Idempotency-Key header",
+        )
     raw = await request.body()
     return parse_strict_json(raw) if raw.strip() else None
 
@@ -189,13 +199,17 @@ def spend_router(
     token: str,
     idempotency: Idempotency | None = None,
     max_body_bytes: int = 1 << 20,
+    guardian: Guardian | None = None,
 ) -> APIRouter:
     """The ``/v1`` router of the Governed Spend wire, every route in the OpenAPI document.
 
     ``token`` is the bearer token every route requires; ``idempotency`` the replay
-    rules (TTL, clock); ``max_body_bytes`` the largest body read (413 beyond).
+    rules (TTL, clock); ``max_body_bytes`` the largest body read (413 beyond);
+    ``guardian`` decides each quote (``spend/quote``) before anything is held.
     """
-    wire = SpendWire(engine, store, BearerAuth(token), idempotency or Idempotency(), max_body_bytes)
+    wire = SpendWire(
+        engine, store, BearerAuth(token), idempotency or Idempotency(), max_body_bytes, guardian
+    )
     route_class = type("SpendRoute", (_SpendRoute,), {"wire": wire})
     router = APIRouter(
         prefix=PREFIX,
