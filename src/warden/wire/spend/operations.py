@@ -294,14 +294,11 @@ class SpendWire:
             winners[0] if winners else (verdict.reason_codes or ("no_rule_matched",))[0]
         )
         if verdict.decision in (VerdictEffect.ASK, VerdictEffect.DEFER):
-            now = eng.now()
-            task = Task(
-                id=f"task_{uuid.uuid4().hex}",
-                kind=TaskKind.SPEND_APPROVAL,
-                status=TaskStatus.INPUT_REQUIRED,
-                created_at=now,
-                updated_at=now,
-                detail={
+            return self.await_human(
+                tx,
+                eng,
+                TaskKind.SPEND_APPROVAL,
+                {
                     "budgetId": body.budgetId,
                     "action": body.action,
                     "amount": to_wire(amount),
@@ -309,17 +306,12 @@ class SpendWire:
                     "reasoning": verdict.reasoning,
                     "rules": rules,
                 },
-            )
-            tx.tasks.put(task)
-            waiting = Refusal(
-                "approval:required",
-                403,
-                f"{verdict.reasoning} A human must approve this spend: task {task.id} is "
-                "input_required (the approval desk is not built yet).",
-                resolution=Resolution(type="human_approval", taskId=task.id),
+                lambda task_id: (
+                    f"{verdict.reasoning} A human must approve this spend: task "
+                    f"{task_id} is input_required (the approval desk is not built yet)."
+                ),
                 requested=amount,
             )
-            return Answer(waiting.status, dump(waiting.envelope()))
         if verdict.decision is VerdictEffect.MODIFY:
             raise Refusal(
                 gate,
@@ -494,34 +486,60 @@ class SpendWire:
                 gate="input:not_an_increase",
                 hint=f"ask for more than {to_wire(budget.cap)} USD",
             )
-        now = eng.now()
-        task = Task(
-            id=f"task_{uuid.uuid4().hex}",
-            kind=TaskKind.BUDGET_INCREASE,
-            status=TaskStatus.INPUT_REQUIRED,
-            created_at=now,
-            updated_at=now,
-            detail={
+        return self.await_human(
+            tx,
+            eng,
+            TaskKind.BUDGET_INCREASE,
+            {
                 "budgetId": budget.id,
                 "currentCap": to_wire(budget.cap),
                 "requestedCap": to_wire(cap),
                 "currency": CURRENCY,
                 "reason": body.reason,
             },
+            lambda task_id: (
+                f"raising budget {budget.id} from {to_wire(budget.cap)} to "
+                f"{to_wire(cap)} USD needs a human approval; task {task_id} is input_required. "
+                "The human approval desk is not built yet (a later issue): until then an "
+                f"operator applies an approved increase with PUT /v1/budgets/{budget.id}"
+            ),
+            limit=budget.cap,
+            requested=cap,
+        )
+
+    @staticmethod
+    def await_human(
+        tx: WireTx,
+        eng: SpendEngine,
+        kind: TaskKind,
+        detail: dict[str, Any],
+        message: Callable[[str], str],
+        *,
+        limit: Decimal | None = None,
+        requested: Decimal | None = None,
+    ) -> Answer:
+        """File an ``input_required`` task and answer ``approval:required`` naming it.
+
+        An accepted submission that waits for a human: rendered as the approval gate
+        and, having changed state, cached like a success (AdCP caches ``submitted``).
+        """
+        now = eng.now()
+        task = Task(
+            id=f"task_{uuid.uuid4().hex}",
+            kind=kind,
+            status=TaskStatus.INPUT_REQUIRED,
+            created_at=now,
+            updated_at=now,
+            detail=detail,
         )
         tx.tasks.put(task)
-        # An accepted submission that waits for a human: rendered as the approval gate
-        # and, having changed state, cached like a success (AdCP caches `submitted`).
         waiting = Refusal(
             "approval:required",
             403,
-            f"raising budget {budget.id} from {to_wire(budget.cap)} to {to_wire(cap)} USD "
-            f"needs a human approval; task {task.id} is input_required. The human approval "
-            "desk is not built yet (a later issue): until then an operator applies an "
-            f"approved increase with PUT /v1/budgets/{budget.id}",
+            message(task.id),
             resolution=Resolution(type="human_approval", taskId=task.id),
-            limit=budget.cap,
-            requested=cap,
+            limit=limit,
+            requested=requested,
         )
         return Answer(waiting.status, dump(waiting.envelope()))
 
