@@ -158,58 +158,42 @@ def budget_exceeded(
     )
 
 
+#: Refusals that differ only in status, retry hint and retryable flag (in match order).
+_PLAIN_REFUSALS: dict[type[Exception], tuple[int, str, bool]] = {
+    IdempotencyConflict: (409, "a different request needs a new Idempotency-Key", False),
+    IdempotencyExpired: (
+        409,
+        "re-read the state (GET /v1/budgets/{id}, /v1/reservations/{id}) before deciding; "
+        "to act again, send a new Idempotency-Key",
+        False,
+    ),
+    IdempotencyInFlight: (409, "retry with the same Idempotency-Key and the same body", True),
+    UnknownBudget: (404, "GET /v1/budgets lists the budgets this wire can use", False),
+    UnknownReservation: (404, "use the reservationId that POST /v1/quotes returned", False),
+    UnknownReceipt: (
+        404,
+        "use the receiptId that POST /v1/reservations/{id}/commit returned",
+        False,
+    ),
+}
+
+
 def refusal_for(exc: BaseException) -> Refusal:
     """The wire answer for an exception raised while serving a spend request."""
     if isinstance(exc, Refusal):
         return exc
     if isinstance(exc, InvalidIdempotencyKey):
         return invalid(exc.message, gate=exc.gate)
-    if isinstance(exc, IdempotencyConflict):
-        return Refusal(
-            exc.gate,
-            409,
-            exc.message,
-            resolution=retry("a different request needs a new Idempotency-Key"),
-        )
-    if isinstance(exc, IdempotencyExpired):
-        return Refusal(
-            exc.gate,
-            409,
-            exc.message,
-            resolution=retry(
-                "re-read the state (GET /v1/budgets/{id}, /v1/reservations/{id}) before "
-                "deciding; to act again, send a new Idempotency-Key"
-            ),
-        )
-    if isinstance(exc, IdempotencyInFlight):
-        return Refusal(
-            exc.gate,
-            409,
-            exc.message,
-            retryable=True,
-            resolution=retry("retry with the same Idempotency-Key and the same body"),
-        )
-    if isinstance(exc, UnknownBudget):
-        return Refusal(
-            exc.gate,
-            404,
-            exc.message,
-            resolution=retry("GET /v1/budgets lists the budgets this wire can use"),
-        )
-    if isinstance(exc, UnknownReservation):
-        return Refusal(
-            exc.gate,
-            404,
-            exc.message,
-            resolution=retry("use the reservationId that POST /v1/quotes returned"),
-        )
-    if isinstance(exc, UnknownReceipt):
-        return Refusal(
-            exc.gate,
-            404,
-            exc.message,
-            resolution=retry("use the receiptId that POST /v1/reservations/{id}/commit returned"),
-        )
+    for kind, (status, hint, retryable) in _PLAIN_REFUSALS.items():
+        if isinstance(exc, kind):
+            gate = getattr(exc, "gate", "input:invalid")
+            return Refusal(
+                gate,
+                status,
+                exc.message if isinstance(exc, WardenError) else str(exc),
+                retryable=retryable,
+                resolution=retry(hint),
+            )
     if isinstance(exc, ReservationNotHeld):
         lapsed = exc.status in ("released", "expired")
         return Refusal(
