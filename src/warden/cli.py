@@ -15,11 +15,12 @@ from typing import Annotated, Any
 
 import httpx
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from warden import __version__
+from warden.cli_approvals import approvals_app
+from warden.cli_keys import keys_app
 from warden.errors import ConfigError, IntegrityError, WardenError
 
 app = typer.Typer(
@@ -34,41 +35,19 @@ replay_app = typer.Typer(
 )
 app.add_typer(policy_app, name="policy")
 app.add_typer(replay_app, name="replay")
+app.add_typer(keys_app, name="keys")
+app.add_typer(approvals_app, name="approvals")
 
-console = Console()
-err_console = Console(stderr=True)
-
-EXIT_FAILURE_FOUND = 1
-EXIT_BAD_INPUT = 2
-
-DataDir = Annotated[
-    Path,
-    typer.Option(
-        "--data-dir", envvar="WARDEN_DATA_DIR", help="Folder for the default database and key file."
-    ),
-]
-DbUrl = Annotated[
-    str | None,
-    typer.Option(
-        "--database-url",
-        envvar="WARDEN_DATABASE_URL",
-        help="Database URL (default: sqlite:///<data-dir>/warden.db).",
-    ),
-]
-KeyFile = Annotated[
-    Path | None,
-    typer.Option(
-        "--key-file",
-        envvar="WARDEN_KEY_FILE",
-        help="HMAC master secret (IKM) file, hex, mode 0600 (default: <data-dir>/ikm.key; "
-        "created on first start).",
-    ),
-]
-
-
-def _fail(exc: WardenError, code: int = EXIT_BAD_INPUT) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {escape(exc.message)}")
-    return typer.Exit(code)
+from warden.cli_options import (  # noqa: E402 - after the Typer apps
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE_FOUND,
+    DataDir,
+    DbUrl,
+    KeyFile,
+    _fail,
+    console,
+    err_console,
+)
 
 
 def _settings(**kw: Any) -> Any:
@@ -146,6 +125,23 @@ def serve(
             "created or updated at start; an invalid file stops the start.",
         ),
     ] = None,
+    webhooks: Annotated[
+        Path | None,
+        typer.Option(
+            "--webhooks",
+            envvar="WARDEN_WEBHOOKS",
+            help="YAML file of webhooks (id, url, secret, events) notified, signed, on every "
+            "approval task change; an invalid file or a private destination stops the start.",
+        ),
+    ] = None,
+    public_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="WARDEN_PUBLIC_URL",
+            help="The URL approvers reach this Warden at, for task links "
+            "(default http://<host>:<port>).",
+        ),
+    ] = None,
     idempotency_ttl_seconds: Annotated[
         int,
         typer.Option(
@@ -157,8 +153,8 @@ def serve(
         str, typer.Option(envvar="WARDEN_LOG_LEVEL", help="Python logging level.")
     ] = "INFO",
 ) -> None:
-    """Run Warden: ACS at POST /acs, the Governed Spend REST wire under /v1 (bearer token in
-    <data-dir>/api.token), health at /healthz and /readyz."""
+    """Run Warden: ACS at POST /acs, the REST API under /v1 (API keys; the bootstrap admin
+    token is <data-dir>/api.token), the approval desk at /desk, health at /healthz."""
     import uvicorn
 
     from warden.runtime import Runtime
@@ -180,6 +176,8 @@ def serve(
         max_body_bytes=max_body_bytes,
         policy_requires_provenance=policy_requires_provenance,
         budgets=budgets,
+        webhooks=webhooks,
+        public_url=public_url,
         idempotency_ttl_seconds=idempotency_ttl_seconds,
     )
     try:
@@ -190,7 +188,8 @@ def serve(
     err_console.print(
         f"warden {__version__}: bundle {ref.id}@{ref.version} ({len(runtime.bundle.rules)} "
         f"rules, {ref.digest[:19]}…), store {settings.resolved_database_url()}, key file "
-        f"{settings.resolved_key_file()}, spend API token {settings.resolved_api_token_file()}"
+        f"{settings.resolved_key_file()}, admin API token {settings.resolved_api_token_file()}, "
+        f"approval desk {settings.resolved_public_url()}/desk"
     )
     try:
         uvicorn.run(

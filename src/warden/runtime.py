@@ -11,10 +11,16 @@ import logging
 import threading
 from dataclasses import dataclass
 
+from warden.approvals.desk import ApprovalDesk
+from warden.approvals.notifier import DeliveryWorker, Notifier
+from warden.approvals.tasks import TaskKind
+from warden.approvals.webhooks import load_webhooks
 from warden.core.guardian import Guardian
 from warden.crypto.hmac_keys import SessionKeys
 from warden.crypto.keystore import load_or_create_api_token, load_or_create_ikm
+from warden.gates.approval import ApprovalGate
 from warden.gates.spend import SpendGate
+from warden.identity.api_keys import ApiKeys, Role, api_key_pepper
 from warden.ledger.ledger import Ledger
 from warden.policy.bundle import Bundle, load_bundle
 from warden.policy.engine import PolicyEngine
@@ -25,6 +31,7 @@ from warden.spend.engine import SpendEngine
 from warden.store.sql import SqlStore, open_store
 from warden.wire.acs.handshake import HandshakeConfig
 from warden.wire.acs.service import AcsService
+from warden.wire.spend.operations import budget_increase_effect
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +48,11 @@ class Runtime:
     acs: AcsService
     spend: SpendEngine
     ikm_created: bool
+    desk: ApprovalDesk
+    api_keys: ApiKeys
     expirer: HoldExpirer | None = None
+    #: Sends the webhook outbox (None without a webhooks file).
+    notifier: DeliveryWorker | None = None
     #: The bearer token of the spend wire (``<data-dir>/api.token``).
     api_token: str = ""
     api_token_created: bool = False
@@ -59,10 +70,26 @@ class Runtime:
         if token_created:
             log.warning("generated a new spend API token at %s (mode 0600)", token_file)
         budgets = load_budgets(settings.budgets) if settings.budgets is not None else None
+        hooks = load_webhooks(settings.webhooks) if settings.webhooks is not None else None
         store = open_store(settings.resolved_database_url(), sqlite_sync=settings.sqlite_sync)
         keys = SessionKeys(ikm)
         guardian = Guardian(PolicyEngine(bundle))
-        spend = SpendEngine(store, SpendAuditor(Ledger(store, keys, settings.key_id)))
+        ledger = Ledger(store, keys, settings.key_id)
+        spend = SpendEngine(store, SpendAuditor(ledger))
+        desk = ApprovalDesk(
+            store.transaction,
+            ledger,
+            desk_url=settings.resolved_public_url(),
+            notifier=Notifier(hooks) if hooks is not None else None,
+        )
+        desk.effects[TaskKind.BUDGET_INCREASE] = budget_increase_effect(spend)
+        api_keys = ApiKeys(store, api_key_pepper(ikm))
+        try:
+            # The bootstrap token is the first administrator's key.
+            api_keys.register(api_token, "admin", Role.ADMIN)
+        except BaseException:
+            store.close()
+            raise
         if budgets is not None:
             try:
                 changed = apply_budgets(spend, budgets)
@@ -97,9 +124,15 @@ class Runtime:
             ),
             max_body_bytes=settings.max_body_bytes,
             spend_gate=gate,
+            approval_gate=ApprovalGate(desk, guardian),
         )
         interval = settings.spend_expiry_interval_s
-        expirer = HoldExpirer(spend, interval) if interval > 0 else None
+        expirer = HoldExpirer(spend, interval, desk) if interval > 0 else None
+        worker = None
+        if hooks is not None and hooks.webhooks:
+            worker = DeliveryWorker(store, hooks)
+            worker.start()
+            log.info("webhooks file %s: %d webhook(s)", settings.webhooks, len(hooks.webhooks))
         return cls(
             settings,
             store,
@@ -109,7 +142,10 @@ class Runtime:
             acs,
             spend,
             created,
+            desk,
+            api_keys,
             expirer,
+            worker,
             api_token=api_token,
             api_token_created=token_created,
         )
@@ -117,16 +153,23 @@ class Runtime:
     def close(self) -> None:
         if self.expirer is not None:
             self.expirer.stop()
+        if self.notifier is not None:
+            self.notifier.stop()
         self.store.close()
 
 
 class HoldExpirer:
     """A daemon thread that releases expired spend holds every ``interval`` seconds
     (:meth:`SpendEngine.expire_due`), so a hold nobody concludes does not wait for the
-    next reservation to be released. Errors are logged and retried next tick."""
+    next reservation to be released, and expires approval tasks whose time ran out
+    (:meth:`ApprovalDesk.expire_due`, which also notifies). Errors are logged and
+    retried next tick."""
 
-    def __init__(self, engine: SpendEngine, interval: float) -> None:
+    def __init__(
+        self, engine: SpendEngine, interval: float, desk: ApprovalDesk | None = None
+    ) -> None:
         self._engine = engine
+        self._desk = desk
         self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="warden-hold-expiry", daemon=True)
@@ -141,6 +184,15 @@ class HoldExpirer:
                 continue
             if released:
                 log.info("released %d expired spend hold(s)", released)
+            if self._desk is None:
+                continue
+            try:
+                expired = self._desk.expire_due()
+            except Exception:  # noqa: BLE001 - retried next tick
+                log.warning("expiring approval tasks failed", exc_info=True)
+                continue
+            if expired:
+                log.info("expired %d approval task(s)", expired)
 
     def stop(self) -> None:
         self._stop.set()

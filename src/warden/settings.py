@@ -46,11 +46,21 @@ class Settings(BaseSettings):
     api_token_file: Path | None = None
     #: A YAML list of budgets upserted at start (see warden.spend.config).
     budgets: Path | None = None
+    #: A YAML file of webhooks notified on every approval task change
+    #: (see warden.approvals.webhooks).
+    webhooks: Path | None = None
     #: How long a stored Idempotency-Key response is replayed (AdCP recommends 86400).
     idempotency_ttl_seconds: int = Field(86_400, ge=1, le=604_800)
     #: How often expired spend holds are released in the background (s); 0 = only when
     #: a reservation is made.
     spend_expiry_interval_s: float = Field(30.0, ge=0)
+
+    #: The URL approvers reach this Warden at (task links in asks and notifications);
+    #: default ``http://<host>:<port>``.
+    public_url: str | None = None
+
+    def resolved_public_url(self) -> str:
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
 
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir / 'warden.db'}"

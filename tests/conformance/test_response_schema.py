@@ -242,7 +242,10 @@ def test_ask(runtime: Runtime) -> None:
     assert details["approver"] == {"type": "human", "id": "operators"}
     assert details["question"] and details["timeout_seconds"] == 900
     assert details["timeout_disposition"] == "deny"
-    assert result["reason_codes"] == ["destructive_action_requires_approval"]
+    assert result["reason_codes"] == ["destructive_action_requires_approval", "approval_pending"]
+    assert details["task_id"].startswith("task_") and details["task_url"].endswith(
+        details["task_id"]
+    )
 
 
 def test_defer(make_runtime: Callable[..., Runtime]) -> None:

@@ -44,8 +44,14 @@ EXTRA_SESSION_ID = "00000000-0000-4000-8000-00000000dead"
 
 
 def produce_chain(rt: Runtime) -> tuple[str, str]:
-    """Drive two real sessions through ``rt`` in process; return their session ids (A, B)."""
+    """Drive two real sessions through ``rt`` in process; return their session ids (A, B).
+
+    Without the approval desk: the ask (delete_file) is answered as the bundle says and
+    files no task, so the export holds exactly these two agent sessions (the desk's own
+    chain is covered by tests/approvals)."""
     from conftest import service_client
+
+    rt.acs.approval_gate = None
 
     a = service_client(rt, agent_id="agent-a")
     steps_a = [

@@ -82,12 +82,15 @@ def test_replay_all_suites_then_verify(dojo_server: Server) -> None:
     )
     assert summary is not None, proc.stdout
     sessions, entries, signatures = map(int, summary.groups())
-    # 132 ACS sessions, plus the spend chain of the agentdojo budget tree.
-    assert sessions == 132 + 1
+    # 132 ACS sessions, plus the spend chain of the agentdojo budget tree and the
+    # approval desk's chain.
+    assert sessions == 132 + 1 + 1
     # Per ACS session: sessionStart, userMessage, sessionEnd + 2 per call. Spend chain:
-    # 3 budgets defined, 3 holds taken and 3 settled, 1 refusal.
+    # 3 budgets defined, 3 holds taken and 3 settled, 1 refusal. Desk chain: one task
+    # requested per distinct asked action (69: two of the 71 asks repeat an action
+    # already pending in their session and name its task; nobody approves here).
     acs_entries = 132 * 3 + 2 * 386
-    assert entries == acs_entries + 3 + 3 + 3 + 1
+    assert entries == acs_entries + 3 + 3 + 3 + 1 + 69
     # Every ACS response and every signed head (spend entries carry no response).
     assert signatures == acs_entries + sessions
 

@@ -1,11 +1,20 @@
-"""Tasks: a request that waits for someone, polled by the agent that made it.
+"""Approval tasks: one human decision about one exact action, polled by the agent.
 
-Statuses use the Governed Spend spelling (specs/adcp-spend-kla.md §2.5:
-``working``, ``completed``, ``failed``, ``input_required`` — an underscore, where
-AdCP writes ``input-required``). A task is created ``input_required`` when a
-human must decide; the approval desk that decides it (maker-checker, expiry,
-notifications) is issue 4. Until then nothing moves a task on: it is a durable,
-pollable record of the request.
+A task is bound to the canonical hash of the action it asks about
+(:func:`warden.approvals.binding.action_hash`), the session (or requester scope)
+it came from, the bundle and rules that asked, the requester, and an expiry.
+Its life, every step chained on the approval desk's audit chain
+(:mod:`warden.approvals.desk`)::
+
+    pending ──approve (N distinct approvers)──▶ approved ──resubmission──▶ consumed
+       │ ├──deny (any one approver)──▶ denied
+       │ └──re-route──▶ pending (another approver group)
+       └──timeout──▶ expired  (a resubmission is then a deny, or — where the rule's
+                              timeout_disposition is allow — allowed once: consumed)
+
+``state`` is the desk's vocabulary; ``status`` projects it on the Governed Spend
+task statuses (specs/adcp-spend-kla.md §2.5: ``input_required`` while a human is
+needed, ``completed`` once approved, ``failed`` when denied or expired).
 """
 
 from __future__ import annotations
@@ -17,6 +26,8 @@ from typing import Any, Protocol
 
 
 class TaskStatus(StrEnum):
+    """Governed Spend task status (an underscore where AdCP writes ``input-required``)."""
+
     INPUT_REQUIRED = "input_required"
     WORKING = "working"
     COMPLETED = "completed"
@@ -28,22 +39,186 @@ class TaskStatus(StrEnum):
         return self in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELED)
 
 
+class ApprovalState(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    CONSUMED = "consumed"
+    CANCELED = "canceled"
+
+    @property
+    def decided(self) -> bool:
+        """No approver can act on it any more."""
+        return self is not ApprovalState.PENDING
+
+    @property
+    def status(self) -> TaskStatus:
+        return _STATUS[self]
+
+
+_STATUS = {
+    ApprovalState.PENDING: TaskStatus.INPUT_REQUIRED,
+    ApprovalState.APPROVED: TaskStatus.COMPLETED,
+    ApprovalState.CONSUMED: TaskStatus.COMPLETED,
+    ApprovalState.DENIED: TaskStatus.FAILED,
+    ApprovalState.EXPIRED: TaskStatus.FAILED,
+    ApprovalState.CANCELED: TaskStatus.CANCELED,
+}
+
+
 class TaskKind(StrEnum):
-    BUDGET_INCREASE = "budget_increase"
+    #: A step of an agent (ACS, MCP, action request): allowed once on resubmission.
+    ACTION = "action"
+    #: A spend quote: reserved once on resubmission.
     SPEND_APPROVAL = "spend_approval"
+    #: A higher budget cap: applied when approved (nothing to resubmit).
+    BUDGET_INCREASE = "budget_increase"
+
+
+class Event(StrEnum):
+    """Desk transitions, each one audit entry ``warden/approval.<event>``."""
+
+    REQUESTED = "requested"
+    VOTED = "voted"
+    APPROVED = "approved"
+    DENIED = "denied"
+    REROUTED = "rerouted"
+    EXPIRED = "expired"
+    CONSUMED = "consumed"
+    CANCELED = "canceled"
+
+
+@dataclass(frozen=True)
+class Requester:
+    """Who asked: the agent and the principal behind it (a user or an API key's owner).
+    Neither may approve the task (maker-checker)."""
+
+    agent_id: str
+    principal: str | None = None
+
+    def names(self) -> frozenset[str]:
+        return frozenset(n for n in (self.agent_id, self.principal) if n)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"agent_id": self.agent_id, "principal": self.principal}
+
+
+@dataclass(frozen=True)
+class Vote:
+    """One approver's answer: ``decision`` is ``approve`` or ``deny``; ``at`` RFC 3339."""
+
+    principal: str
+    key_id: str
+    decision: str
+    reason: str
+    at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "principal": self.principal,
+            "key_id": self.key_id,
+            "decision": self.decision,
+            "reason": self.reason,
+            "at": self.at,
+        }
 
 
 @dataclass(frozen=True)
 class Task:
-    """One task: ``detail`` holds what the kind needs (for a budget increase: the
-    budget, its current and requested cap, the currency and the reason)."""
+    """One approval task.
+
+    ``action`` is ``{name, method, arguments}`` exactly as hashed into ``action_hash``
+    (64 lowercase hex); ``scope`` is what a grant is valid in (the ACS session id, or
+    ``spend:<principal>``); ``correlation`` carries the wire's ids (request id, turn
+    id …); ``policy`` is ``{bundle: {id, version, digest}, rules, reasoning,
+    reason_codes}``; ``ask`` the question, approver group, the number of approvals
+    required and the timeout disposition; ``history`` every transition with its audit
+    entry hash; ``detail`` what the kind needs (a budget increase's budget and cap).
+    """
 
     id: str
     kind: TaskKind
-    status: TaskStatus
+    state: ApprovalState
+    wire: str
     created_at: datetime
     updated_at: datetime
+    expires_at: datetime
+    action: dict[str, Any]
+    action_hash: str
+    scope: str
+    requester: Requester
+    approver_group: str
+    approvals_required: int = 1
+    question: str = ""
+    timeout_disposition: str = "deny"
+    correlation: dict[str, Any] = field(default_factory=dict)
+    policy: dict[str, Any] = field(default_factory=dict)
+    votes: tuple[Vote, ...] = ()
+    history: tuple[dict[str, Any], ...] = ()
+    consumed_by: dict[str, Any] | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> TaskStatus:
+        return self.state.status
+
+    def approvals(self) -> list[Vote]:
+        return [v for v in self.votes if v.decision == "approve"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON record (stored, rendered by every surface, sent in notifications)."""
+        return {
+            "id": self.id,
+            "kind": self.kind.value,
+            "state": self.state.value,
+            "status": self.status.value,
+            "wire": self.wire,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+            "expires_at": self.expires_at.isoformat(),
+            "action": self.action,
+            "action_hash": self.action_hash,
+            "scope": self.scope,
+            "requester": self.requester.to_dict(),
+            "approver_group": self.approver_group,
+            "approvals_required": self.approvals_required,
+            "question": self.question,
+            "timeout_disposition": self.timeout_disposition,
+            "correlation": self.correlation,
+            "policy": self.policy,
+            "votes": [v.to_dict() for v in self.votes],
+            "history": list(self.history),
+            "consumed_by": self.consumed_by,
+            "detail": self.detail,
+        }
+
+    @staticmethod
+    def from_dict(rec: dict[str, Any]) -> Task:
+        req = rec.get("requester") or {}
+        return Task(
+            id=rec["id"],
+            kind=TaskKind(rec["kind"]),
+            state=ApprovalState(rec["state"]),
+            wire=rec.get("wire", ""),
+            created_at=datetime.fromisoformat(rec["created_at"]),
+            updated_at=datetime.fromisoformat(rec["updated_at"]),
+            expires_at=datetime.fromisoformat(rec["expires_at"]),
+            action=rec.get("action") or {},
+            action_hash=rec.get("action_hash", ""),
+            scope=rec.get("scope", ""),
+            requester=Requester(req.get("agent_id", ""), req.get("principal")),
+            approver_group=rec.get("approver_group", ""),
+            approvals_required=int(rec.get("approvals_required", 1)),
+            question=rec.get("question", ""),
+            timeout_disposition=rec.get("timeout_disposition", "deny"),
+            correlation=rec.get("correlation") or {},
+            policy=rec.get("policy") or {},
+            votes=tuple(Vote(**v) for v in rec.get("votes") or ()),
+            history=tuple(rec.get("history") or ()),
+            consumed_by=rec.get("consumed_by"),
+            detail=rec.get("detail") or {},
+        )
 
 
 class TaskStore(Protocol):
@@ -54,3 +229,31 @@ class TaskStore(Protocol):
         ...
 
     def get(self, task_id: str) -> Task | None: ...
+
+    def transition(self, task: Task, before: Task) -> bool:
+        """Write ``task`` only if the stored task is still ``before`` (same state and
+        ``updated_at``: the database decides a race between replicas); True if written."""
+        ...
+
+    def latest_for(self, scope: str, action_hash: str) -> Task | None:
+        """The newest task bound to this action in this scope."""
+        ...
+
+    def add_vote(self, task_id: str, vote: Vote) -> bool:
+        """Record a vote; False if this principal already voted on this task."""
+        ...
+
+    def due(self, now: datetime, limit: int = 100) -> list[Task]:
+        """Pending or approved tasks whose expiry has passed."""
+        ...
+
+    def query(
+        self,
+        *,
+        states: tuple[ApprovalState, ...] = (),
+        group: str | None = None,
+        wire: str | None = None,
+        limit: int = 100,
+    ) -> list[Task]:
+        """Tasks newest first, filtered."""
+        ...

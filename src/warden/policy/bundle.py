@@ -110,6 +110,10 @@ def hook_problem(hook: str) -> str | None:
     return f"hook glob {hook!r} matches no known method"
 
 
+#: Fields of ask/defer specs that configure the approval desk, not the wire.
+WARDEN_ONLY = {"approvals_required", "approver_group"}
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -127,6 +131,12 @@ class AskSpec(_Strict):
     timeout_disposition: Literal["allow", "deny"] = "deny"
     context: str | None = None
     options: list[str] | None = None
+    #: N of N-of-M: how many distinct approvers of ``approver.id`` (the group) must
+    #: approve. Warden's own field: not sent in ``ask_details``.
+    approvals_required: int = Field(1, ge=1, le=16)
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True, exclude=WARDEN_ONLY)
 
 
 class DeferSpec(_Strict):
@@ -137,6 +147,13 @@ class DeferSpec(_Strict):
     resolution_timeout_ms: int = Field(ge=1)
     timeout_decision: Literal["deny", "ask"] = "deny"
     required_context: list[str] | None = None
+    #: For ``resolution_method: human_approval``: the approver group and N of N-of-M.
+    #: Warden's own fields: not sent in ``defer_details``.
+    approver_group: str | None = Field(None, min_length=1, max_length=64)
+    approvals_required: int = Field(1, ge=1, le=16)
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True, exclude=WARDEN_ONLY)
 
 
 class Redaction(_Strict):

@@ -174,10 +174,9 @@ class PolicyEngine:
         )
         first = winners[0].spec
         if effect is Effect.ASK and first.ask is not None:
-            details = first.ask.model_dump(exclude_none=True)
-            return _replace(ev, ask_details=details)
+            return _replace(ev, ask_details=first.ask.to_wire())
         if effect is Effect.DEFER and first.defer is not None:
-            return _replace(ev, defer_details=first.defer.model_dump(exclude_none=True))
+            return _replace(ev, defer_details=first.defer.to_wire())
         if effect is Effect.MODIFY:
             return _replace(ev, modifications=self._merge(winners, wrapped_mcp=wrapped_mcp))
         return ev

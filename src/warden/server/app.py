@@ -21,6 +21,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from warden import __version__
 from warden.errors import InvalidRequest, WardenError
 from warden.runtime import Runtime
+from warden.server.approvals_api import approvals_router
+from warden.server.desk import mount_desk
 from warden.store.group_commit import GroupCommitter
 from warden.store.idempotency import Idempotency
 from warden.wire.acs.render import error_response
@@ -113,17 +115,25 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
             committer.close()
 
     app = FastAPI(title="Warden", version=__version__, lifespan=lifespan)
+    # Before the spend router, whose catch-all answers unknown /v1 routes.
+    app.include_router(
+        approvals_router(
+            runtime.desk, runtime.api_keys, max_body_bytes=runtime.settings.max_body_bytes
+        )
+    )
     app.include_router(
         spend_router(
             runtime.spend,
             runtime.store,
-            token=runtime.api_token,
+            keys=runtime.api_keys,
             idempotency=idempotency or Idempotency(runtime.settings.idempotency_ttl_seconds),
             max_body_bytes=runtime.settings.max_body_bytes,
             guardian=runtime.guardian,
+            desk=runtime.desk,
         )
     )
     app.add_middleware(SpendBodyCap, limit=runtime.settings.max_body_bytes)
+    mount_desk(app, runtime)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

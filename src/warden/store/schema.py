@@ -3,7 +3,9 @@
 Migrations only ever add: 0001 created the three tables; 0002 added
 ``sessions.session_signature`` (the HMAC of the session record),
 ``entries.request`` (the canonical params the entry's ``request_hash`` covers)
-and the unique index ``uq_entries_session_step`` (one entry per request id).
+and the unique index ``uq_entries_session_step`` (one entry per request id);
+0003 the spend tables, idempotency keys and tasks; 0004 the approval desk's
+columns on ``tasks``, ``approval_votes``, ``api_keys`` and ``webhook_deliveries``.
 """
 
 from __future__ import annotations
@@ -142,4 +144,70 @@ tasks = Table(
     Column("record", Text, nullable=False),
     Column("created_at", String(40), nullable=False),
     Column("updated_at", String(40), nullable=False),
+    # 0004: the approval desk's queried fields (NULL for tasks that are not approvals)
+    Column("state", String(16), nullable=True),
+    Column("action_hash", String(64), nullable=True),
+    Column("session_id", String(64), nullable=True),
+    Column("expires_at", String(40), nullable=True),
+    Column("approver_group", String(128), nullable=True),
+)
+Index("ix_tasks_session_action", tasks.c.session_id, tasks.c.action_hash)
+Index("ix_tasks_state_expiry", tasks.c.state, tasks.c.expires_at)
+
+approval_votes = Table(
+    "approval_votes",
+    metadata,
+    Column("task_id", String(64), nullable=False),
+    Column("principal", String(200), nullable=False),
+    Column("key_id", String(64), nullable=False),
+    Column("decision", String(8), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("at", String(40), nullable=False),
+    # One vote per approver per task: N-of-M counts distinct principals by construction.
+    PrimaryKeyConstraint("task_id", "principal", name="pk_approval_votes"),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("key_id", String(64), primary_key=True),
+    Column("principal", String(200), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("groups", Text, nullable=False),
+    Column("secret_hash", String(128), nullable=False),
+    Column("created_at", String(40), nullable=False),
+    Column("revoked_at", String(40), nullable=True),
+)
+# Authentication looks a key up by its keyed hash.
+Index("uq_api_keys_secret_hash", api_keys.c.secret_hash, unique=True)
+
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("delivery_id", String(64), primary_key=True),
+    Column("webhook_id", String(64), nullable=False),
+    Column("task_id", String(64), nullable=False),
+    Column("event", String(32), nullable=False),
+    Column("url", Text, nullable=False),
+    Column("body", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", String(40), nullable=False),
+    Column("lease_until", String(40), nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("response_status", Integer, nullable=True),
+    Column("created_at", String(40), nullable=False),
+    Column("delivered_at", String(40), nullable=True),
+)
+Index(
+    "ix_webhook_deliveries_due", webhook_deliveries.c.status, webhook_deliveries.c.next_attempt_at
+)
+
+#: Random secrets Warden generates once and every replica shares (the desk's cookie key).
+server_secrets = Table(
+    "server_secrets",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("created_at", String(40), nullable=False),
 )

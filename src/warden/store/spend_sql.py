@@ -24,6 +24,7 @@ from warden.spend.money import to_wire
 from warden.spend.records import HoldStatus, Receipt, Reservation
 from warden.store.base import PendingAppend, SessionState
 from warden.store.idempotency_sql import SqlIdempotencyKeys
+from warden.store.outbox_sql import SqlOutbox
 from warden.store.tasks_sql import SqlTasks
 
 if TYPE_CHECKING:
@@ -127,6 +128,12 @@ class SqlSpendTx:
         # stored response, a task (the spend wire, warden.wire.spend).
         self.idempotency_keys = SqlIdempotencyKeys(cur, self._q)
         self.tasks = SqlTasks(cur, self._q)
+
+    @property
+    def outbox(self) -> SqlOutbox:
+        """The webhook outbox in this transaction: a task change and its notifications
+        commit together (:meth:`warden.approvals.notifier.Notifier.enqueue`)."""
+        return SqlOutbox(self._cur, self._q)
 
     def _one(self, sql: str, params: tuple[Any, ...]) -> Any:
         self._cur.execute(self._q(sql), params)

@@ -727,6 +727,11 @@ class SqlStore:
 
         return spend_transaction(self)
 
+    def transaction(self) -> AbstractContextManager[SqlSpendTx]:
+        """One write transaction carrying every table behind the wires (budgets, tasks,
+        idempotency keys, the outbox, Warden-authored chains)."""
+        return self.spend_transaction()
+
     def budgets(self) -> list[Budget]:
         """Every budget, by id."""
         from warden.store.spend_sql import list_budgets

@@ -1,6 +1,11 @@
-"""SQL for tasks: :class:`SqlTasks` on the ``tasks`` table (migration 0003), inside
-the caller's open write transaction. The task is a JSON record beside the columns
-that are queried (kind, status, times)."""
+"""SQL for approval tasks: :class:`SqlTasks` on the ``tasks`` and ``approval_votes``
+tables (migrations 0003, 0004), inside the caller's open write transaction.
+
+The task is a JSON record beside the columns that are queried (kind, state,
+scope, action hash, expiry, approver group). Races between replicas are decided
+by the database: a transition is a conditional ``UPDATE … WHERE state = ?`` and a
+vote a primary key on (task, principal).
+"""
 
 from __future__ import annotations
 
@@ -8,71 +13,143 @@ import json
 from datetime import datetime
 from typing import Any
 
-from warden.approvals.tasks import Task, TaskKind, TaskStatus
+from warden.approvals.tasks import ApprovalState, Task, Vote
 from warden.crypto.canonical import parse_strict_json
+
+_LIVE = (ApprovalState.PENDING.value, ApprovalState.APPROVED.value)
 
 
 def _record(task: Task) -> str:
-    return json.dumps(
-        {
-            "id": task.id,
-            "kind": task.kind.value,
-            "status": task.status.value,
-            "created_at": task.created_at.isoformat(),
-            "updated_at": task.updated_at.isoformat(),
-            "detail": task.detail,
-        },
-        ensure_ascii=False,
-        separators=(",", ":"),
-        sort_keys=True,
+    return json.dumps(task.to_dict(), ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _columns(task: Task) -> tuple[Any, ...]:
+    return (
+        task.kind.value,
+        task.status.value,
+        _record(task),
+        task.created_at.isoformat(),
+        task.updated_at.isoformat(),
+        task.state.value,
+        task.action_hash,
+        task.scope,
+        task.expires_at.isoformat(),
+        task.approver_group,
     )
 
 
-def _task(text: str) -> Task:
-    rec = parse_strict_json(text)
-    return Task(
-        id=rec["id"],
-        kind=TaskKind(rec["kind"]),
-        status=TaskStatus(rec["status"]),
-        created_at=datetime.fromisoformat(rec["created_at"]),
-        updated_at=datetime.fromisoformat(rec["updated_at"]),
-        detail=rec.get("detail") or {},
-    )
+def _is_integrity(exc: BaseException) -> bool:
+    return type(exc).__name__ in {"IntegrityError", "UniqueViolation"}
 
 
 class SqlTasks:
     """:class:`~warden.approvals.tasks.TaskStore` on an open DB-API cursor."""
+
+    _SET = (
+        "kind = ?, status = ?, record = ?, created_at = ?, updated_at = ?, state = ?, "
+        "action_hash = ?, session_id = ?, expires_at = ?, approver_group = ?"
+    )
 
     def __init__(self, cur: Any, q: Any) -> None:
         self._cur = cur
         self._q = q
 
     def put(self, task: Task) -> None:
-        params = (
-            task.kind.value,
-            task.status.value,
-            _record(task),
-            task.created_at.isoformat(),
-            task.updated_at.isoformat(),
-            task.id,
-        )
-        self._cur.execute(
-            self._q(
-                "UPDATE tasks SET kind = ?, status = ?, record = ?, created_at = ?, "
-                "updated_at = ? WHERE task_id = ?"
-            ),
-            params,
-        )
+        params = (*_columns(task), task.id)
+        self._cur.execute(self._q(f"UPDATE tasks SET {self._SET} WHERE task_id = ?"), params)
         if self._cur.rowcount == 0:
             self._cur.execute(
                 self._q(
-                    "INSERT INTO tasks (kind, status, record, created_at, updated_at, task_id) "
-                    "VALUES (?, ?, ?, ?, ?, ?)"
+                    "INSERT INTO tasks (kind, status, record, created_at, updated_at, state, "
+                    "action_hash, session_id, expires_at, approver_group, task_id) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
                 params,
             )
 
+    def transition(self, task: Task, before: Task) -> bool:
+        self._cur.execute(
+            self._q(
+                f"UPDATE tasks SET {self._SET} WHERE task_id = ? AND state = ? AND updated_at = ?"
+            ),
+            (*_columns(task), task.id, before.state.value, before.updated_at.isoformat()),
+        )
+        return bool(self._cur.rowcount == 1)
+
     def get(self, task_id: str) -> Task | None:
         self._cur.execute(self._q("SELECT record FROM tasks WHERE task_id = ?"), (task_id,))
         row = self._cur.fetchone()
-        return _task(row[0]) if row is not None else None
+        return Task.from_dict(parse_strict_json(row[0])) if row is not None else None
+
+    def latest_for(self, scope: str, action_hash: str) -> Task | None:
+        self._cur.execute(
+            self._q(
+                "SELECT record FROM tasks WHERE session_id = ? AND action_hash = ? "
+                "ORDER BY created_at DESC, task_id DESC LIMIT 1"
+            ),
+            (scope, action_hash),
+        )
+        row = self._cur.fetchone()
+        return Task.from_dict(parse_strict_json(row[0])) if row is not None else None
+
+    def add_vote(self, task_id: str, vote: Vote) -> bool:
+        # A savepoint keeps the transaction usable after a duplicate (PostgreSQL aborts
+        # the whole transaction on an error otherwise).
+        self._cur.execute("SAVEPOINT vote")
+        try:
+            self._cur.execute(
+                self._q(
+                    "INSERT INTO approval_votes (task_id, principal, key_id, decision, reason, at) "
+                    "VALUES (?, ?, ?, ?, ?, ?)"
+                ),
+                (task_id, vote.principal, vote.key_id, vote.decision, vote.reason, vote.at),
+            )
+        except Exception as exc:
+            self._cur.execute("ROLLBACK TO SAVEPOINT vote")
+            if _is_integrity(exc):
+                return False
+            raise
+        self._cur.execute("RELEASE SAVEPOINT vote")
+        return True
+
+    def due(self, now: datetime, limit: int = 100) -> list[Task]:
+        # expires_at is ISO 8601 UTC with a fixed offset, so text order is time order.
+        self._cur.execute(
+            self._q(
+                "SELECT record FROM tasks WHERE state IN (?, ?) AND expires_at <= ? "
+                "ORDER BY expires_at LIMIT ?"
+            ),
+            (*_LIVE, now.isoformat(), limit),
+        )
+        return [Task.from_dict(parse_strict_json(r[0])) for r in self._cur.fetchall()]
+
+    def query(
+        self,
+        *,
+        states: tuple[ApprovalState, ...] = (),
+        group: str | None = None,
+        wire: str | None = None,
+        limit: int = 100,
+    ) -> list[Task]:
+        where = ["state IS NOT NULL"]
+        params: list[Any] = []
+        if states:
+            where.append("state IN (" + ", ".join("?" for _ in states) + ")")
+            params.extend(s.value for s in states)
+        if group is not None:
+            where.append("approver_group = ?")
+            params.append(group)
+        sql = (
+            f"SELECT record FROM tasks WHERE {' AND '.join(where)} "
+            "ORDER BY created_at DESC, task_id DESC"
+        )
+        self._cur.execute(self._q(sql), tuple(params))
+        out: list[Task] = []
+        for (text,) in self._cur.fetchall():
+            task = Task.from_dict(parse_strict_json(text))
+            if wire is not None and task.wire != wire:
+                continue
+            out.append(task)
+            if len(out) >= limit:
+                break
+        return out

@@ -90,9 +90,16 @@ class AcsClient:
         request_id: str | None = None,
         timestamp: str | None = None,
         sign: bool = True,
+        metadata: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """A signed request envelope; ``metadata`` adds members to ``params.metadata``
+        (``user_context``, Warden's ``approval_task_id`` …)."""
         rid = request_id or str(uuid.uuid4())
-        metadata: dict[str, Any] = {"agent_id": self.agent_id, "session_id": self.session_id}
+        metadata = {
+            **(metadata or {}),
+            "agent_id": self.agent_id,
+            "session_id": self.session_id,
+        }
         if turn_id is not None:
             metadata["turn_id"] = turn_id
         if self.track_chain and self.chain_hash is not None:

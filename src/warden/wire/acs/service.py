@@ -59,6 +59,7 @@ from warden.errors import (
     UnsupportedVersion,
     WardenError,
 )
+from warden.gates.approval import ApprovalGate, ApprovalStep, needs_human
 from warden.gates.spend import SpendGate, SpendStep
 from warden.ledger.ledger import Ledger
 from warden.schemas import SchemaSet
@@ -142,9 +143,11 @@ class AcsService:
         max_body_bytes: int = MAX_BODY_BYTES,
         clock: Any = _utcnow,
         spend_gate: SpendGate | None = None,
+        approval_gate: ApprovalGate | None = None,
     ) -> None:
         self.guardian = guardian
         self.spend_gate = spend_gate
+        self.approval_gate = approval_gate
         self.store = store
         self.keys = keys
         self.key_id = key_id
@@ -436,6 +439,11 @@ class AcsService:
             if self.spend_gate is not None
             else None
         )
+        approval = (
+            self.approval_gate.step(params["request_id"])
+            if self.approval_gate is not None
+            else None
+        )
         for attempt in range(_APPEND_ATTEMPTS):
             session = self.store.load_session(sid, fresh=attempt > 0)
             if session is None:
@@ -449,7 +457,7 @@ class AcsService:
                 if isinstance(refusal, ProtocolError):
                     raise refusal
                 return self._sign(key, refusal)
-            pending = yield from self._decide(msg, info, session, replay, key, fast, gate)
+            pending = yield from self._decide(msg, info, session, replay, key, fast, gate, approval)
             # The commit's unique replay keys detect a replay (-32005) atomically.
             outcome = yield pending
             if outcome is None:
@@ -459,6 +467,9 @@ class AcsService:
                 # The entry recording the hold did not commit: release it.
                 yield Offload(gate.abandon)
             if not isinstance(outcome, HeadMoved):
+                if approval is not None and approval.granted:
+                    # The step a grant allowed was not recorded: give the grant back.
+                    yield Offload(approval.abandon)
                 raise outcome
         raise StoreUnavailable("the session head kept moving; try again")
 
@@ -521,8 +532,10 @@ class AcsService:
         key: bytes,
         fast: bool,
         gate: SpendStep | None = None,
+        approval: ApprovalStep | None = None,
     ) -> Generator[Offload, Any, PendingAppend]:
-        """Decide the step (Guardian, then the spend gate) and stage its entry."""
+        """Decide the step (Guardian, the approval gate, then the spend gate) and stage
+        its entry."""
         started = time.perf_counter()
         params = msg["params"]
         request = action_request(info, params, session)
@@ -537,6 +550,10 @@ class AcsService:
             )
         else:
             verdict = self.guardian.decide(request)
+        if approval is not None and (approval.resolution is not None or needs_human(verdict)):
+            # An ask meets the approval desk: a grant for this exact action allows the step
+            # once; otherwise the ask names its task (or the step is denied).
+            verdict = yield Offload(partial(approval.apply, request, verdict))
         if gate is not None:
             # The one place the spend gate runs: a priced allow/modify reserves its cost
             # (or becomes a deny); a tool result settles or releases its request's hold.
@@ -544,6 +561,9 @@ class AcsService:
                 verdict = yield Offload(partial(gate.apply, request, verdict))
             else:
                 verdict = gate.apply(request, verdict)
+        if approval is not None and approval.granted and verdict.decision is Effect.DENY:
+            # The spend gate refused the granted step: the grant was not used.
+            yield Offload(partial(approval.abandon, "the granted step was denied"))
         acs_version = session.negotiated.get("server_hello", {}).get(
             "negotiated_version", SUPPORTED_VERSIONS[0]
         )
@@ -573,6 +593,8 @@ class AcsService:
                 # A deny holds nothing; a settlement already made stays recorded.
                 yield Offload(gate.abandon)
                 verdict = replace(verdict, spend=gate.result_record)
+            if approval is not None and approval.granted:
+                yield Offload(partial(approval.abandon, "the granted step was denied"))
         # The params exactly as hashed are stored beside the entry, so an auditor can
         # re-check the decision from the record alone.
         received = canonical_bytes(params, known_fast=fast)

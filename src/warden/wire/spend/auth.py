@@ -1,53 +1,72 @@
-"""Who may call the spend wire: one bearer token (``<data-dir>/api.token``).
+"""Who may call ``/v1``: API keys with roles, sent as ``Authorization: Bearer <token>``.
 
-Until the approval desk (issue 4) brings API keys with roles, every ``/v1``
-route requires ``Authorization: Bearer <token>``; the token is compared in
-constant time. A missing or wrong token is ``401 auth:required`` with an
-``authenticate`` resolution. The principal that scopes idempotency keys is a
-digest of the token, so a key is never shared across credentials.
+Keys are :mod:`warden.identity.api_keys` (stored as a keyed HMAC, never the token).
+Roles: ``agent`` (spend, action requests, its own tasks), ``approver`` (the approval
+desk), ``admin`` (everything, including defining budgets). The bootstrap token
+``<data-dir>/api.token`` is registered as an admin key at start-up.
+
+A missing, unknown or revoked token is ``401 auth:required`` with an ``authenticate``
+resolution; a key whose role does not allow the route is ``403 auth:forbidden``.
+The caller's identity is kept in a context variable for the request
+(:func:`caller`), so the operations scope idempotency keys and tasks by it.
 """
 
 from __future__ import annotations
 
-import hmac
+from contextvars import ContextVar
 
-from warden.crypto.canonical import sha256_hex
-from warden.crypto.keystore import MIN_TOKEN_CHARS
-from warden.errors import ConfigError
+from warden.identity.api_keys import ApiKeys, Identity, Role
 from warden.wire.spend.models import Resolution
 from warden.wire.spend.render import Refusal
 
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="warden"'}
 
+_CALLER: ContextVar[Identity | None] = ContextVar("warden_caller", default=None)
 
-class BearerAuth:
-    """Checks ``Authorization`` headers against the one configured token."""
 
-    def __init__(self, token: str) -> None:
-        if len(token) < MIN_TOKEN_CHARS:
-            raise ConfigError(f"the API token must be at least {MIN_TOKEN_CHARS} characters")
-        self._token = token.encode("utf-8")
-        #: Stable, non-secret name of the credential (scopes idempotency keys).
-        self.principal = "token:" + sha256_hex(self._token)[:16]
+def caller() -> Identity:
+    """The authenticated identity of the request being served (set by :class:`KeyAuth`)."""
+    who = _CALLER.get()
+    if who is None:  # a route reached without authentication is a programming error
+        raise RuntimeError("no authenticated caller in this context")
+    return who
 
-    def check(self, authorization: str | None) -> str:
-        """The principal, or :class:`Refusal` ``auth:required`` (401)."""
+
+class KeyAuth:
+    """Checks ``Authorization`` headers against the API key store."""
+
+    def __init__(self, keys: ApiKeys) -> None:
+        self.keys = keys
+
+    def check(self, authorization: str | None, role: Role | None = Role.AGENT) -> Identity:
+        """The caller's identity (also set as :func:`caller`); raises :class:`Refusal`
+        ``auth:required`` (401) or ``auth:forbidden`` (403). ``role`` None admits any
+        valid key (the route checks what the caller may see)."""
         scheme, _, credentials = (authorization or "").strip().partition(" ")
-        presented = credentials.strip().encode("utf-8", errors="replace")
-        # compare_digest on every path, so a missing scheme costs what a wrong token does
-        ok = hmac.compare_digest(presented, self._token)
-        if scheme.lower() != "bearer" or not ok:
+        who = self.keys.authenticate(credentials.strip()) if scheme.lower() == "bearer" else None
+        if who is None:
             raise Refusal(
                 "auth:required",
                 401,
-                "missing or invalid bearer token"
+                "missing, invalid or revoked bearer token"
                 if authorization
-                else "this route requires an API token",
+                else "this route requires an API key",
                 resolution=Resolution(
                     type="authenticate",
-                    hint="send Authorization: Bearer <token>; Warden writes the token to "
-                    "<data-dir>/api.token (mode 0600) on first start",
+                    hint="send Authorization: Bearer <token>; create keys with `warden keys "
+                    "create`; the bootstrap admin token is <data-dir>/api.token (mode 0600)",
                 ),
                 headers=CHALLENGE,
             )
-        return self.principal
+        if role is not None and not who.may(role):
+            raise Refusal(
+                "auth:forbidden",
+                403,
+                f"the {who.role.value} key of {who.principal} may not use this route "
+                f"(it needs the {role.value} role)",
+                resolution=Resolution(
+                    type="authenticate", hint=f"use a key with the {role.value} or admin role"
+                ),
+            )
+        _CALLER.set(who)
+        return who

@@ -227,6 +227,11 @@ class TaskView(BaseModel):
     requestedCap: str | None = None
     currency: str | None = None
     reason: str | None = None
+    state: Literal["pending", "approved", "denied", "expired", "consumed", "canceled"] | None = (
+        Field(None, description="The approval desk's state of the task.")
+    )
+    amount: str | None = None
+    action: str | None = None
 
 
 class QuoteData(_Mutation):

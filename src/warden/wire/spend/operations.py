@@ -11,26 +11,28 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, Protocol
 
 from fastapi.responses import Response
 
-from warden.approvals.tasks import Task, TaskKind, TaskStatus, TaskStore
+from warden.approvals.desk import ApprovalDesk, AskRequest, DeskTx, Outcome
+from warden.approvals.tasks import Requester, Task, TaskKind
 from warden.core.guardian import Guardian
 from warden.core.types import ActionRequest
 from warden.core.types import Effect as VerdictEffect
 from warden.errors import CouldNotDecide, WardenError
+from warden.gates.approval import ask_terms, policy_of
+from warden.identity.api_keys import Role
 from warden.spend.budgets import Budget, period_key
 from warden.spend.engine import DEFAULT_HOLD_SECONDS, SpendEngine, SpendTx
 from warden.spend.errors import BudgetExceeded
 from warden.spend.money import parse_amount, to_wire
 from warden.store.idempotency import Idempotency, IdempotencyKeys, request_hash
-from warden.wire.spend.auth import BearerAuth
+from warden.wire.spend.auth import KeyAuth, caller
 from warden.wire.spend.models import (
     BudgetData,
     BudgetDefineData,
@@ -73,15 +75,16 @@ from warden.wire.spend.render import (
     warden_resource,
 )
 
+#: The approver group that decides budget increases, and how long a request stays open.
+BUDGET_APPROVERS = "finance"
+BUDGET_REQUEST_TIMEOUT_S = 7 * 24 * 3600
 
-class WireTx(SpendTx, Protocol):
+
+class WireTx(SpendTx, DeskTx, Protocol):
     """One store write transaction as the spend wire uses it."""
 
     @property
     def idempotency_keys(self) -> IdempotencyKeys: ...
-
-    @property
-    def tasks(self) -> TaskStore: ...
 
 
 class WireStore(Protocol):
@@ -110,12 +113,14 @@ class SpendWire:
         self,
         engine: SpendEngine,
         store: WireStore,
-        auth: BearerAuth,
+        auth: KeyAuth,
         idempotency: Idempotency,
         max_body_bytes: int,
         guardian: Guardian | None = None,
+        desk: ApprovalDesk | None = None,
     ) -> None:
         self.guardian = guardian
+        self.desk = desk
         self.engine = engine
         self.store = store
         self.auth = auth
@@ -130,7 +135,7 @@ class SpendWire:
         """Run ``effect`` once per Idempotency-Key, in one transaction with the key's claim
         and its stored answer. A refusal is raised after the transaction commits (its
         audit entry is kept; its claim is released: errors are never cached)."""
-        scope = f"{self.auth.principal} {route}"
+        scope = f"{caller().principal} {route}"
         req_hash = request_hash({"path": path, "body": body})  # validates the JCS domain
         refusal: WardenError | None = None
         with self.store.spend_transaction() as tx:
@@ -191,9 +196,12 @@ class SpendWire:
         self.usd_only(f"budget {body.budgetId}", path[0].currency)
         if body.currency != CURRENCY:
             raise currency_not_supported("the amount", body.currency, fixable=True)
-        stopped = self.policy(tx, eng, body, amount)
+        stopped, grant = self.policy(tx, eng, body, amount)
         if stopped is not None:
             return stopped
+        meta: dict[str, Any] = {"wire": "spend", "key_id": caller().key_id}
+        if grant is not None:
+            meta["approval_task"] = grant
         try:
             res = eng.reserve(
                 body.budgetId,
@@ -201,7 +209,7 @@ class SpendWire:
                 CURRENCY,
                 action=body.action,
                 hold_seconds=body.holdSeconds or DEFAULT_HOLD_SECONDS,
-                meta={"wire": "spend"},
+                meta=meta,
             )
         except BudgetExceeded as exc:
             tight = next(b for b in path if b.id == exc.budget_id)
@@ -244,16 +252,23 @@ class SpendWire:
 
     def policy(
         self, tx: WireTx, eng: SpendEngine, body: QuoteRequest, amount: Decimal
-    ) -> Answer | None:
-        """Ask the Guardian about the quote (``spend/quote``; DESIGN.md's decision table):
-        None to go on; a task and ``approval:required`` for ask/defer (an answer that
-        changed state, so it is cached); raises ``policy:<rule>`` for deny and modify."""
+    ) -> tuple[Answer | None, str | None]:
+        """Ask the Guardian about the quote (``spend/quote``; DESIGN.md's decision table).
+
+        Returns ``(None, None)`` to go on; ``(None, task_id)`` to go on under an approval
+        granted for this exact quote (consumed now); ``(answer, None)`` with a task and
+        ``approval:required`` while a human decides (an answer that changed state, so it
+        is cached). Raises ``policy:<rule>`` for deny and modify, ``approval:denied`` /
+        ``approval:expired`` / ``approval:unavailable`` when the human said no, did not
+        answer, or no desk is configured.
+        """
         if self.guardian is None:
-            return None
+            return None, None
+        who = caller()
         request = ActionRequest(
             method="spend/quote",
             payload=body.model_dump(),
-            metadata={"principal": self.auth.principal},
+            metadata={"principal": who.principal},
             tool={
                 "name": body.action,
                 "version": "",
@@ -268,11 +283,11 @@ class SpendWire:
                 "action": body.action,
             },
             raw_command="",
-            session={"id": "", "agent_id": self.auth.principal, "step_count": 0},
+            session={"id": "", "agent_id": who.principal, "step_count": 0},
         )
         verdict = self.guardian.decide(request)
         if verdict.decision is VerdictEffect.ALLOW:
-            return None
+            return None, None
         rules = [r.rule_id for r in verdict.policy_references]
         eng.record_decision(
             body.budgetId,
@@ -285,6 +300,7 @@ class SpendWire:
                 "reason_codes": list(verdict.reason_codes),
                 "rules": rules,
                 "bundle": verdict.bundle.to_wire() if verdict.bundle else None,
+                "key_id": who.key_id,
             },
         )
         # The gate names the rule whose effect won (a fired allow rule is not the reason).
@@ -294,24 +310,7 @@ class SpendWire:
             winners[0] if winners else (verdict.reason_codes or ("no_rule_matched",))[0]
         )
         if verdict.decision in (VerdictEffect.ASK, VerdictEffect.DEFER):
-            return self.await_human(
-                tx,
-                eng,
-                TaskKind.SPEND_APPROVAL,
-                {
-                    "budgetId": body.budgetId,
-                    "action": body.action,
-                    "amount": to_wire(amount),
-                    "currency": CURRENCY,
-                    "reasoning": verdict.reasoning,
-                    "rules": rules,
-                },
-                lambda task_id: (
-                    f"{verdict.reasoning} A human must approve this spend: task "
-                    f"{task_id} is input_required (the approval desk is not built yet)."
-                ),
-                requested=amount,
-            )
+            return self.ask_human(tx, body, amount, verdict)
         if verdict.decision is VerdictEffect.MODIFY:
             raise Refusal(
                 gate,
@@ -323,6 +322,53 @@ class SpendWire:
                 ),
             )
         raise Refusal(gate, 403, verdict.reasoning or "denied by policy")
+
+    def ask_human(
+        self, tx: WireTx, body: QuoteRequest, amount: Decimal, verdict: Any
+    ) -> tuple[Answer | None, str | None]:
+        """The desk's answer for a quote the policy asks a human about."""
+        if self.desk is None or self.guardian is None:
+            raise Refusal(
+                "approval:unavailable",
+                503,
+                f"{verdict.reasoning} No approval desk is configured, so it is refused.",
+            )
+        who = caller()
+        arguments = {
+            "budgetId": body.budgetId,
+            "amount": to_wire(amount),
+            "currency": CURRENCY,
+            "action": body.action,
+        }
+        ask = AskRequest(
+            kind=TaskKind.SPEND_APPROVAL,
+            wire="spend",
+            scope=f"spend:{who.principal}",
+            action={"method": "spend/quote", "name": body.action, "arguments": arguments},
+            requester=Requester(agent_id=who.principal, principal=who.principal),
+            correlation={"key_id": who.key_id},
+            policy=policy_of(verdict),
+            detail=dict(arguments),
+            **ask_terms(self.guardian, verdict),
+        )
+        res = self.desk.resolve(
+            tx, ask, {"wire": "spend", "route": "POST /v1/quotes", "key_id": who.key_id}
+        )
+        assert res.task is not None or res.outcome is Outcome.INVALID
+        if res.outcome is Outcome.GRANTED:
+            assert res.task is not None
+            return None, res.task.id
+        if res.outcome is Outcome.PENDING:
+            assert res.task is not None
+            return self.awaiting(
+                res.task.id, f"{verdict.reasoning} {res.text}", requested=amount
+            ), None
+        raise Refusal(
+            f"approval:{res.outcome.value}",
+            403,
+            f"{verdict.reasoning} {res.text}",
+            resolution=retry("submit the quote again to ask a human again"),
+        )
 
     def commit(self, tx: WireTx, eng: SpendEngine, rid: str, body: CommitRequest) -> Answer:
         actual = parse_amount(body.actualAmount, field="actualAmount")
@@ -486,58 +532,63 @@ class SpendWire:
                 gate="input:not_an_increase",
                 hint=f"ask for more than {to_wire(budget.cap)} USD",
             )
-        return self.await_human(
+        if self.desk is None:
+            raise Refusal(
+                "approval:unavailable", 503, "no approval desk is configured to decide this"
+            )
+        who = caller()
+        detail = {
+            "budgetId": budget.id,
+            "currentCap": to_wire(budget.cap),
+            "requestedCap": to_wire(cap),
+            "currency": CURRENCY,
+            "reason": body.reason,
+        }
+        task = self.desk.file(
             tx,
-            eng,
-            TaskKind.BUDGET_INCREASE,
-            {
-                "budgetId": budget.id,
-                "currentCap": to_wire(budget.cap),
-                "requestedCap": to_wire(cap),
-                "currency": CURRENCY,
-                "reason": body.reason,
-            },
-            lambda task_id: (
-                f"raising budget {budget.id} from {to_wire(budget.cap)} to "
-                f"{to_wire(cap)} USD needs a human approval; task {task_id} is input_required. "
-                "The human approval desk is not built yet (a later issue): until then an "
-                f"operator applies an approved increase with PUT /v1/budgets/{budget.id}"
+            AskRequest(
+                kind=TaskKind.BUDGET_INCREASE,
+                wire="spend",
+                scope=f"spend:{who.principal}",
+                action={
+                    "method": "spend/budget-request",
+                    "name": "budget_increase",
+                    "arguments": detail,
+                },
+                requester=Requester(agent_id=who.principal, principal=who.principal),
+                approver_group=BUDGET_APPROVERS,
+                question=f"Raise budget {budget.id} from {to_wire(budget.cap)} to "
+                f"{to_wire(cap)} USD? Reason given: {body.reason or '(none)'}",
+                timeout_s=BUDGET_REQUEST_TIMEOUT_S,
+                correlation={"key_id": who.key_id},
+                detail=detail,
             ),
+        )
+        return self.awaiting(
+            task.id,
+            f"raising budget {budget.id} from {to_wire(budget.cap)} to {to_wire(cap)} USD "
+            f"needs a human approval (group {BUDGET_APPROVERS}); task {task.id} is "
+            "input_required. Once approved the cap is raised.",
             limit=budget.cap,
             requested=cap,
         )
 
     @staticmethod
-    def await_human(
-        tx: WireTx,
-        eng: SpendEngine,
-        kind: TaskKind,
-        detail: dict[str, Any],
-        message: Callable[[str], str],
+    def awaiting(
+        task_id: str,
+        message: str,
         *,
         limit: Decimal | None = None,
         requested: Decimal | None = None,
     ) -> Answer:
-        """File an ``input_required`` task and answer ``approval:required`` naming it.
-
-        An accepted submission that waits for a human: rendered as the approval gate
-        and, having changed state, cached like a success (AdCP caches ``submitted``).
-        """
-        now = eng.now()
-        task = Task(
-            id=f"task_{uuid.uuid4().hex}",
-            kind=kind,
-            status=TaskStatus.INPUT_REQUIRED,
-            created_at=now,
-            updated_at=now,
-            detail=detail,
-        )
-        tx.tasks.put(task)
+        """``approval:required`` naming the task: an accepted submission that waits for a
+        human, rendered as the approval gate and, having changed state, cached like a
+        success (AdCP caches ``submitted``)."""
         waiting = Refusal(
             "approval:required",
             403,
-            message(task.id),
-            resolution=Resolution(type="human_approval", taskId=task.id),
+            message,
+            resolution=Resolution(type="human_approval", taskId=task_id),
             limit=limit,
             requested=requested,
         )
@@ -600,6 +651,10 @@ class SpendWire:
 
     def get_task(self, tx: WireTx, eng: SpendEngine, tid: str) -> Answer:
         task = tx.tasks.get(tid)
+        who = caller()
+        if task is not None and who.principal not in task.requester.names():
+            # Another agent's task reads as absent (no existence leak); approvers see all.
+            task = task if who.may(Role.APPROVER) else None
         if task is None:
             raise Refusal(
                 "input:unknown_task",
@@ -610,10 +665,7 @@ class SpendWire:
                 ),
             )
         steps = (
-            [
-                f"Poll GET /v1/tasks/{tid}: a human decides it on the approval desk (not "
-                "built yet); until then an operator applies the change with PUT /v1/budgets"
-            ]
+            [f"Poll GET /v1/tasks/{tid}: a human decides it on the approval desk"]
             if not task.status.terminal
             else ["The task is finished"]
         )
@@ -624,3 +676,21 @@ def _gate_value(name: str) -> str:
     """A rule id or reason code as a ``blockedBy`` value (lower snake_case)."""
     value = re.sub(r"[^a-z0-9_.]+", "_", name.lower()).strip("_")
     return value or "denied"
+
+
+def budget_increase_effect(engine: SpendEngine) -> Callable[[Any, Task], dict[str, Any]]:
+    """What approving a budget increase does, inside the desk's transaction: the cap is
+    raised (and chained on the budget tree's spend chain). Raises ``BudgetError`` when
+    the new cap no longer fits (the approval then fails and nothing changes)."""
+
+    def apply(tx: Any, task: Task) -> dict[str, Any]:
+        eng = engine.within(tx)
+        current = eng.path(task.detail["budgetId"])[0]
+        eng.define_budget(replace(current, cap=Decimal(task.detail["requestedCap"])))
+        return {
+            "budgetId": current.id,
+            "previousCap": to_wire(current.cap),
+            "cap": task.detail["requestedCap"],
+        }
+
+    return apply

@@ -23,6 +23,7 @@ from typing import Any, Final
 from fastapi.responses import Response
 from pydantic import BaseModel
 
+from warden.approvals.desk import DeskError
 from warden.approvals.tasks import Task
 from warden.errors import CouldNotDecide, InvalidRequest, ParseError, WardenError
 from warden.spend.budgets import Budget, BudgetError, period_end, period_key
@@ -216,6 +217,15 @@ def refusal_for(exc: BaseException) -> Refusal:
         return Refusal(exc.gate, 402, exc.message, limit=exc.available, requested=exc.requested)
     if isinstance(exc, MoneyError):
         return invalid(exc.message, gate=f"input:{exc.reason}")
+    if isinstance(exc, DeskError):
+        return Refusal(
+            f"approval:{exc.reason}",
+            exc.status,
+            exc.message,
+            resolution=retry("GET /v1/approvals/{taskId} shows the task's state and trail")
+            if exc.status == 409
+            else None,
+        )
     if isinstance(exc, BudgetError):
         return invalid(exc.message, gate="input:invalid_budget")
     if isinstance(exc, ParseError):
@@ -346,7 +356,8 @@ def task_view(task: Task) -> TaskView:
         "createdAt": rfc3339(task.created_at),
         "updatedAt": rfc3339(task.updated_at),
     }
-    for key in ("budgetId", "currentCap", "requestedCap", "currency", "reason"):
+    fields["state"] = task.state.value
+    for key in ("budgetId", "currentCap", "requestedCap", "currency", "reason", "amount", "action"):
         if key in task.detail:
             fields[key] = task.detail[key]
     return TaskView(**fields)

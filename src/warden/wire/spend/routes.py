@@ -1,7 +1,7 @@
 """The Governed Spend REST routes (``/v1``): HTTP in, :class:`SpendWire` operations, HTTP out.
 
-Every route requires the bearer token (:mod:`.auth`), checked first, before the body
-is read. Every answer is a seed ``003_…`` envelope, including FastAPI's own
+Every route requires an API key (:mod:`.auth`) with the route's role, checked first,
+before the body is read. Every answer is a seed ``003_…`` envelope, including FastAPI's own
 validation and body errors: the router's route class renders them (there is no
 ``422 {detail}`` under ``/v1``), and :class:`SpendBodyCap` stops reading a body at the
 configured size. The operations themselves are in :mod:`.operations`.
@@ -10,7 +10,7 @@ configured size. The operations themselves are in :mod:`.operations`.
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request, Security
 from fastapi.exceptions import RequestValidationError
@@ -20,11 +20,13 @@ from fastapi.security import HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from warden.approvals.desk import ApprovalDesk
 from warden.core.guardian import Guardian
 from warden.crypto.canonical import parse_strict_json
+from warden.identity.api_keys import ApiKeys, Role
 from warden.spend.engine import SpendEngine
 from warden.store.idempotency import KEY_PATTERN, KEY_RULE, Idempotency, InvalidIdempotencyKey
-from warden.wire.spend.auth import BearerAuth
+from warden.wire.spend.auth import KeyAuth
 from warden.wire.spend.models import (
     BudgetData,
     BudgetDefineData,
@@ -134,31 +136,40 @@ class SpendBodyCap:
         await self.app(scope, receive_capped, send)
 
 
-class _SpendRoute(APIRoute):
-    """Authenticates first, then renders every failure as a spend error envelope."""
+def make_route_class(
+    auth: KeyAuth, limit: int, role: Role | None = None, *, any_role: bool = False
+) -> type[APIRoute]:
+    """A route class that authenticates first (``role``; by default admin for PUT and
+    agent otherwise; ``any_role``: any valid key), caps the body, then renders every
+    failure as a seed ``003_…`` error envelope."""
 
-    wire: ClassVar[SpendWire]
+    class _Route(APIRoute):
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            handler = super().get_route_handler()
+            # Defining budgets is an administrator's job; the rest is an agent's.
+            need = (
+                None
+                if any_role
+                else role or (Role.ADMIN if "PUT" in (self.methods or ()) else Role.AGENT)
+            )
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-        auth = self.wire.auth
-        limit = self.wire.max_body_bytes
+            async def guarded(request: Request) -> Response:
+                try:
+                    auth.check(request.headers.get("authorization"), need)
+                    length = request.headers.get("content-length", "")
+                    if length.isdigit() and int(length) > limit:
+                        raise _too_large(limit)
+                    return await handler(request)
+                except RequestValidationError as exc:
+                    return error_response(validation_refusal(exc))
+                except StarletteHTTPException as exc:
+                    return error_response(http_refusal(exc, limit))
+                except Exception as exc:  # noqa: BLE001 - every failure gets an envelope
+                    return error_response(exc)
 
-        async def guarded(request: Request) -> Response:
-            try:
-                auth.check(request.headers.get("authorization"))
-                length = request.headers.get("content-length", "")
-                if length.isdigit() and int(length) > limit:
-                    raise _too_large(limit)
-                return await handler(request)
-            except RequestValidationError as exc:
-                return error_response(validation_refusal(exc))
-            except StarletteHTTPException as exc:
-                return error_response(http_refusal(exc, limit))
-            except Exception as exc:  # noqa: BLE001 - every failure gets an envelope
-                return error_response(exc)
+            return guarded
 
-        return guarded
+    return _Route
 
 
 async def _strict_body(request: Request) -> Any:
@@ -196,27 +207,43 @@ def spend_router(
     engine: SpendEngine,
     store: WireStore,
     *,
-    token: str,
+    keys: ApiKeys,
     idempotency: Idempotency | None = None,
     max_body_bytes: int = 1 << 20,
     guardian: Guardian | None = None,
+    desk: ApprovalDesk | None = None,
 ) -> APIRouter:
     """The ``/v1`` router of the Governed Spend wire, every route in the OpenAPI document.
 
-    ``token`` is the bearer token every route requires; ``idempotency`` the replay
-    rules (TTL, clock); ``max_body_bytes`` the largest body read (413 beyond);
-    ``guardian`` decides each quote (``spend/quote``) before anything is held.
+    ``keys`` authenticate every route (agent role; admin to define budgets);
+    ``idempotency`` the replay rules (TTL, clock); ``max_body_bytes`` the largest body
+    read (413 beyond); ``guardian`` decides each quote (``spend/quote``) before anything
+    is held; ``desk`` files and matches the approvals a quote or budget request needs.
     """
     wire = SpendWire(
-        engine, store, BearerAuth(token), idempotency or Idempotency(), max_body_bytes, guardian
+        engine,
+        store,
+        KeyAuth(keys),
+        idempotency or Idempotency(),
+        max_body_bytes,
+        guardian,
+        desk,
     )
-    route_class = type("SpendRoute", (_SpendRoute,), {"wire": wire})
+    route_class = make_route_class(wire.auth, max_body_bytes)
     router = APIRouter(
         prefix=PREFIX,
         tags=["governed spend"],
         route_class=route_class,
         responses=_ERRORS,
-        dependencies=[Security(HTTPBearer(auto_error=False, description="<data-dir>/api.token"))],
+        dependencies=[
+            Security(
+                HTTPBearer(
+                    auto_error=False,
+                    description="An API key (`warden keys create`); the bootstrap admin key "
+                    "is <data-dir>/api.token",
+                )
+            )
+        ],
     )
 
     @router.post(
@@ -377,4 +404,4 @@ def spend_router(
     return router
 
 
-__all__ = ["PREFIX", "SpendBodyCap", "spend_router"]
+__all__ = ["PREFIX", "SpendBodyCap", "make_route_class", "spend_router"]

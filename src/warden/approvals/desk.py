@@ -1,0 +1,557 @@
+"""The approval desk: files, decides, expires and consumes approval tasks.
+
+Every wire reaches it the same way. When the Guardian's verdict is ``ask`` (or a
+``defer`` resolved by a human), the wire calls :meth:`ApprovalDesk.resolve` with
+the exact action; the desk answers, inside the caller's transaction:
+
+- ``granted``: an approved task bound to this action in this scope exists; it is
+  consumed now (single use) and the step goes ahead once;
+- ``pending``: a task awaits a human (filed now, or the one already filed);
+- ``denied`` / ``expired``: a human said no, or nobody answered in time and the
+  rule's timeout disposition is deny; reported once, after which the same action
+  asks again;
+- ``invalid``: the step cited a task (``approval_task_id``) that is not an unused
+  grant for this very action in this scope (``grant_invalid``).
+
+Approvers act through :meth:`approve`, :meth:`deny` and :meth:`reroute`
+(maker-checker: neither the requesting agent nor its principal may vote; N-of-M
+needs N distinct approvers, one deny vetoes). Each transition is one entry
+``warden/approval.<event>`` on the desk's own audit chain (a Warden-authored
+session, :mod:`warden.ledger.warden_chain`), committed with the task change and
+the webhook outbox rows, so nothing is reported that is not durable.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any, Protocol
+
+from warden.approvals.binding import action_hash
+from warden.approvals.tasks import (
+    ApprovalState,
+    Event,
+    Requester,
+    Task,
+    TaskKind,
+    TaskStore,
+    Vote,
+)
+from warden.errors import WardenError
+from warden.ledger.ledger import Ledger
+from warden.ledger.warden_chain import AuditTx, WardenChain, chain_session_id
+
+DESK_CHAIN = "desk"
+MAX_REASON_CHARS = 2000
+
+
+def desk_session_id() -> str:
+    """The audit-chain session holding every approval transition."""
+    return chain_session_id("approval", DESK_CHAIN)
+
+
+class DeskError(WardenError):
+    """An approver's request the desk refuses; ``status`` is the HTTP status."""
+
+    reason = "desk_error"
+    status = 400
+
+
+class TaskNotFound(DeskError):
+    reason = "task_not_found"
+    status = 404
+
+
+class NotPermitted(DeskError):
+    """Maker-checker or group membership forbids this approver."""
+
+    reason = "not_permitted"
+    status = 403
+
+
+class TaskConflict(DeskError):
+    """The task is no longer pending, or this approver already voted."""
+
+    reason = "task_conflict"
+    status = 409
+
+
+class Approver(Protocol):
+    """An authenticated caller acting on the desk (an API key's identity)."""
+
+    @property
+    def key_id(self) -> str: ...
+
+    @property
+    def principal(self) -> str: ...
+
+    def in_group(self, group: str) -> bool: ...
+
+
+class DeskTx(AuditTx, Protocol):
+    """What one desk transaction needs: tasks, the chain, and the webhook outbox."""
+
+    @property
+    def tasks(self) -> TaskStore: ...
+
+    @property
+    def outbox(self) -> Any: ...
+
+
+class Notifier(Protocol):
+    def enqueue(self, outbox: Any, task_view: dict[str, Any], event: str, now: datetime) -> int: ...
+
+
+class Outcome(StrEnum):
+    GRANTED = "granted"
+    PENDING = "pending"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    INVALID = "invalid"
+
+
+#: The reason code each outcome puts on the step's verdict.
+REASON_CODES = {
+    Outcome.GRANTED: "approval_granted",
+    Outcome.PENDING: "approval_pending",
+    Outcome.DENIED: "approval_denied",
+    Outcome.EXPIRED: "approval_expired",
+    Outcome.INVALID: "grant_invalid",
+}
+
+
+@dataclass(frozen=True)
+class AskRequest:
+    """A step that needs a human. ``timeout_s`` is how long the task stays open (and,
+    once approved, how long the grant stays usable); ``scope`` is where a grant is
+    valid (the ACS session id, ``spend:<principal>`` …)."""
+
+    kind: TaskKind
+    wire: str
+    scope: str
+    action: dict[str, Any]
+    requester: Requester
+    approver_group: str
+    question: str
+    timeout_s: float
+    timeout_disposition: str = "deny"
+    approvals_required: int = 1
+    correlation: dict[str, Any] = field(default_factory=dict)
+    policy: dict[str, Any] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
+    cited_task_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Resolution:
+    outcome: Outcome
+    task: Task | None
+    text: str
+
+    @property
+    def reason_code(self) -> str:
+        return REASON_CODES[self.outcome]
+
+
+def _clean_reason(reason: str) -> str:
+    text = (reason or "").strip()
+    if len(text) > MAX_REASON_CHARS:
+        raise DeskError(f"the reason is longer than {MAX_REASON_CHARS} characters")
+    return text
+
+
+class ApprovalDesk:
+    """Approval tasks over one store; every change chained and notified. Thread-safe
+    (each operation is one database transaction)."""
+
+    def __init__(
+        self,
+        transaction: Callable[[], AbstractContextManager[DeskTx]],
+        ledger: Ledger,
+        *,
+        notifier: Notifier | None = None,
+        desk_url: str | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self._transaction = transaction
+        self._chain = WardenChain(
+            ledger, "approval", clock, negotiated=lambda name: {"kind": "approval_desk"}
+        )
+        self.notifier = notifier
+        self.desk_url = desk_url.rstrip("/") if desk_url else None
+        #: The desk's clock (aware UTC); settable, so tests can move time.
+        self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
+        #: What an approval does by itself, per kind (a budget increase raises the cap);
+        #: kinds without one wait for a resubmission to consume the grant.
+        self.effects: dict[TaskKind, Callable[[DeskTx, Task], dict[str, Any]]] = {}
+
+    def now(self) -> datetime:
+        return self.clock()
+
+    def task_url(self, task_id: str) -> str | None:
+        return f"{self.desk_url}/desk/tasks/{task_id}" if self.desk_url else None
+
+    @contextmanager
+    def transaction(self) -> Iterator[DeskTx]:
+        with self._transaction() as tx:
+            yield tx
+
+    # -- the wires' side ----------------------------------------------------------------
+
+    def resolve(self, tx: DeskTx, ask: AskRequest, consumer: dict[str, Any]) -> Resolution:
+        """Match ``ask`` against the tasks bound to its action (see the module doc).
+
+        ``consumer`` identifies the step (``{"wire", "request_id" …}``); it is recorded
+        on the task a grant is consumed by. Runs inside ``tx``.
+        """
+        digest = action_hash(ask.action)
+        now = self.now()
+        if ask.cited_task_id is not None:
+            cited = tx.tasks.get(ask.cited_task_id)
+            if cited is None or cited.scope != ask.scope or cited.action_hash != digest:
+                return Resolution(
+                    Outcome.INVALID,
+                    None,
+                    f"task {ask.cited_task_id} is not an approval of this action in this session",
+                )
+            latest: Task | None = self._expire_if_due(tx, cited, now)
+        else:
+            found = tx.tasks.latest_for(ask.scope, digest)
+            latest = self._expire_if_due(tx, found, now) if found is not None else None
+        if latest is not None:
+            state = latest.state
+            if state is ApprovalState.APPROVED or (
+                state is ApprovalState.EXPIRED
+                and latest.timeout_disposition == "allow"
+                and latest.consumed_by is None
+            ):
+                task = self._transition(
+                    tx,
+                    latest,
+                    replace(latest, state=ApprovalState.CONSUMED, consumed_by=consumer),
+                    Event.CONSUMED,
+                    by=None,
+                    reason="allowed once on resubmission"
+                    if state is ApprovalState.APPROVED
+                    else "nobody answered in time; the rule's timeout disposition is allow",
+                    extra={"consumer": consumer},
+                )
+                return Resolution(Outcome.GRANTED, task, self._granted_text(task))
+            if state is ApprovalState.PENDING:
+                return Resolution(Outcome.PENDING, latest, self._pending_text(latest))
+            if state in (ApprovalState.DENIED, ApprovalState.EXPIRED) and (
+                latest.consumed_by is None or ask.cited_task_id is not None
+            ):
+                if latest.consumed_by is None:
+                    # Reported once: the next identical request asks again.
+                    reported = replace(latest, consumed_by=consumer, updated_at=now)
+                    tx.tasks.transition(reported, latest)
+                outcome = Outcome.DENIED if state is ApprovalState.DENIED else Outcome.EXPIRED
+                return Resolution(outcome, latest, self._refused_text(latest))
+            if ask.cited_task_id is not None:
+                return Resolution(
+                    Outcome.INVALID,
+                    latest,
+                    f"task {latest.id} is {state.value}; an approval authorizes one step only",
+                )
+        task = self._file(tx, ask, digest, now)
+        return Resolution(Outcome.PENDING, task, self._pending_text(task))
+
+    def release(self, task_id: str, consumer: dict[str, Any], why: str) -> None:
+        """Give a consumed grant back when the step that consumed it could not be
+        recorded (so the step was denied): consumed → approved, chained."""
+        with self._transaction() as tx:
+            task = tx.tasks.get(task_id)
+            if task is None or task.state is not ApprovalState.CONSUMED:
+                return
+            if task.consumed_by != consumer:
+                return
+            self._transition(
+                tx,
+                task,
+                replace(task, state=ApprovalState.APPROVED, consumed_by=None),
+                Event.APPROVED,
+                by=None,
+                reason=f"grant restored: {why}",
+            )
+
+    def file(self, tx: DeskTx, ask: AskRequest) -> Task:
+        """File a new pending task (no matching), e.g. a budget increase request."""
+        return self._file(tx, ask, action_hash(ask.action), self.now())
+
+    # -- the approvers' side ------------------------------------------------------------
+
+    def approve(self, task_id: str, who: Approver, reason: str = "") -> Task:
+        """One approval vote; the task is approved once ``approvals_required`` distinct
+        approvers voted. Raises TaskNotFound, NotPermitted (own task, wrong group),
+        TaskConflict (decided, expired, already voted)."""
+        return self._vote(task_id, who, "approve", reason)
+
+    def deny(self, task_id: str, who: Approver, reason: str = "") -> Task:
+        """Deny (one deny vetoes). Same errors as :meth:`approve`."""
+        return self._vote(task_id, who, "deny", reason)
+
+    def reroute(self, task_id: str, who: Approver, group: str, reason: str = "") -> Task:
+        """Send a pending task to another approver group (votes so far are kept)."""
+        text = _clean_reason(reason)
+        group = group.strip()
+        if not group or len(group) > 64:
+            raise DeskError("the approver group must be 1..64 characters")
+        with self._transaction() as tx:
+            task = self._live(tx, task_id, who)
+            if group == task.approver_group:
+                raise TaskConflict(f"task {task_id} is already routed to {group!r}")
+            return self._transition(
+                tx,
+                task,
+                replace(task, approver_group=group),
+                Event.REROUTED,
+                by=who,
+                reason=text,
+                extra={"from_group": task.approver_group, "to_group": group},
+            )
+
+    def expire_due(self, limit: int = 100) -> int:
+        """Expire every task whose time ran out; returns how many."""
+        with self._transaction() as tx:
+            now = self.now()
+            due = tx.tasks.due(now, limit)
+            for task in due:
+                self._expire_if_due(tx, task, now)
+            return len(due)
+
+    def get(self, task_id: str) -> Task | None:
+        with self._transaction() as tx:
+            task = tx.tasks.get(task_id)
+            if task is not None:
+                task = self._expire_if_due(tx, task, self.now())
+            return task
+
+    def list(
+        self,
+        *,
+        states: tuple[ApprovalState, ...] = (),
+        group: str | None = None,
+        wire: str | None = None,
+        limit: int = 100,
+    ) -> list[Task]:
+        """Tasks newest first (expired ones are expired first)."""
+        self.expire_due()
+        with self._transaction() as tx:
+            return tx.tasks.query(states=states, group=group, wire=wire, limit=limit)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _vote(self, task_id: str, who: Approver, decision: str, reason: str) -> Task:
+        text = _clean_reason(reason)
+        with self._transaction() as tx:
+            task = self._live(tx, task_id, who)
+            at = self.now().isoformat()
+            vote = Vote(who.principal, who.key_id, decision, text, at)
+            if not tx.tasks.add_vote(task.id, vote):
+                raise TaskConflict(f"{who.principal} has already voted on task {task_id}")
+            voted = replace(task, votes=(*task.votes, vote))
+            if decision == "deny":
+                return self._transition(
+                    tx, task, replace(voted, state=ApprovalState.DENIED), Event.DENIED, who, text
+                )
+            if len(voted.approvals()) < task.approvals_required:
+                return self._transition(
+                    tx,
+                    task,
+                    voted,
+                    Event.VOTED,
+                    who,
+                    text,
+                    extra={
+                        "approvals": len(voted.approvals()),
+                        "required": task.approvals_required,
+                    },
+                )
+            effect = self.effects.get(task.kind)
+            # The grant is usable for as long as the ask was open, counted from now.
+            window = task.expires_at - task.created_at
+            approved = replace(voted, state=ApprovalState.APPROVED, expires_at=self.now() + window)
+            task = self._transition(tx, task, approved, Event.APPROVED, who, text)
+            if effect is not None:
+                applied = effect(tx, task)
+                task = self._transition(
+                    tx,
+                    task,
+                    replace(task, state=ApprovalState.CONSUMED, consumed_by={"applied": applied}),
+                    Event.CONSUMED,
+                    by=None,
+                    reason="applied on approval",
+                    extra={"applied": applied},
+                )
+            return task
+
+    def _live(self, tx: DeskTx, task_id: str, who: Approver) -> Task:
+        """The pending task an approver may act on, or the reason they may not."""
+        task = tx.tasks.get(task_id)
+        if task is None:
+            raise TaskNotFound(f"no approval task {task_id!r}")
+        task = self._expire_if_due(tx, task, self.now())
+        if task.state is not ApprovalState.PENDING:
+            raise TaskConflict(f"task {task_id} is {task.state.value}; only a pending task can be")
+        if who.principal in task.requester.names():
+            raise NotPermitted(
+                f"{who.principal} requested task {task_id} and cannot decide it (maker-checker)"
+            )
+        if not who.in_group(task.approver_group):
+            raise NotPermitted(
+                f"{who.principal} is not in approver group {task.approver_group!r} of task "
+                f"{task_id}"
+            )
+        return task
+
+    def _expire_if_due(self, tx: DeskTx, task: Task, now: datetime) -> Task:
+        if task.state not in (ApprovalState.PENDING, ApprovalState.APPROVED):
+            return task
+        if task.expires_at > now:
+            return task
+        reason = (
+            "nobody answered in time"
+            if task.state is ApprovalState.PENDING
+            else "the approval was not used in time"
+        )
+        if task.state is ApprovalState.APPROVED:
+            # An unused grant that lapsed is a deny, whatever the timeout disposition.
+            expired = replace(task, state=ApprovalState.EXPIRED, timeout_disposition="deny")
+        else:
+            expired = replace(task, state=ApprovalState.EXPIRED)
+        try:
+            return self._transition(tx, task, expired, Event.EXPIRED, by=None, reason=reason)
+        except TaskConflict:
+            fresh = tx.tasks.get(task.id)
+            return fresh if fresh is not None else task
+
+    def _file(self, tx: DeskTx, ask: AskRequest, digest: str, now: datetime) -> Task:
+        task = Task(
+            id=f"task_{uuid.uuid4().hex}",
+            kind=ask.kind,
+            state=ApprovalState.PENDING,
+            wire=ask.wire,
+            created_at=now,
+            updated_at=now,
+            expires_at=now + timedelta(seconds=ask.timeout_s),
+            action=ask.action,
+            action_hash=digest,
+            scope=ask.scope,
+            requester=ask.requester,
+            approver_group=ask.approver_group,
+            approvals_required=ask.approvals_required,
+            question=ask.question,
+            timeout_disposition=ask.timeout_disposition,
+            correlation=ask.correlation,
+            policy=ask.policy,
+            detail=ask.detail,
+        )
+        entry = self._record(tx, task, Event.REQUESTED, None, "", {})
+        task = replace(task, history=(entry,))
+        tx.tasks.put(task)
+        self._notify(tx, task, Event.REQUESTED)
+        return task
+
+    def _transition(
+        self,
+        tx: DeskTx,
+        before: Task,
+        after: Task,
+        event: Event,
+        by: Approver | None,
+        reason: str,
+        extra: dict[str, Any] | None = None,
+    ) -> Task:
+        after = replace(after, updated_at=self.now())
+        entry = self._record(tx, after, event, by, reason, extra or {})
+        after = replace(after, history=(*before.history, entry))
+        if not tx.tasks.transition(after, before):
+            raise TaskConflict(f"task {before.id} changed meanwhile; reload it and try again")
+        self._notify(tx, after, event)
+        return after
+
+    def _record(
+        self,
+        tx: DeskTx,
+        task: Task,
+        event: Event,
+        by: Approver | None,
+        reason: str,
+        extra: dict[str, Any],
+    ) -> dict[str, Any]:
+        """Chain the transition; the history item the task keeps (with the entry hash)."""
+        actor = {"principal": by.principal, "key_id": by.key_id} if by is not None else None
+        detail: dict[str, Any] = {
+            "task_id": task.id,
+            "event": event.value,
+            "state": task.state.value,
+            "by": actor,
+            "reason": reason,
+            "kind": task.kind.value,
+            "wire": task.wire,
+            "scope": task.scope,
+            "action_hash": task.action_hash,
+            "approver_group": task.approver_group,
+            "expires_at": task.expires_at.isoformat(),
+            **extra,
+        }
+        if event is Event.REQUESTED:
+            detail.update(
+                action=task.action,
+                requester=task.requester.to_dict(),
+                policy=task.policy,
+                correlation=task.correlation,
+                approvals_required=task.approvals_required,
+                question=task.question,
+            )
+        entry = self._chain.append(tx, DESK_CHAIN, event.value, str(uuid.uuid4()), detail)
+        return {
+            "event": event.value,
+            "at": entry["timestamp"],
+            "by": actor,
+            "reason": reason,
+            "entry_hash": entry["entry_hash"],
+            **extra,
+        }
+
+    def _notify(self, tx: DeskTx, task: Task, event: Event) -> None:
+        if self.notifier is not None:
+            self.notifier.enqueue(tx.outbox, self.view(task), event.value, self.now())
+
+    def view(self, task: Task) -> dict[str, Any]:
+        """The task as every surface shows it (with its desk URL when one is set)."""
+        out = task.to_dict()
+        url = self.task_url(task.id)
+        if url is not None:
+            out["url"] = url
+        return out
+
+    # -- texts --------------------------------------------------------------------------
+
+    def _pending_text(self, task: Task) -> str:
+        where = self.task_url(task.id) or f"GET /v1/approvals/{task.id}"
+        return (
+            f"Awaiting approval: task {task.id} ({task.approver_group}, "
+            f"{len(task.approvals())}/{task.approvals_required} approvals) until "
+            f"{task.expires_at.isoformat()}; see {where}. Once approved, resubmit the same "
+            "request: it is allowed once."
+        )
+
+    @staticmethod
+    def _granted_text(task: Task) -> str:
+        names = ", ".join(v.principal for v in task.approvals()) or "timeout disposition"
+        return f"Allowed once by approval task {task.id} ({names})."
+
+    @staticmethod
+    def _refused_text(task: Task) -> str:
+        if task.state is ApprovalState.DENIED:
+            deny = next((v for v in task.votes if v.decision == "deny"), None)
+            who = f" by {deny.principal}" if deny is not None else ""
+            why = f": {deny.reason}" if deny is not None and deny.reason else ""
+            return f"Approval task {task.id} was denied{who}{why}."
+        return f"Approval task {task.id} expired before it was approved."

@@ -1,0 +1,162 @@
+"""``warden keys``: create, list and revoke API keys with roles.
+
+A Typer sub-app (:data:`keys_app`) that ``warden.cli`` mounts as ``keys``. Like
+``warden verify`` it works on an existing database (``warden serve`` creates
+and migrates it) and reads the IKM from the key file, from which the pepper of
+the key hashes is derived (:func:`warden.identity.api_key_pepper`).
+
+Exit codes: 0 success, 1 ``revoke`` of an unknown key, 2 bad input or
+configuration (including a missing database or key file).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from warden.cli_options import DataDir, DbUrl, KeyFile, _fail, console, err_console
+from warden.errors import ConfigError, WardenError
+
+if TYPE_CHECKING:
+    from warden.identity import ApiKeys
+
+keys_app = typer.Typer(
+    help="API keys with roles for the REST API and the approval desk.",
+    no_args_is_help=True,
+)
+
+EXIT_NOT_FOUND = 1
+
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+@contextmanager
+def _api_keys(data_dir: Path, database_url: str | None, key_file: Path | None) -> Iterator[ApiKeys]:
+    """:class:`~warden.identity.ApiKeys` on the existing database, closed afterwards.
+
+    Raises :class:`ConfigError` for a missing/invalid key file or database.
+    """
+    from warden.crypto.keystore import load_ikm
+    from warden.identity import ApiKeys, api_key_pepper
+    from warden.store import open_store
+
+    ikm = load_ikm(key_file or data_dir / "ikm.key")
+    url = database_url or f"sqlite:///{data_dir / 'warden.db'}"
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
+        raise ConfigError(f"no database at {url} (run `warden serve` once to create it)")
+    store = open_store(url, migrate=False)
+    try:
+        yield ApiKeys(store, api_key_pepper(ikm))
+    finally:
+        store.close()
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
+
+
+@keys_app.command()
+def create(
+    principal: Annotated[
+        str,
+        typer.Option(
+            "--principal", help="Who the key belongs to (letters, digits, _ . : @ + -; ≤200)."
+        ),
+    ],
+    role: Annotated[str, typer.Option("--role", help="agent, approver or admin.")],
+    group: Annotated[
+        list[str] | None,
+        typer.Option("--group", help="An approver group of the key (repeatable, at most 32)."),
+    ] = None,
+    as_json: AsJson = False,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+    key_file: KeyFile = None,
+) -> None:
+    """Create a key and print its token (shown this once; only a hash is stored)."""
+    try:
+        with _api_keys(data_dir, database_url, key_file) as keys:
+            identity, token = keys.create(principal, role, group or ())
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    err_console.print(
+        "[yellow]warning:[/yellow] the token is shown only once; store it now "
+        "(Warden keeps only a hash and cannot show it again)."
+    )
+    if as_json:
+        _print_json(
+            {
+                "key_id": identity.key_id,
+                "principal": identity.principal,
+                "role": identity.role.value,
+                "groups": list(identity.groups),
+                "token": token,
+            }
+        )
+        return
+    console.print(
+        f"created key [bold]{identity.key_id}[/bold] for {escape(identity.principal)} "
+        f"(role {identity.role.value}"
+        + (f", groups {escape(', '.join(identity.groups))}" if identity.groups else "")
+        + ")"
+    )
+    sys.stdout.write(token + "\n")
+
+
+@keys_app.command("list")
+def list_keys(
+    as_json: AsJson = False,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+    key_file: KeyFile = None,
+) -> None:
+    """List every key, active and revoked (never tokens or hashes)."""
+    try:
+        with _api_keys(data_dir, database_url, key_file) as keys:
+            infos = keys.list()
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json([info.as_dict() for info in infos])
+        return
+    if not infos:
+        console.print("no API keys")
+        return
+    table = Table("key_id", "principal", "role", "groups", "created_at", "status")
+    for info in infos:
+        table.add_row(
+            info.key_id,
+            escape(info.principal),
+            info.role.value,
+            escape(", ".join(info.groups)),
+            info.created_at,
+            "active" if info.revoked_at is None else f"revoked {info.revoked_at}",
+        )
+    console.print(table)
+
+
+@keys_app.command()
+def revoke(
+    key_id: Annotated[str, typer.Argument(help="The key_id to revoke (see `warden keys list`).")],
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+    key_file: KeyFile = None,
+) -> None:
+    """Revoke a key; it stops authenticating on the next request. Exit 1 if unknown."""
+    try:
+        with _api_keys(data_dir, database_url, key_file) as keys:
+            found = keys.revoke(key_id)
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    if not found:
+        err_console.print(f"[red]error:[/red] no API key {escape(key_id)}")
+        raise typer.Exit(EXIT_NOT_FOUND)
+    console.print(f"revoked {escape(key_id)}")

@@ -1,0 +1,221 @@
+"""The approval gate: an ``ask`` (or a ``defer`` resolved by a human) meets the desk.
+
+ACS has no wire method that carries an approver's answer back to the Observed
+Agent (specs/acs.md §8, upstream issue #175). Warden's rule: the agent resubmits
+the same step after approval; the gate finds the grant bound to that exact action
+in that session and allows the step once. For a verdict that needs a human the
+gate calls :meth:`ApprovalDesk.resolve <warden.approvals.desk.ApprovalDesk.resolve>`
+and rewrites the verdict:
+
+- granted → ``allow`` with reason code ``approval_granted``;
+- pending → the ``ask``/``defer`` stands, its details naming the task
+  (``task_id``, ``task_url``) and the time left;
+- denied / expired → ``deny`` (``approval_denied`` / ``approval_expired``);
+- a cited task (``params.metadata.approval_task_id``) that is not an unused grant
+  for this action → ``deny`` ``grant_invalid``.
+
+``policy_data.approval`` says which task and who approved. The desk commits in its
+own transaction before the step's entry; if that entry then fails to commit, or
+the spend gate denies the granted step, :meth:`ApprovalStep.abandon` gives the
+grant back.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+from warden.approvals.binding import action_of
+from warden.approvals.desk import ApprovalDesk, AskRequest, Outcome, Resolution
+from warden.approvals.tasks import Requester, TaskKind
+from warden.core.guardian import Guardian, fit_to_hook
+from warden.core.types import ActionRequest, Effect, Verdict
+
+DEFAULT_GROUP = "approvers"
+
+
+def needs_human(verdict: Verdict) -> bool:
+    """An ``ask``, or a ``defer`` whose resolution method is ``human_approval``."""
+    if verdict.decision is Effect.ASK:
+        return True
+    return (
+        verdict.decision is Effect.DEFER
+        and (verdict.defer_details or {}).get("resolution_method") == "human_approval"
+    )
+
+
+class ApprovalGate:
+    """Connects one Guardian's asks to one desk."""
+
+    def __init__(self, desk: ApprovalDesk, guardian: Guardian, wire: str = "acs") -> None:
+        self.desk = desk
+        self.guardian = guardian
+        self.wire = wire
+
+    def step(self, request_id: str) -> ApprovalStep:
+        return ApprovalStep(self, request_id)
+
+    def ask_for(self, request: ActionRequest, verdict: Verdict) -> AskRequest:
+        """The desk request for a step whose verdict needs a human."""
+        terms = ask_terms(self.guardian, verdict)
+        meta = request.metadata
+        user = (meta.get("user_context") or {}).get("user_id")
+        cited = meta.get("approval_task_id")
+        return AskRequest(
+            kind=TaskKind.ACTION,
+            wire=self.wire,
+            scope=str(request.session.get("id", "")),
+            action=action_of(request),
+            requester=Requester(
+                agent_id=str(request.session.get("agent_id", "")),
+                principal=str(user) if isinstance(user, str) and user else None,
+            ),
+            correlation={k: meta[k] for k in ("session_id", "agent_id", "turn_id") if meta.get(k)},
+            policy=policy_of(verdict),
+            cited_task_id=cited if isinstance(cited, str) else None,
+            **terms,
+        )
+
+
+def ask_terms(guardian: Guardian, verdict: Verdict) -> dict[str, Any]:
+    """What the winning rule says about the human it needs: ``approver_group``,
+    ``question``, ``timeout_s``, ``timeout_disposition``, ``approvals_required``."""
+    spec = _winning_rule(guardian, verdict)
+    if verdict.decision is Effect.ASK:
+        details = verdict.ask_details or {}
+        return {
+            "approver_group": str((details.get("approver") or {}).get("id") or DEFAULT_GROUP),
+            "question": str(details.get("question") or verdict.reasoning),
+            "timeout_s": float(details.get("timeout_seconds") or 900),
+            "timeout_disposition": str(details.get("timeout_disposition") or "deny"),
+            "approvals_required": spec.ask.approvals_required
+            if spec is not None and spec.ask is not None
+            else 1,
+        }
+    details = verdict.defer_details or {}
+    defer = spec.defer if spec is not None else None
+    return {
+        "approver_group": (defer.approver_group if defer is not None else None) or DEFAULT_GROUP,
+        "question": verdict.reasoning,
+        "timeout_s": float(details.get("resolution_timeout_ms") or 900_000) / 1000,
+        "timeout_disposition": "deny",
+        "approvals_required": defer.approvals_required if defer is not None else 1,
+    }
+
+
+def policy_of(verdict: Verdict) -> dict[str, Any]:
+    """The policy a task records: bundle, rules that fired, reasoning, decision."""
+    return {
+        "bundle": verdict.bundle.to_wire() if verdict.bundle else None,
+        "rules": [r.rule_id for r in verdict.policy_references],
+        "reasoning": verdict.reasoning,
+        "reason_codes": list(verdict.reason_codes),
+        "decision": verdict.decision.value,
+    }
+
+
+def _winning_rule(guardian: Guardian, verdict: Verdict) -> Any:
+    """The spec of the first fired rule whose effect is the verdict's."""
+    rules = {r.id: r for r in guardian.engine.bundle.rules}
+    for ref in verdict.policy_references:
+        rule = rules.get(ref.rule_id)
+        if rule is not None and rule.effect is verdict.decision:
+            return rule.spec
+    return None
+
+
+class ApprovalStep:
+    """The gate's work for one step; its desk answer is kept across commit retries so a
+    grant is consumed once however often the entry is staged."""
+
+    def __init__(self, gate: ApprovalGate, request_id: str) -> None:
+        self.gate = gate
+        self.request_id = request_id
+        self.resolution: Resolution | None = None
+
+    @property
+    def granted(self) -> bool:
+        return self.resolution is not None and self.resolution.outcome is Outcome.GRANTED
+
+    def apply(self, request: ActionRequest, verdict: Verdict) -> Verdict:
+        """The verdict after the desk (blocking: one database transaction)."""
+        if self.resolution is None:
+            ask = self.gate.ask_for(request, verdict)
+            consumer = {
+                "wire": self.gate.wire,
+                "session_id": ask.scope,
+                "request_id": self.request_id,
+            }
+            with self.gate.desk.transaction() as tx:
+                self.resolution = self.gate.desk.resolve(tx, ask, consumer)
+        return fit_to_hook(self._rewrite(verdict, self.resolution), request.permitted)
+
+    def abandon(self, why: str = "the step could not be recorded") -> None:
+        """Give a consumed grant back (the step it allowed was not recorded or allowed)."""
+        res = self.resolution
+        if res is None or res.outcome is not Outcome.GRANTED or res.task is None:
+            return
+        consumer = {
+            "wire": self.gate.wire,
+            "session_id": res.task.scope,
+            "request_id": self.request_id,
+        }
+        self.gate.desk.release(res.task.id, consumer, why)
+        self.resolution = None
+
+    def _rewrite(self, verdict: Verdict, res: Resolution) -> Verdict:
+        task = res.task
+        info: dict[str, Any] = {"outcome": res.outcome.value}
+        if task is not None:
+            info.update(
+                task_id=task.id,
+                state=task.state.value,
+                approver_group=task.approver_group,
+                approvals=[
+                    {"principal": v.principal, "at": v.at, "reason": v.reason}
+                    for v in task.approvals()
+                ],
+                approvals_required=task.approvals_required,
+                action_hash=task.action_hash,
+                expires_at=task.expires_at.isoformat(),
+            )
+            url = self.gate.desk.task_url(task.id)
+            if url is not None:
+                info["task_url"] = url
+        policy_data = {**verdict.policy_data, "approval": info}
+        codes = tuple(dict.fromkeys((*verdict.reason_codes, res.reason_code)))
+        if res.outcome is Outcome.PENDING and task is not None:
+            left = max(1, math.ceil((task.expires_at - self.gate.desk.now()).total_seconds()))
+            extra = {
+                "task_id": task.id,
+                **({"task_url": info["task_url"]} if "task_url" in info else {}),
+            }
+            if verdict.decision is Effect.ASK:
+                ask = {**(verdict.ask_details or {}), **extra, "timeout_seconds": left}
+                return replace(
+                    verdict,
+                    ask_details=ask,
+                    reasoning=f"{verdict.reasoning} {res.text}".strip(),
+                    reason_codes=codes,
+                    policy_data=policy_data,
+                )
+            defer = {**(verdict.defer_details or {}), **extra, "resolution_timeout_ms": left * 1000}
+            return replace(
+                verdict,
+                defer_details=defer,
+                reasoning=f"{verdict.reasoning} {res.text}".strip(),
+                reason_codes=codes,
+                policy_data=policy_data,
+            )
+        decision = Effect.ALLOW if res.outcome is Outcome.GRANTED else Effect.DENY
+        return Verdict(
+            decision=decision,
+            reasoning=res.text
+            if decision is Effect.ALLOW
+            else f"{verdict.reasoning} {res.text}".strip(),
+            reason_codes=codes,
+            policy_references=verdict.policy_references,
+            bundle=verdict.bundle,
+            policy_data=policy_data,
+        )

@@ -1,0 +1,398 @@
+"""API keys with roles: who is calling the REST API and the approval desk.
+
+A key is a bearer token ``wdn_<key_id>_<secret>``: ``key_id`` is 12 lowercase
+hex characters (public, names the key in lists and audit), ``secret`` is 32
+random bytes in URL-safe base64 without padding. Each key belongs to one
+principal, has one :class:`Role` and a set of groups (approver groups of the
+desk). A token is shown once, at creation; the database keeps only its hash.
+
+**Why HMAC-SHA256 with a pepper.** The stored hash is
+``HMAC-SHA256(pepper, UTF-8(token))`` in lowercase hex, where the 32-byte pepper
+is derived from Warden's master secret (:func:`api_key_pepper`) and is never
+stored in the database.
+
+* Not argon2/scrypt/bcrypt: those make *guessing* expensive, which matters for
+  low-entropy passwords. A token carries 256 random bits, so nobody can guess
+  it however fast the hash is; a slow KDF would buy nothing and cost ~50 ms of
+  CPU on every request. A fast, deterministic hash also lets the key be looked
+  up by its hash (no per-row salt, no scan verifying every row).
+* Not bare SHA-256: with a plain hash, anyone holding a copy of the database
+  (a backup, a replica, a stolen file) could test candidate tokens offline, e.g.
+  tokens leaked elsewhere or from a weak generator, and confirm which are live.
+  Keyed with a pepper that lives beside the IKM and not in the database, the
+  table alone is useless for that.
+
+Authentication computes the hash, selects the row by it, compares the stored
+and computed hashes in constant time, and refuses revoked keys. There is no
+in-process cache: every call reads the database (a small table), so a
+revocation from any process, e.g. ``warden keys revoke`` while the server runs,
+takes effect on the next request.
+
+Other tokens can be registered as keys too (:meth:`ApiKeys.register`), which is
+how the bootstrap ``<data-dir>/api.token`` becomes an admin key.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hmac
+import json
+import re
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from hashlib import sha256
+from typing import TYPE_CHECKING, Any
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from warden.errors import ConfigError, StoreUnavailable
+from warden.store.api_keys_sql import ApiKeyRow, SqlApiKeys, read_cursor
+
+if TYPE_CHECKING:
+    from warden.store.sql import SqlStore
+
+TOKEN_PREFIX = "wdn_"
+PEPPER_BYTES = 32
+PEPPER_INFO = b"warden:api-key-hash"
+#: Longest token :meth:`ApiKeys.authenticate` will hash; longer ones are refused unread.
+MAX_TOKEN_CHARS = 512
+#: Shortest token :meth:`ApiKeys.register` accepts (the bootstrap token has 43).
+MIN_REGISTERED_TOKEN_CHARS = 32
+MAX_GROUPS = 32
+
+_KEY_ID = re.compile(r"^[0-9a-f]{12}$")
+_WDN_TOKEN = re.compile(r"^wdn_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
+#: RFC 6750 ``b64token``: what any bearer token may contain.
+_B64TOKEN = re.compile(r"^[A-Za-z0-9\-._~+/]+=*$")
+_PRINCIPAL = re.compile(r"^[A-Za-z0-9_.:@+-]{1,200}$")
+_GROUP = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+class Role(StrEnum):
+    """What a key may do: ``agent`` calls the API, ``approver`` decides tasks,
+    ``admin`` may do everything."""
+
+    AGENT = "agent"
+    APPROVER = "approver"
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """An authenticated caller: the key, its principal, role and groups."""
+
+    key_id: str
+    principal: str
+    role: Role
+    groups: tuple[str, ...]
+
+    def may(self, role: Role) -> bool:
+        """True if this identity may act as ``role``: admin may everything,
+        approver only approver, agent only agent."""
+        return self.role is Role.ADMIN or self.role is role
+
+    def in_group(self, group: str) -> bool:
+        """True if this identity belongs to ``group`` (an admin is in every group)."""
+        return self.role is Role.ADMIN or group in self.groups
+
+
+@dataclass(frozen=True)
+class ApiKeyInfo:
+    """One key as listed: never the token nor its hash.
+
+    ``created_at`` and ``revoked_at`` are RFC 3339 UTC text (``revoked_at`` None
+    while the key is active).
+    """
+
+    key_id: str
+    principal: str
+    role: Role
+    groups: tuple[str, ...]
+    created_at: str
+    revoked_at: str | None
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``{key_id, principal, role, groups: [..], created_at, revoked_at}``."""
+        return {
+            "key_id": self.key_id,
+            "principal": self.principal,
+            "role": self.role.value,
+            "groups": list(self.groups),
+            "created_at": self.created_at,
+            "revoked_at": self.revoked_at,
+        }
+
+
+def api_key_pepper(ikm: bytes) -> bytes:
+    """The 32-byte pepper of API key hashes: HKDF-SHA256(ikm, no salt,
+    info=``b"warden:api-key-hash"``)."""
+    hkdf = HKDF(algorithm=hashes.SHA256(), length=PEPPER_BYTES, salt=None, info=PEPPER_INFO)
+    return hkdf.derive(ikm)
+
+
+def hash_token(pepper: bytes, token: str) -> str:
+    """Lowercase hex HMAC-SHA256 of the token's UTF-8 bytes under ``pepper``."""
+    return hmac.new(pepper, token.encode("utf-8"), sha256).hexdigest()
+
+
+def new_token() -> tuple[str, str]:
+    """A fresh ``(key_id, token)``: ``wdn_<12 hex>_<43 URL-safe base64 chars>``."""
+    key_id = secrets.token_hex(6)
+    return key_id, f"{TOKEN_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
+
+
+def parse_role(role: Role | str) -> Role:
+    """``role`` as a :class:`Role`; :class:`ConfigError` naming the valid roles otherwise."""
+    if isinstance(role, Role):
+        return role
+    try:
+        return Role(role)
+    except ValueError:
+        valid = ", ".join(r.value for r in Role)
+        raise ConfigError(f"unknown role {role!r}; use one of: {valid}") from None
+
+
+def check_principal(principal: str) -> str:
+    """``principal`` unchanged if it is 1..200 of ``A-Z a-z 0-9 _ . : @ + -``;
+    :class:`ConfigError` otherwise."""
+    if not isinstance(principal, str) or not _PRINCIPAL.match(principal):
+        raise ConfigError(
+            f"invalid principal {principal!r}: 1 to 200 characters of letters, digits "
+            "and _ . : @ + -"
+        )
+    return principal
+
+
+def check_groups(groups: Iterable[str]) -> tuple[str, ...]:
+    """Groups sorted and deduplicated; :class:`ConfigError` if one is not 1..64 of
+    ``A-Z a-z 0-9 _ . : -`` or there are more than 32."""
+    if isinstance(groups, str):
+        raise ConfigError("groups must be a list of group names, not one string")
+    out: set[str] = set()
+    for g in groups:
+        if not isinstance(g, str) or not _GROUP.match(g):
+            raise ConfigError(
+                f"invalid group {g!r}: 1 to 64 characters of letters, digits and _ . : -"
+            )
+        out.add(g)
+    if len(out) > MAX_GROUPS:
+        raise ConfigError(f"a key may be in at most {MAX_GROUPS} groups, got {len(out)}")
+    return tuple(sorted(out))
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _rfc3339(t: datetime) -> str:
+    if t.tzinfo is None:
+        raise ConfigError("the API key clock must return timezone-aware datetimes")
+    return t.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _groups_from_json(text: str, key_id: str) -> tuple[str, ...]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise StoreUnavailable(f"API key {key_id} has a damaged groups column") from exc
+    if not isinstance(value, list) or not all(isinstance(g, str) for g in value):
+        raise StoreUnavailable(f"API key {key_id} has a damaged groups column")
+    return tuple(value)
+
+
+def _role_from_row(text: str, key_id: str) -> Role:
+    try:
+        return Role(text)
+    except ValueError as exc:
+        raise StoreUnavailable(f"API key {key_id} has an unknown role {text!r}") from exc
+
+
+def _info(row: ApiKeyRow) -> ApiKeyInfo:
+    key_id, principal, role, groups, created_at, revoked_at = row
+    return ApiKeyInfo(
+        key_id=key_id,
+        principal=principal,
+        role=_role_from_row(role, key_id),
+        groups=_groups_from_json(groups, key_id),
+        created_at=created_at,
+        revoked_at=revoked_at,
+    )
+
+
+def _identity(row: ApiKeyRow) -> Identity:
+    info = _info(row)
+    return Identity(info.key_id, info.principal, info.role, info.groups)
+
+
+class ApiKeys:
+    """API keys in the store's ``api_keys`` table, hashed under ``pepper``.
+
+    ``store`` is an open :class:`~warden.store.sql.SqlStore`; ``pepper`` is 32
+    bytes, normally :func:`api_key_pepper` of the IKM (a different pepper makes
+    every stored key unusable); ``clock`` returns aware datetimes for
+    ``created_at``/``revoked_at``. Store failures raise
+    :class:`~warden.errors.StoreUnavailable`.
+    """
+
+    def __init__(
+        self,
+        store: SqlStore,
+        pepper: bytes,
+        clock: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        if not isinstance(pepper, bytes) or len(pepper) != PEPPER_BYTES:
+            raise ConfigError(f"the API key pepper must be {PEPPER_BYTES} bytes")
+        self._store = store
+        self._pepper = pepper
+        self._clock = clock
+
+    def _hash(self, token: str) -> str:
+        return hash_token(self._pepper, token)
+
+    def create(
+        self, principal: str, role: Role | str, groups: Iterable[str] = ()
+    ) -> tuple[Identity, str]:
+        """A new key for ``principal``: ``(identity, token)``.
+
+        The token is returned this once; only its HMAC is stored. Raises
+        :class:`ConfigError` for an invalid principal, role or groups.
+        """
+        principal = check_principal(principal)
+        role = parse_role(role)
+        group_tuple = check_groups(groups)
+        created_at = _rfc3339(self._clock())
+        with self._store._write() as cur:
+            table = SqlApiKeys(cur, self._store._q)
+            for _ in range(8):
+                key_id, token = new_token()
+                if not table.key_id_taken(key_id):
+                    break
+            else:  # pragma: no cover - 48 random bits colliding eight times
+                raise StoreUnavailable("could not allocate an unused API key id")
+            table.insert(
+                key_id=key_id,
+                principal=principal,
+                role=role.value,
+                groups_json=json.dumps(list(group_tuple)),
+                secret_hash=self._hash(token),
+                created_at=created_at,
+            )
+        return Identity(key_id, principal, role, group_tuple), token
+
+    def register(
+        self,
+        token: str,
+        principal: str,
+        role: Role | str,
+        groups: Iterable[str] = (),
+        key_id: str | None = None,
+    ) -> Identity:
+        """Store an existing token as a key (e.g. the bootstrap ``api.token`` as admin).
+
+        Idempotent: if the token is already registered, its stored identity is
+        returned unchanged (whatever ``principal``/``role``/``groups`` say, and a
+        revoked key stays revoked). ``key_id`` (12 lowercase hex) defaults to the
+        one inside a ``wdn_`` token, else a random one. Raises :class:`ConfigError`
+        for a token that is not an RFC 6750 b64token of 32..512 characters, an
+        invalid principal/role/groups/key_id, a ``key_id`` that contradicts the
+        token's, or a ``key_id`` already used by another token.
+        """
+        if (
+            not isinstance(token, str)
+            or not MIN_REGISTERED_TOKEN_CHARS <= len(token) <= MAX_TOKEN_CHARS
+            or not _B64TOKEN.match(token)
+        ):
+            raise ConfigError(
+                f"a registered API token must be {MIN_REGISTERED_TOKEN_CHARS} to "
+                f"{MAX_TOKEN_CHARS} characters of letters, digits and -._~+/"
+            )
+        principal = check_principal(principal)
+        role = parse_role(role)
+        group_tuple = check_groups(groups)
+        embedded = _WDN_TOKEN.match(token)
+        if key_id is not None and not _KEY_ID.match(key_id):
+            raise ConfigError(f"invalid key_id {key_id!r}: 12 lowercase hex characters")
+        if embedded is not None and key_id is not None and key_id != embedded.group(1):
+            raise ConfigError(f"key_id {key_id!r} differs from the token's {embedded.group(1)!r}")
+        created_at = _rfc3339(self._clock())
+        digest = self._hash(token)
+        with self._store._write() as cur:
+            table = SqlApiKeys(cur, self._store._q)
+            found = table.by_hash(digest)
+            if found is not None:
+                return _identity(found[0])
+            if key_id is None and embedded is not None:
+                key_id = embedded.group(1)
+            if key_id is None:
+                for _ in range(8):
+                    key_id = secrets.token_hex(6)
+                    if not table.key_id_taken(key_id):
+                        break
+                else:  # pragma: no cover
+                    raise StoreUnavailable("could not allocate an unused API key id")
+            elif table.key_id_taken(key_id):
+                raise ConfigError(f"API key id {key_id} is already used by another token")
+            table.insert(
+                key_id=key_id,
+                principal=principal,
+                role=role.value,
+                groups_json=json.dumps(list(group_tuple)),
+                secret_hash=digest,
+                created_at=created_at,
+            )
+        return Identity(key_id, principal, role, group_tuple)
+
+    def authenticate(self, token: str | None) -> Identity | None:
+        """The identity of an active key, or None for an empty, malformed, unknown or
+        revoked token. Reads the database every time (revocation is immediate).
+
+        Raises :class:`StoreUnavailable` only if the store cannot be read.
+        """
+        if (
+            not isinstance(token, str)
+            or not token
+            or len(token) > MAX_TOKEN_CHARS
+            or not _B64TOKEN.match(token)
+        ):
+            return None
+        digest = self._hash(token)
+        with read_cursor(self._store) as cur:
+            found = SqlApiKeys(cur, self._store._q).by_hash(digest)
+        if found is None:
+            return None
+        row, stored = found
+        if not hmac.compare_digest(stored.encode("ascii", "replace"), digest.encode("ascii")):
+            return None
+        if row[5] is not None:  # revoked_at
+            return None
+        embedded = _WDN_TOKEN.match(token)
+        if embedded is not None and embedded.group(1) != row[0]:
+            return None  # a wdn_ token only ever names its own key
+        return _identity(row)
+
+    def get(self, key_id: str) -> ApiKeyInfo | None:
+        """One key by id (active or revoked), or None."""
+        with read_cursor(self._store) as cur:
+            row = SqlApiKeys(cur, self._store._q).by_key_id(key_id)
+        return _info(row) if row is not None else None
+
+    def list(self) -> builtins.list[ApiKeyInfo]:
+        """Every key, active and revoked, oldest first (never a token or hash)."""
+        with read_cursor(self._store) as cur:
+            rows = SqlApiKeys(cur, self._store._q).all()
+        return [_info(r) for r in rows]
+
+    def revoke(self, key_id: str) -> bool:
+        """Revoke ``key_id`` from now on: True if the key exists (an already revoked
+        key keeps its first ``revoked_at``), False if there is no such key."""
+        revoked_at = _rfc3339(self._clock())
+        with self._store._write() as cur:
+            return SqlApiKeys(cur, self._store._q).revoke(key_id, revoked_at)

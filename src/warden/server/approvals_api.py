@@ -1,0 +1,188 @@
+"""The approval desk over REST: ``/v1/approvals`` (list, show, approve, deny, re-route).
+
+Same envelope and authentication as the rest of ``/v1`` (seed ``003_…``: success
+``{data, nextActions}``, refusal ``{blockedBy, resolution}``). Listing and deciding
+need an ``approver`` (or ``admin``) key; a task's requesting agent may read its own
+task. Refusals: ``approval:task_not_found`` (404), ``approval:not_permitted`` (403:
+maker-checker, approver group), ``approval:task_conflict`` (409: already decided,
+expired, already voted), ``input:invalid`` (400).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Security
+from fastapi.responses import Response
+from fastapi.security import HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+
+from warden.approvals.desk import ApprovalDesk, TaskNotFound
+from warden.approvals.tasks import ApprovalState, Task
+from warden.identity.api_keys import ApiKeys, Role
+from warden.wire.spend.auth import KeyAuth, caller
+from warden.wire.spend.models import ErrorEnvelope, Success
+from warden.wire.spend.render import json_response, success
+from warden.wire.spend.routes import PREFIX, make_route_class
+
+StateFilter = Literal["pending", "approved", "denied", "expired", "consumed", "canceled", "all"]
+
+
+class ApprovalTask(BaseModel):
+    """One approval task (:meth:`warden.approvals.tasks.Task.to_dict`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    kind: str
+    state: str
+    status: str
+    wire: str
+    created_at: str
+    updated_at: str
+    expires_at: str
+    action: dict[str, Any]
+    action_hash: str
+    scope: str
+    requester: dict[str, Any]
+    approver_group: str
+    approvals_required: int
+    question: str
+    timeout_disposition: str
+    correlation: dict[str, Any]
+    policy: dict[str, Any]
+    votes: list[dict[str, Any]]
+    history: list[dict[str, Any]]
+    consumed_by: dict[str, Any] | None
+    detail: dict[str, Any]
+    url: str | None = None
+
+
+class ApprovalList(BaseModel):
+    tasks: list[ApprovalTask]
+    count: int
+
+
+class ApprovalData(BaseModel):
+    task: ApprovalTask
+
+
+class VoteRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Annotated[StrictStr, Field(max_length=2000)] = ""
+
+
+class DenyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Annotated[StrictStr, Field(min_length=1, max_length=2000)]
+
+
+class RerouteRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    group: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
+    reason: Annotated[StrictStr, Field(max_length=2000)] = ""
+
+
+def _next(task: Task) -> list[str]:
+    if task.state is ApprovalState.PENDING:
+        return [
+            f"POST /v1/approvals/{task.id}/approve {{reason}} approves "
+            f"({len(task.approvals())}/{task.approvals_required} so far)",
+            f'POST /v1/approvals/{task.id}/deny {{"reason"}} denies',
+            f'POST /v1/approvals/{task.id}/reroute {{"group", "reason"}} sends it elsewhere',
+        ]
+    if task.state is ApprovalState.APPROVED:
+        return ["The requester resubmits the same action; it is allowed once"]
+    return ["The task is decided; its trail is in history"]
+
+
+def approvals_router(
+    desk: ApprovalDesk, keys: ApiKeys, *, max_body_bytes: int = 1 << 20
+) -> APIRouter:
+    """The ``/v1/approvals`` routes, in the OpenAPI document."""
+    auth = KeyAuth(keys)
+    route_class = make_route_class(auth, max_body_bytes, role=Role.APPROVER)
+    read_class = make_route_class(auth, max_body_bytes, any_role=True)
+    router = APIRouter(
+        prefix=PREFIX + "/approvals",
+        tags=["approval desk"],
+        route_class=route_class,
+        responses={"4XX": {"model": ErrorEnvelope, "description": "Refused: see blockedBy"}},
+        dependencies=[Security(HTTPBearer(auto_error=False, description="An API key"))],
+    )
+
+    def answer(task: Task) -> Response:
+        return json_response(
+            200, success(ApprovalData(task=ApprovalTask(**desk.view(task))), _next(task))
+        )
+
+    @router.get(
+        "",
+        response_model=Success[ApprovalList],
+        summary="List approval tasks (default: pending), newest first",
+    )
+    def list_approvals(
+        state: StateFilter = "pending",
+        group: Annotated[str | None, Query(max_length=64)] = None,
+        wire: Annotated[str | None, Query(max_length=16)] = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    ) -> Response:
+        states = () if state == "all" else (ApprovalState(state),)
+        tasks = desk.list(states=states, group=group, wire=wire, limit=limit)
+        views = [ApprovalTask(**desk.view(t)) for t in tasks]
+        steps = ["GET /v1/approvals/{taskId} shows one task and its trail"]
+        return json_response(200, success(ApprovalList(tasks=views, count=len(views)), steps))
+
+    # Reading one task is open to its requesting agent too, so it has its own route class.
+    read = APIRouter(
+        prefix=PREFIX + "/approvals",
+        tags=["approval desk"],
+        route_class=read_class,
+        responses={"4XX": {"model": ErrorEnvelope, "description": "Refused: see blockedBy"}},
+        dependencies=[Security(HTTPBearer(auto_error=False, description="An API key"))],
+    )
+
+    @read.get(
+        "/{task_id}",
+        response_model=Success[ApprovalData],
+        summary="Show one approval task: action, policy, requester, votes and trail",
+    )
+    def show_approval(task_id: str) -> Response:
+        who = caller()
+        task = desk.get(task_id)
+        if task is None or not (who.may(Role.APPROVER) or who.principal in task.requester.names()):
+            # Absent and not-yours read the same.
+            raise TaskNotFound(f"no approval task {task_id!r}")
+        return answer(task)
+
+    @router.post(
+        "/{task_id}/approve",
+        response_model=Success[ApprovalData],
+        summary="Approve (one vote; N distinct approvers when the rule needs N)",
+    )
+    def approve(task_id: str, body: VoteRequest | None = None) -> Response:
+        return answer(desk.approve(task_id, caller(), (body or VoteRequest()).reason))
+
+    @router.post(
+        "/{task_id}/deny",
+        response_model=Success[ApprovalData],
+        summary="Deny with a reason (one deny decides)",
+    )
+    def deny(task_id: str, body: DenyRequest) -> Response:
+        return answer(desk.deny(task_id, caller(), body.reason))
+
+    @router.post(
+        "/{task_id}/reroute",
+        response_model=Success[ApprovalData],
+        summary="Re-route a pending task to another approver group",
+    )
+    def reroute(task_id: str, body: RerouteRequest) -> Response:
+        return answer(desk.reroute(task_id, caller(), body.group, body.reason))
+
+    both = APIRouter()
+    both.include_router(read)
+    both.include_router(router)
+    return both

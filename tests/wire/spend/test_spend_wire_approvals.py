@@ -1,0 +1,201 @@
+"""The approval desk over REST (``/v1/approvals``) and on the spend wire: API keys with
+roles, quotes that need a human, budget increases applied on approval.
+
+Every answer is checked against the seed ``003_…`` envelope (the branch its status
+claims) by :func:`check_envelope`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from spend_wire_helpers import Reply, assert_error, check_envelope, db_rows, tree
+
+from warden.approvals.tasks import ApprovalState
+from warden.identity.api_keys import Role
+from warden.runtime import Runtime
+from warden.server.app import create_app
+
+
+class Caller:
+    """One API key's view of the server (the envelope is checked on every answer)."""
+
+    def __init__(self, client: TestClient, token: str) -> None:
+        self.client, self.token = client, token
+
+    def call(self, method: str, path: str, body: Any = None, **kw: Any) -> Reply:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        r = self.client.request(method, path, json=body, headers=headers, **kw)
+        parsed = r.json()
+        check_envelope(r.status_code, parsed, mutating=False)
+        return Reply(r.status_code, parsed, r.headers)
+
+    def quote(self, budget: str, amount: str) -> Reply:
+        body = {"budgetId": budget, "action": "buy", "amount": amount, "currency": "USD"}
+        return self.call("POST", "/v1/quotes", body)
+
+
+@pytest.fixture
+def rt(runtime: Runtime) -> Runtime:
+    return runtime
+
+
+@pytest.fixture
+def client(rt: Runtime) -> Iterator[TestClient]:
+    with TestClient(create_app(rt)) as c:
+        yield c
+
+
+def key(rt: Runtime, client: TestClient, principal: str, role: Role, *groups: str) -> Caller:
+    _, token = rt.api_keys.create(principal, role, groups)
+    return Caller(client, token)
+
+
+def test_a_large_quote_waits_for_finance_then_reserves_once(
+    rt: Runtime, client: TestClient
+) -> None:
+    bot = tree(rt, org="5000", team="5000", agent="5000")
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    waiting = assert_error(
+        agent.quote(bot, "1500"), "approval:required", 403, resolution="human_approval"
+    )
+    tid = waiting["resolution"]["taskId"]
+    # Pending tasks are listed for approvers, with the exact action and the policy.
+    listed = fay.call("GET", "/v1/approvals")
+    assert listed.status == 200 and listed.data["count"] == 1
+    task = listed.data["tasks"][0]
+    assert task["id"] == tid and task["wire"] == "spend" and task["kind"] == "spend_approval"
+    assert task["action"]["arguments"] == {
+        "budgetId": bot,
+        "amount": "1500",
+        "currency": "USD",
+        "action": "buy",
+    }
+    assert task["policy"]["rules"] == ["spend-quotes", "large-spend-needs-approval"]
+    assert task["requester"] == {"agent_id": "bot-1", "principal": "bot-1"}
+    # The agent polls its task; another agent cannot see it.
+    assert agent.call("GET", f"/v1/tasks/{tid}").data["task"]["state"] == "pending"
+    other = key(rt, client, "bot-2", Role.AGENT)
+    assert_error(
+        other.call("GET", f"/v1/tasks/{tid}"), "input:unknown_task", 404, resolution="retry"
+    )
+    # A different amount is another action: it asks again.
+    assert_error(agent.quote(bot, "1501"), "approval:required", 403, resolution="human_approval")
+    approved = fay.call("POST", f"/v1/approvals/{tid}/approve", {"reason": "budgeted"})
+    assert approved.status == 200 and approved.data["task"]["state"] == "approved"
+    assert agent.call("GET", f"/v1/tasks/{tid}").data["task"]["status"] == "completed"
+    ok = agent.quote(bot, "1500")
+    assert ok.status == 200, ok.body
+    rid = ok.data["quote"]["reservation"]["reservationId"]
+    (record,) = db_rows(rt, f"SELECT record FROM reservations WHERE reservation_id = '{rid}'")
+    assert f'"approval_task":"{tid}"' in record[0]
+    assert rt.desk.get(tid).state is ApprovalState.CONSUMED  # type: ignore[union-attr]
+    # Single use.
+    assert_error(agent.quote(bot, "1500"), "approval:required", 403, resolution="human_approval")
+
+
+def test_a_denied_quote_is_refused_with_the_reason(rt: Runtime, client: TestClient) -> None:
+    bot = tree(rt, org="5000", team="5000", agent="5000")
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    tid = agent.quote(bot, "2000").body["resolution"]["taskId"]
+    assert_error(
+        fay.call("POST", f"/v1/approvals/{tid}/deny", {}), "input:invalid", 400, resolution="retry"
+    )
+    denied = fay.call("POST", f"/v1/approvals/{tid}/deny", {"reason": "not this quarter"})
+    assert denied.data["task"]["state"] == "denied"
+    refused = assert_error(agent.quote(bot, "2000"), "approval:denied", 403, resolution="retry")
+    assert "not this quarter" in refused["message"]
+
+
+def test_a_budget_increase_is_applied_when_approved(rt: Runtime, client: TestClient) -> None:
+    bot = tree(rt)
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    body = {"budgetId": bot, "cap": "55", "reason": "launch week"}
+    tid = agent.call("POST", "/v1/budget-requests", body).body["resolution"]["taskId"]
+    assert agent.call("GET", f"/v1/budgets/{bot}").data["budget"]["cap"] == "50"
+    done = fay.call("POST", f"/v1/approvals/{tid}/approve", {"reason": "ok"})
+    assert done.data["task"]["state"] == "consumed"
+    assert done.data["task"]["consumed_by"]["applied"] == {
+        "budgetId": bot,
+        "previousCap": "50",
+        "cap": "55",
+    }
+    assert agent.call("GET", f"/v1/budgets/{bot}").data["budget"]["cap"] == "55"
+
+
+def test_roles_and_maker_checker_over_rest(rt: Runtime, client: TestClient) -> None:
+    bot = tree(rt, org="5000", team="5000", agent="5000")
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    ops = key(rt, client, "olga", Role.APPROVER, "operators")
+    tid = agent.quote(bot, "1200").body["resolution"]["taskId"]
+    nobody = Caller(client, "")
+    assert_error(
+        nobody.call("GET", "/v1/approvals"), "auth:required", 401, resolution="authenticate"
+    )
+    assert_error(
+        agent.call("GET", "/v1/approvals"), "auth:forbidden", 403, resolution="authenticate"
+    )
+    assert_error(
+        agent.call("POST", f"/v1/approvals/{tid}/approve", {}),
+        "auth:forbidden",
+        403,
+        resolution="authenticate",
+    )
+    assert_error(fay.quote(bot, "1"), "auth:forbidden", 403, resolution="authenticate")
+    assert_error(
+        ops.call("POST", f"/v1/approvals/{tid}/approve", {}), "approval:not_permitted", 403
+    )
+    # An admin who is also the requester cannot approve its own quote.
+    boss_token = rt.api_keys.create("boss", Role.ADMIN)[1]
+    boss = Caller(client, boss_token)
+    own = boss.quote(bot, "1300").body["resolution"]["taskId"]
+    assert_error(
+        boss.call("POST", f"/v1/approvals/{own}/approve", {}), "approval:not_permitted", 403
+    )
+    assert_error(fay.call("GET", "/v1/approvals/task_nope"), "approval:task_not_found", 404)
+    fay.call("POST", f"/v1/approvals/{tid}/approve", {})
+    assert_error(
+        fay.call("POST", f"/v1/approvals/{tid}/approve", {}),
+        "approval:task_conflict",
+        409,
+        resolution="retry",
+    )
+    rerouted = ops.call("GET", "/v1/approvals?state=all&group=finance")
+    assert {t["id"] for t in rerouted.data["tasks"]} == {tid, own}
+
+
+def test_reroute_and_filters(rt: Runtime, client: TestClient) -> None:
+    bot = tree(rt, org="5000", team="5000", agent="5000")
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    tid = agent.quote(bot, "1100").body["resolution"]["taskId"]
+    moved = fay.call("POST", f"/v1/approvals/{tid}/reroute", {"group": "cfo", "reason": "big"})
+    assert moved.data["task"]["approver_group"] == "cfo"
+    assert moved.data["task"]["history"][-1]["event"] == "rerouted"
+    assert fay.call("GET", "/v1/approvals?group=finance").data["count"] == 0
+    assert fay.call("GET", "/v1/approvals?group=cfo").data["count"] == 1
+    assert_error(
+        fay.call("GET", "/v1/approvals?state=bogus"), "input:invalid", 400, resolution="retry"
+    )
+
+
+def test_the_approval_routes_are_in_the_openapi_document(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"get"} <= set(paths["/v1/approvals"])
+    assert {"get"} <= set(paths["/v1/approvals/{task_id}"])
+    for verb in ("approve", "deny", "reroute"):
+        assert "post" in paths[f"/v1/approvals/{{task_id}}/{verb}"]
+
+
+def test_the_bootstrap_token_is_an_admin_key(rt: Runtime, client: TestClient) -> None:
+    admin = Caller(client, rt.api_token)
+    assert admin.call("GET", "/v1/approvals").status == 200
+    (row,) = db_rows(rt, "SELECT principal, role, secret_hash FROM api_keys")
+    assert row[:2] == ("admin", "admin") and rt.api_token not in row[2]
