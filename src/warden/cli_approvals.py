@@ -15,12 +15,14 @@ import json
 import sys
 from datetime import UTC, datetime
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import httpx
 import typer
 from rich.markup import escape
 from rich.table import Table
 
+from warden.approvals.display import visible
 from warden.cli_options import EXIT_BAD_INPUT, EXIT_FAILURE_FOUND, console, err_console
 
 approvals_app = typer.Typer(
@@ -67,8 +69,20 @@ def _call(method: str, url: str, token: str, path: str, **kw: Any) -> dict[str, 
         err_console.print(f"[red]{escape(str(gate))}[/red] (HTTP {r.status_code}): {message}")
         code = EXIT_BAD_INPUT if r.status_code in (400, 401, 413) else EXIT_FAILURE_FOUND
         raise typer.Exit(code)
-    data: dict[str, Any] = body["data"]
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, dict):
+        err_console.print(f"[red]error:[/red] {escape(url)} did not answer as Warden's /v1 API")
+        raise typer.Exit(EXIT_BAD_INPUT)
     return data
+
+
+def _safe(value: Any) -> str:
+    """Agent-controlled text for the terminal: controls and bidi escaped, markup too."""
+    return escape(visible(str(value)))
+
+
+def _task_path(task_id: str, verb: str = "") -> str:
+    return f"/v1/approvals/{quote(task_id, safe='')}" + (f"/{verb}" if verb else "")
 
 
 def _left(expires_at: str) -> str:
@@ -83,22 +97,27 @@ def _print_json(value: Any) -> None:
 
 
 def _print_task(task: dict[str, Any]) -> None:
+    if not isinstance(task, dict) or "action" not in task:
+        err_console.print("[red]error:[/red] the answer is not an approval task")
+        raise typer.Exit(EXIT_BAD_INPUT)
     action = task["action"]
-    console.print(f"[bold]{escape(task['id'])}[/bold]  {task['state']}  ({task['wire']})")
-    console.print(f"action     {escape(str(action.get('name')))} via {action.get('method')}")
-    console.print(f"arguments  {escape(json.dumps(action.get('arguments'), sort_keys=True))}")
-    console.print(f"question   {escape(task['question'])}")
+    console.print(f"[bold]{_safe(task['id'])}[/bold]  {task['state']}  ({task['wire']})")
+    console.print(f"action     {_safe(action.get('name'))} via {_safe(action.get('method'))}")
+    console.print(f"arguments  {_safe(json.dumps(action.get('arguments'), sort_keys=True))}")
+    console.print(f"question   {_safe(task['question'])}")
     policy = task.get("policy") or {}
     bundle = policy.get("bundle") or {}
     console.print(
-        f"policy     {escape(str(bundle.get('id')))}@{escape(str(bundle.get('version')))} "
-        f"rules {', '.join(policy.get('rules') or [])}: {escape(policy.get('reasoning') or '')}"
+        f"policy     {_safe(bundle.get('id'))}@{_safe(bundle.get('version'))} "
+        f"rules {_safe(', '.join(policy.get('rules') or []))}: "
+        f"{_safe(policy.get('reasoning') or '')}"
     )
     req = task["requester"]
-    console.print(f"requester  {escape(str(req.get('agent_id')))} ({req.get('principal')})")
+    behind = f" (user {_safe(req['principal'])})" if req.get("principal") else ""
+    console.print(f"requester  {_safe(req.get('agent_id'))}{behind}")
     approvals = sum(1 for v in task["votes"] if v["decision"] == "approve")
     console.print(
-        f"group      {escape(task['approver_group'])}, "
+        f"group      {_safe(task['approver_group'])}, "
         f"{approvals}/{task['approvals_required']} approvals, "
         f"expires {task['expires_at']} ({_left(task['expires_at'])})"
     )
@@ -106,8 +125,8 @@ def _print_task(task: dict[str, Any]) -> None:
     for h in task["history"]:
         by = (h.get("by") or {}).get("principal") or "warden"
         console.print(
-            f"  {h['at']}  {h['event']:<9} by {escape(by)}  "
-            f"{escape(h.get('reason') or '')}  [dim]{h['entry_hash'][:16]}…[/dim]"
+            f"  {h['at']}  {h['event']:<9} by {_safe(by)}  "
+            f"{_safe(h.get('reason') or '')}  [dim]{h['entry_hash'][:16]}…[/dim]"
         )
 
 
@@ -119,25 +138,27 @@ def list_tasks(
         str, typer.Option(help="pending, approved, denied, expired, consumed, canceled or all.")
     ] = "pending",
     group: Annotated[str | None, typer.Option(help="Only this approver group.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="At most this many.")] = 100,
     as_json: AsJson = False,
 ) -> None:
     """List approval tasks (default: pending), newest first."""
-    params = {"state": state, **({"group": group} if group else {})}
+    params: dict[str, Any] = {"state": state, "limit": limit, **({"group": group} if group else {})}
     data = _call("GET", url, token, "/v1/approvals", params=params)
     if as_json:
         _print_json(data)
         return
-    table = Table(title=f"{data['count']} {state} approval task(s)")
+    more = " (more exist: raise --limit)" if data.get("truncated") else ""
+    table = Table(title=f"{data['count']} {_safe(state)} approval task(s){more}")
     for col in ("task", "state", "action", "requester", "group", "approvals", "left"):
         table.add_column(col)
     for t in data["tasks"]:
         approvals = sum(1 for v in t["votes"] if v["decision"] == "approve")
         table.add_row(
-            t["id"],
+            _safe(t["id"]),
             t["state"],
-            escape(str(t["action"].get("name"))),
-            escape(str(t["requester"].get("agent_id"))),
-            escape(t["approver_group"]),
+            _safe(t["action"].get("name")),
+            _safe(t["requester"].get("agent_id")),
+            _safe(t["approver_group"]),
             f"{approvals}/{t['approvals_required']}",
             _left(t["expires_at"]) if t["state"] == "pending" else "",
         )
@@ -147,7 +168,7 @@ def list_tasks(
 @approvals_app.command()
 def show(task_id: str, token: Token = "", url: Url = DEFAULT_URL, as_json: AsJson = False) -> None:
     """Show one task: action, arguments, policy, requester, votes and trail."""
-    data = _call("GET", url, token, f"/v1/approvals/{task_id}")
+    data = _call("GET", url, token, _task_path(task_id))
     if as_json:
         _print_json(data)
     else:
@@ -163,11 +184,11 @@ def approve(
     as_json: AsJson = False,
 ) -> None:
     """Approve a pending task (one vote; N distinct approvers when its rule needs N)."""
-    data = _call("POST", url, token, f"/v1/approvals/{task_id}/approve", json={"reason": reason})
+    data = _call("POST", url, token, _task_path(task_id, "approve"), json={"reason": reason})
     if as_json:
         _print_json(data)
     else:
-        console.print(f"task {task_id} is now {data['task']['state']}")
+        console.print(f"task {_safe(task_id)} is now {data['task']['state']}")
 
 
 @approvals_app.command()
@@ -179,11 +200,11 @@ def deny(
     as_json: AsJson = False,
 ) -> None:
     """Deny a pending task with a reason."""
-    data = _call("POST", url, token, f"/v1/approvals/{task_id}/deny", json={"reason": reason})
+    data = _call("POST", url, token, _task_path(task_id, "deny"), json={"reason": reason})
     if as_json:
         _print_json(data)
     else:
-        console.print(f"task {task_id} is now {data['task']['state']}")
+        console.print(f"task {_safe(task_id)} is now {data['task']['state']}")
 
 
 @approvals_app.command()
@@ -200,10 +221,10 @@ def reroute(
         "POST",
         url,
         token,
-        f"/v1/approvals/{task_id}/reroute",
+        _task_path(task_id, "reroute"),
         json={"group": group, "reason": reason},
     )
     if as_json:
         _print_json(data)
     else:
-        console.print(f"task {task_id} is routed to {data['task']['approver_group']}")
+        console.print(f"task {_safe(task_id)} is routed to {_safe(data['task']['approver_group'])}")

@@ -12,8 +12,9 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATA_DIR = Path(".warden")
@@ -58,6 +59,16 @@ class Settings(BaseSettings):
     #: The URL approvers reach this Warden at (task links in asks and notifications);
     #: default ``http://<host>:<port>``.
     public_url: str | None = None
+
+    @field_validator("public_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
+            raise ValueError("public_url must be an http(s) URL such as https://warden.example")
+        return v
 
     def resolved_public_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")

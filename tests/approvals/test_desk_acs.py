@@ -235,7 +235,8 @@ def test_timeout_disposition_allow_allows_once(rt: Runtime, agent: AcsClient) ->
     rt.desk.clock = lambda: base + timedelta(seconds=61)
     assert rt.desk.expire_due() == 1
     r = ask(agent, "ping_host", {"host": "db1"})
-    assert r["decision"] == "allow" and "approval_granted" in r["reason_codes"]
+    assert r["decision"] == "allow" and "approval_timeout_allow" in r["reason_codes"]
+    assert "approval_granted" not in r["reason_codes"]  # nobody approved it
     task = rt.desk.get(tid)
     assert task is not None and task.state is ApprovalState.CONSUMED
     assert ask(agent, "ping_host", {"host": "db1"})["decision"] == "ask"
@@ -324,3 +325,32 @@ def test_a_restart_keeps_pending_tasks(make_runtime: Callable[..., Runtime]) -> 
         assert ask(again, "delete_file", {"path": "/x"})["decision"] == "allow"
     finally:
         rt2.close()
+
+
+@pytest.mark.parametrize("citation", [12345, None, "", "t" * 500, ["task_x"]])
+def test_a_malformed_citation_is_grant_invalid(
+    rt: Runtime, agent: AcsClient, citation: Any
+) -> None:
+    meta = {"approval_task_id": citation}
+    r = ask(agent, "delete_file", {"path": "/x"}, metadata=meta)
+    if citation is None:  # an explicit null cites nothing: a plain ask
+        assert r["decision"] == "ask"
+        return
+    assert r["decision"] == "deny" and "grant_invalid" in r["reason_codes"]
+    assert len(r["reasoning"]) < 400  # a huge citation is not echoed back
+
+
+def test_maker_checker_ignores_case(rt: Runtime, agent: AcsClient) -> None:
+    r = ask(agent, "delete_file", {"path": "/x"}, metadata={"user_context": {"user_id": "Bob"}})
+    with pytest.raises(NotPermitted):
+        rt.desk.approve(r["ask_details"]["task_id"], approver(rt, "bob", "operators"), "")
+
+
+@pytest.mark.parametrize("url", ["javascript:alert(1)", "not a url", "ftp://x", "http://h/?q=1"])
+def test_the_public_url_must_be_an_http_url(url: str) -> None:
+    from pydantic import ValidationError
+
+    from warden.settings import Settings
+
+    with pytest.raises(ValidationError, match="public_url"):
+        Settings(public_url=url)

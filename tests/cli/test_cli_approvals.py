@@ -116,3 +116,18 @@ def test_reroute_and_bad_credentials(server: Server) -> None:
     assert no_token.returncode == 2 and "API key is required" in no_token.stderr
     down = warden("approvals", "list", "--url", "http://127.0.0.1:9", env={"WARDEN_TOKEN": olga})
     assert down.returncode == 2 and "cannot reach Warden" in down.stderr
+
+
+def test_agent_text_cannot_drive_the_approvers_terminal(server: Server) -> None:
+    alice = make_key(server, "alice", "approver", "operators")
+    agent = server.client(agent_id="ansi\x1b[2J\x1b[31mRED\x1b[0m\rbob")
+    agent.hello()
+    r = agent.tool_call("delete_\x1b[32mSAFE\x1b[0m\r\nfine", {"path": "/x\u202e"})["result"]
+    tid = r["ask_details"]["task_id"]
+    for out in (approvals(server, alice, "list"), approvals(server, alice, "show", tid)):
+        assert out.returncode == 0, out.stderr
+        assert "\x1b" not in out.stdout and "\r" not in out.stdout and "\u202e" not in out.stdout
+        assert "\\u001b" in out.stdout
+    traversal = approvals(server, alice, "show", "../budgets")
+    assert traversal.returncode == 1 and "HTTP 404" in traversal.stderr  # not /v1/budgets
+    assert "Traceback" not in traversal.stderr

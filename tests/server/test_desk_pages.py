@@ -527,3 +527,15 @@ def test_login_returns_to_the_page_asked_for(runtime: Runtime, client: TestClien
         r = post(client, "/desk/login", token=token, csrf_token=csrf, next=evil)
         assert r.status_code == 303 and r.headers["location"] == "/desk", evil
         client.cookies.clear()
+
+
+def test_control_and_bidi_characters_are_shown_escaped(
+    runtime: Runtime, client: TestClient
+) -> None:
+    _, token = key(runtime, "alice", "approver", "operators")
+    # Rendered raw, the override would make this path read "/tmp/safedwssap/cte".
+    task_id, _ = ask(runtime, "delete_file", {"path": "/tmp/safe\u202eetc/passwd\u202c"})
+    login(client, token)
+    for html in (client.get("/desk").text, client.get(f"/desk/tasks/{task_id}").text):
+        assert "\u202e" not in html and "\u202c" not in html
+        assert "\\u202e" in html

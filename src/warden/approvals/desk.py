@@ -151,10 +151,12 @@ class Resolution:
     outcome: Outcome
     task: Task | None
     text: str
+    #: Granted by the rule's ``timeout_disposition: allow``, not by an approver.
+    timed_out: bool = False
 
     @property
     def reason_code(self) -> str:
-        return REASON_CODES[self.outcome]
+        return "approval_timeout_allow" if self.timed_out else REASON_CODES[self.outcome]
 
 
 def _clean_reason(reason: str) -> str:
@@ -240,7 +242,12 @@ class ApprovalDesk:
                     else "nobody answered in time; the rule's timeout disposition is allow",
                     extra={"consumer": consumer},
                 )
-                return Resolution(Outcome.GRANTED, task, self._granted_text(task))
+                return Resolution(
+                    Outcome.GRANTED,
+                    task,
+                    self._granted_text(task),
+                    timed_out=state is ApprovalState.EXPIRED,
+                )
             if state is ApprovalState.PENDING:
                 return Resolution(Outcome.PENDING, latest, self._pending_text(latest))
             if state in (ApprovalState.DENIED, ApprovalState.EXPIRED) and (
@@ -398,7 +405,7 @@ class ApprovalDesk:
         task = self._expire_if_due(tx, task, self.now())
         if task.state is not ApprovalState.PENDING:
             raise TaskConflict(f"task {task_id} is {task.state.value}; only a pending task can be")
-        if who.principal in task.requester.names():
+        if who.principal.casefold() in {n.casefold() for n in task.requester.names()}:
             raise NotPermitted(
                 f"{who.principal} requested task {task_id} and cannot decide it (maker-checker)"
             )

@@ -20,7 +20,7 @@ needed, ``completed`` once approved, ``failed`` when denied or expired).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -195,15 +195,20 @@ class Task:
 
     @staticmethod
     def from_dict(rec: dict[str, Any]) -> Task:
+        """A stored record; one written before the desk (migration 0003: a ``status``, no
+        ``state``) reads as pending until it expires a week after it was filed."""
         req = rec.get("requester") or {}
+        created = datetime.fromisoformat(rec["created_at"])
+        state = rec.get("state") or _LEGACY_STATE.get(rec.get("status", ""), "canceled")
+        expires = rec.get("expires_at")
         return Task(
             id=rec["id"],
             kind=TaskKind(rec["kind"]),
-            state=ApprovalState(rec["state"]),
-            wire=rec.get("wire", ""),
-            created_at=datetime.fromisoformat(rec["created_at"]),
+            state=ApprovalState(state),
+            wire=rec.get("wire", "spend"),
+            created_at=created,
             updated_at=datetime.fromisoformat(rec["updated_at"]),
-            expires_at=datetime.fromisoformat(rec["expires_at"]),
+            expires_at=datetime.fromisoformat(expires) if expires else created + _LEGACY_WINDOW,
             action=rec.get("action") or {},
             action_hash=rec.get("action_hash", ""),
             scope=rec.get("scope", ""),
@@ -219,6 +224,10 @@ class Task:
             consumed_by=rec.get("consumed_by"),
             detail=rec.get("detail") or {},
         )
+
+
+_LEGACY_STATE = {"input_required": "pending", "completed": "consumed", "failed": "denied"}
+_LEGACY_WINDOW = timedelta(days=7)
 
 
 class TaskStore(Protocol):

@@ -73,9 +73,16 @@ class ApprovalGate:
             ),
             correlation={k: meta[k] for k in ("session_id", "agent_id", "turn_id") if meta.get(k)},
             policy=policy_of(verdict),
-            cited_task_id=cited if isinstance(cited, str) else None,
+            cited_task_id=None if cited is None else _citation(cited),
             **terms,
         )
+
+
+def _citation(value: Any) -> str:
+    """A cited task id as a string; anything malformed cites no task that can match."""
+    if isinstance(value, str) and 0 < len(value) <= 64:
+        return value
+    return "(malformed approval_task_id)"
 
 
 def ask_terms(guardian: Guardian, verdict: Verdict) -> dict[str, Any]:

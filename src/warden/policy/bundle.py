@@ -20,7 +20,15 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from warden.core.hooks import (
     MCP_METHOD_PREFIX,
@@ -120,7 +128,7 @@ class _Strict(BaseModel):
 
 class Approver(_Strict):
     type: Literal["human", "agent", "service"]
-    id: str
+    id: str = Field(min_length=1, max_length=64)
     endpoint: str | None = None
 
 
@@ -133,7 +141,7 @@ class AskSpec(_Strict):
     options: list[str] | None = None
     #: N of N-of-M: how many distinct approvers of ``approver.id`` (the group) must
     #: approve. Warden's own field: not sent in ``ask_details``.
-    approvals_required: int = Field(1, ge=1, le=16)
+    approvals_required: StrictInt = Field(1, ge=1, le=16)
 
     def to_wire(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True, exclude=WARDEN_ONLY)
@@ -150,7 +158,7 @@ class DeferSpec(_Strict):
     #: For ``resolution_method: human_approval``: the approver group and N of N-of-M.
     #: Warden's own fields: not sent in ``defer_details``.
     approver_group: str | None = Field(None, min_length=1, max_length=64)
-    approvals_required: int = Field(1, ge=1, le=16)
+    approvals_required: StrictInt = Field(1, ge=1, le=16)
 
     def to_wire(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True, exclude=WARDEN_ONLY)

@@ -19,7 +19,10 @@ from warden.errors import ConfigError
 
 @cache
 def load_folder(folder: str) -> dict[str, dict[str, Any]]:
-    """All schemas under ``schemas/<folder>`` by relative path (``hooks/x.json``)."""
+    """All schemas under ``schemas/<folder>`` by relative path (``hooks/x.json``).
+
+    ``examples/`` folders hold instances, not schemas, and are skipped.
+    """
     root = resources.files("warden.schemas").joinpath(folder)
     out: dict[str, dict[str, Any]] = {}
 
@@ -27,7 +30,8 @@ def load_folder(folder: str) -> dict[str, dict[str, Any]]:
         for child in node.iterdir():
             name = f"{prefix}{child.name}"
             if child.is_dir():
-                walk(child, name + "/")
+                if child.name != "examples":
+                    walk(child, name + "/")
             elif child.name.endswith(".json"):
                 try:
                     out[name] = json.loads(child.read_text(encoding="utf-8"))

@@ -23,7 +23,7 @@ from warden.identity.api_keys import ApiKeys, Role
 from warden.wire.spend.auth import KeyAuth, caller
 from warden.wire.spend.models import ErrorEnvelope, Success
 from warden.wire.spend.render import json_response, success
-from warden.wire.spend.routes import PREFIX, make_route_class
+from warden.wire.spend.routes import PREFIX, RawBody, make_route_class
 
 StateFilter = Literal["pending", "approved", "denied", "expired", "consumed", "canceled", "all"]
 
@@ -61,6 +61,7 @@ class ApprovalTask(BaseModel):
 class ApprovalList(BaseModel):
     tasks: list[ApprovalTask]
     count: int
+    truncated: bool = Field(description="More tasks match than `limit` returned.")
 
 
 class ApprovalData(BaseModel):
@@ -131,10 +132,13 @@ def approvals_router(
         limit: Annotated[int, Query(ge=1, le=500)] = 100,
     ) -> Response:
         states = () if state == "all" else (ApprovalState(state),)
-        tasks = desk.list(states=states, group=group, wire=wire, limit=limit)
-        views = [ApprovalTask(**desk.view(t)) for t in tasks]
+        tasks = desk.list(states=states, group=group, wire=wire, limit=limit + 1)
+        views = [ApprovalTask(**desk.view(t)) for t in tasks[:limit]]
         steps = ["GET /v1/approvals/{taskId} shows one task and its trail"]
-        return json_response(200, success(ApprovalList(tasks=views, count=len(views)), steps))
+        if len(tasks) > limit:
+            steps.append(f"More than {limit} match: raise limit (at most 500) or filter")
+        data = ApprovalList(tasks=views, count=len(views), truncated=len(tasks) > limit)
+        return json_response(200, success(data, steps))
 
     # Reading one task is open to its requesting agent too, so it has its own route class.
     read = APIRouter(
@@ -163,7 +167,7 @@ def approvals_router(
         response_model=Success[ApprovalData],
         summary="Approve (one vote; N distinct approvers when the rule needs N)",
     )
-    def approve(task_id: str, body: VoteRequest | None = None) -> Response:
+    def approve(task_id: str, raw: RawBody, body: VoteRequest | None = None) -> Response:
         return answer(desk.approve(task_id, caller(), (body or VoteRequest()).reason))
 
     @router.post(
@@ -171,7 +175,7 @@ def approvals_router(
         response_model=Success[ApprovalData],
         summary="Deny with a reason (one deny decides)",
     )
-    def deny(task_id: str, body: DenyRequest) -> Response:
+    def deny(task_id: str, raw: RawBody, body: DenyRequest) -> Response:
         return answer(desk.deny(task_id, caller(), body.reason))
 
     @router.post(
@@ -179,7 +183,7 @@ def approvals_router(
         response_model=Success[ApprovalData],
         summary="Re-route a pending task to another approver group",
     )
-    def reroute(task_id: str, body: RerouteRequest) -> Response:
+    def reroute(task_id: str, raw: RawBody, body: RerouteRequest) -> Response:
         return answer(desk.reroute(task_id, caller(), body.group, body.reason))
 
     both = APIRouter()

@@ -62,6 +62,7 @@ from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from warden.approvals.desk import MAX_REASON_CHARS, DeskError, TaskNotFound
+from warden.approvals.display import visible
 from warden.approvals.tasks import ApprovalState, Task
 from warden.identity.api_keys import Identity, Role
 from warden.runtime import Runtime
@@ -638,6 +639,8 @@ def mount_desk(app: FastAPI, runtime: Runtime) -> None:
     env = Environment(
         loader=PackageLoader("warden.server", "templates"),
         autoescape=True,
+        # Every value printed is agent-controlled text until shown otherwise.
+        finalize=lambda v: visible(v) if isinstance(v, str) else v,
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -199,3 +199,51 @@ def test_the_bootstrap_token_is_an_admin_key(rt: Runtime, client: TestClient) ->
     assert admin.call("GET", "/v1/approvals").status == 200
     (row,) = db_rows(rt, "SELECT principal, role, secret_hash FROM api_keys")
     assert row[:2] == ("admin", "admin") and rt.api_token not in row[2]
+
+
+def test_the_grant_is_bound_to_the_amount_not_its_spelling(rt: Runtime, client: TestClient) -> None:
+    bot = tree(rt, org="5000", team="5000", agent="5000")
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    tid = agent.quote(bot, "1500").body["resolution"]["taskId"]
+    assert_error(agent.quote(bot, "1500.0"), "approval:required", 403, resolution="human_approval")
+    assert len(rt.desk.list()) == 1  # the same quote, the same task
+    fay.call("POST", f"/v1/approvals/{tid}/approve", {"reason": "ok"})
+    assert agent.quote(bot, "1500.00").status == 200
+
+
+def test_unknown_routes_are_404_for_every_role(rt: Runtime, client: TestClient) -> None:
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    for who in (agent, fay):
+        assert_error(who.call("GET", "/v1/nothing"), "input:unknown_route", 404, resolution="retry")
+    # Not the admin role's business either: a wrong method is an unknown route.
+    assert_error(
+        fay.call("GET", "/v1/approvals/x/approve"), "input:unknown_route", 404, resolution="retry"
+    )
+
+
+def test_approval_bodies_are_parsed_strictly(rt: Runtime, client: TestClient) -> None:
+    bot = tree(rt, org="5000", team="5000", agent="5000")
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    tid = agent.quote(bot, "1500").body["resolution"]["taskId"]
+    r = client.post(
+        f"/v1/approvals/{tid}/deny",
+        content=b'{"reason":"a","reason":"b"}',
+        headers={"Authorization": f"Bearer {fay.token}", "content-type": "application/json"},
+    )
+    assert r.status_code == 400, r.text
+    check_envelope(r.status_code, r.json(), mutating=False)
+    assert rt.desk.get(tid).state is ApprovalState.PENDING  # type: ignore[union-attr]
+
+
+def test_a_long_list_says_it_is_truncated(rt: Runtime, client: TestClient) -> None:
+    bot = tree(rt, org="5000", team="5000", agent="5000")
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    for amount in ("1001", "1002", "1003"):
+        agent.quote(bot, amount)
+    page = fay.call("GET", "/v1/approvals?limit=2").data
+    assert (page["count"], page["truncated"]) == (2, True)
+    assert fay.call("GET", "/v1/approvals?limit=3").data["truncated"] is False

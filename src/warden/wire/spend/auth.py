@@ -65,7 +65,10 @@ class KeyAuth:
                 f"the {who.role.value} key of {who.principal} may not use this route "
                 f"(it needs the {role.value} role)",
                 resolution=Resolution(
-                    type="authenticate", hint=f"use a key with the {role.value} or admin role"
+                    type="authenticate",
+                    hint="use an admin key"
+                    if role is Role.ADMIN
+                    else f"use a key with the {role.value} or admin role",
                 ),
             )
         _CALLER.set(who)

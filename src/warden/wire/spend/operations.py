@@ -336,7 +336,8 @@ class SpendWire:
         who = caller()
         arguments = {
             "budgetId": body.budgetId,
-            "amount": to_wire(amount),
+            # Canonical: "1500", "1500.0" and "1500.00" are one quote.
+            "amount": canonical_amount(amount),
             "currency": CURRENCY,
             "action": body.action,
         }
@@ -676,6 +677,12 @@ def _gate_value(name: str) -> str:
     """A rule id or reason code as a ``blockedBy`` value (lower snake_case)."""
     value = re.sub(r"[^a-z0-9_.]+", "_", name.lower()).strip("_")
     return value or "denied"
+
+
+def canonical_amount(amount: Decimal) -> str:
+    """The shortest plain decimal string of ``amount`` (no exponent, no trailing zeros)."""
+    text = to_wire(amount)
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def budget_increase_effect(engine: SpendEngine) -> Callable[[Any, Task], dict[str, Any]]:

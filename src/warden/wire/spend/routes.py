@@ -146,11 +146,13 @@ def make_route_class(
     class _Route(APIRoute):
         def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
             handler = super().get_route_handler()
-            # Defining budgets is an administrator's job; the rest is an agent's.
+            # Defining budgets (the PUT route) is an administrator's job; the rest is an
+            # agent's. The catch-all that answers unknown routes admits any key.
+            catch_all = "{rest:path}" in self.path
             need = (
                 None
-                if any_role
-                else role or (Role.ADMIN if "PUT" in (self.methods or ()) else Role.AGENT)
+                if any_role or catch_all
+                else role or (Role.ADMIN if self.methods == {"PUT"} else Role.AGENT)
             )
 
             async def guarded(request: Request) -> Response:
