@@ -68,7 +68,7 @@ class Runtime:
         token_file = settings.resolved_api_token_file()
         api_token, token_created = load_or_create_api_token(token_file)
         if token_created:
-            log.warning("generated a new spend API token at %s (mode 0600)", token_file)
+            log.warning("generated the bootstrap admin API token at %s (mode 0600)", token_file)
         budgets = load_budgets(settings.budgets) if settings.budgets is not None else None
         hooks = load_webhooks(settings.webhooks) if settings.webhooks is not None else None
         store = open_store(settings.resolved_database_url(), sqlite_sync=settings.sqlite_sync)
