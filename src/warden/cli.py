@@ -20,7 +20,9 @@ from rich.table import Table
 
 from warden import __version__
 from warden.cli_approvals import approvals_app
+from warden.cli_evidence import export_evidence_cmd
 from warden.cli_keys import keys_app
+from warden.cli_records import verify_bundle_cmd, verify_record_cmd
 from warden.errors import ConfigError, IntegrityError, WardenError
 
 app = typer.Typer(
@@ -149,6 +151,22 @@ def serve(
             help="How long the spend wire replays an Idempotency-Key's stored answer.",
         ),
     ] = 86_400,
+    signing_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="WARDEN_SIGNING_KEY_FILE",
+            help="Warden's Ed25519 signing key for KLA records, PKCS#8 PEM, mode 0600 "
+            "(default: <data-dir>/signing.key; created on first start).",
+        ),
+    ] = None,
+    kla_keys: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="WARDEN_KLA_KEYS",
+            help="Trusted public keys of action-request signers (JWKS file, PEM file or a "
+            "directory of them); without it a signed action request is refused.",
+        ),
+    ] = None,
     log_level: Annotated[
         str, typer.Option(envvar="WARDEN_LOG_LEVEL", help="Python logging level.")
     ] = "INFO",
@@ -179,6 +197,8 @@ def serve(
         webhooks=webhooks,
         public_url=public_url,
         idempotency_ttl_seconds=idempotency_ttl_seconds,
+        signing_key_file=signing_key_file,
+        kla_keys=kla_keys,
     )
     try:
         runtime = Runtime.start(settings)
@@ -499,6 +519,12 @@ def replay_agentdojo(
         )
     if summary.errors:
         raise typer.Exit(EXIT_FAILURE_FOUND)
+
+
+# KLA records and evidence bundles (warden.cli_records, warden.cli_evidence).
+app.command("verify-record")(verify_record_cmd)
+app.command("verify-bundle")(verify_bundle_cmd)
+app.command("export-evidence")(export_evidence_cmd)
 
 
 def main() -> None:

@@ -16,11 +16,13 @@ from warden.approvals.notifier import DeliveryWorker, Notifier
 from warden.approvals.tasks import TaskKind
 from warden.approvals.webhooks import load_webhooks
 from warden.core.guardian import Guardian
+from warden.crypto.ed25519_keys import load_or_create_signing_key
 from warden.crypto.hmac_keys import SessionKeys
 from warden.crypto.keystore import load_or_create_api_token, load_or_create_ikm
 from warden.gates.approval import ApprovalGate
 from warden.gates.spend import SpendGate
 from warden.identity.api_keys import ApiKeys, Role, api_key_pepper
+from warden.kla.keys import KeyRegistry
 from warden.ledger.ledger import Ledger
 from warden.policy.bundle import Bundle, load_bundle
 from warden.policy.engine import PolicyEngine
@@ -31,6 +33,8 @@ from warden.spend.engine import SpendEngine
 from warden.store.sql import SqlStore, open_store
 from warden.wire.acs.handshake import HandshakeConfig
 from warden.wire.acs.service import AcsService
+from warden.wire.kla.evidence import Signer
+from warden.wire.kla.service import KlaService
 from warden.wire.spend.operations import budget_increase_effect
 
 log = logging.getLogger(__name__)
@@ -56,6 +60,8 @@ class Runtime:
     #: The bearer token of the spend wire (``<data-dir>/api.token``).
     api_token: str = ""
     api_token_created: bool = False
+    #: The action request wire (``/v1/action-requests``), signing with Warden's Ed25519 key.
+    kla: KlaService | None = None
 
     @classmethod
     def start(cls, settings: Settings) -> Runtime:
@@ -69,6 +75,15 @@ class Runtime:
         api_token, token_created = load_or_create_api_token(token_file)
         if token_created:
             log.warning("generated the bootstrap admin API token at %s (mode 0600)", token_file)
+        signing_file = settings.resolved_signing_key_file()
+        signing_key, signing_kid, signing_created = load_or_create_signing_key(signing_file)
+        if signing_created:
+            log.warning(
+                "generated Warden's Ed25519 signing key %s at %s (mode 0600)",
+                signing_kid,
+                signing_file,
+            )
+        kla_keys = KeyRegistry.load(settings.kla_keys) if settings.kla_keys is not None else None
         budgets = load_budgets(settings.budgets) if settings.budgets is not None else None
         hooks = load_webhooks(settings.webhooks) if settings.webhooks is not None else None
         store = open_store(settings.resolved_database_url(), sqlite_sync=settings.sqlite_sync)
@@ -83,6 +98,8 @@ class Runtime:
             notifier=Notifier(hooks) if hooks is not None else None,
         )
         desk.effects[TaskKind.BUDGET_INCREASE] = budget_increase_effect(spend)
+        kla = KlaService(store, guardian, desk, ledger, Signer(signing_key, signing_kid), kla_keys)
+        desk.listeners[TaskKind.ACTION_REQUEST] = kla.on_desk_transition
         api_keys = ApiKeys(store, api_key_pepper(ikm))
         try:
             # The bootstrap token is the first administrator's key.
@@ -148,6 +165,7 @@ class Runtime:
             worker,
             api_token=api_token,
             api_token_created=token_created,
+            kla=kla,
         )
 
     def close(self) -> None:

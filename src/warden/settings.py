@@ -1,8 +1,8 @@
 """Warden's settings: command-line options, ``WARDEN_*`` environment variables, defaults.
 
 Embedded defaults: data under ``./.warden/`` (SQLite ``warden.db``, HMAC master
-secret ``ikm.key`` and spend API token ``api.token``, both generated on first
-start with mode 0600) and the shipped
+secret ``ikm.key``, spend API token ``api.token`` and Ed25519 signing key
+``signing.key``, each generated on first start with mode 0600) and the shipped
 bundle ``examples/policies/default.yaml`` (also packaged as
 ``warden/bundles/default.yaml`` for installs outside the repository).
 """
@@ -56,6 +56,13 @@ class Settings(BaseSettings):
     #: a reservation is made.
     spend_expiry_interval_s: float = Field(30.0, ge=0)
 
+    #: Warden's Ed25519 signing key (PKCS#8 PEM, 0600; created on first start): signs the
+    #: KLA records Warden writes; default ``<data-dir>/signing.key``.
+    signing_key_file: Path | None = None
+    #: Trusted public keys of action-request signers (a JWKS file, a PEM file or a
+    #: directory of them; see warden.kla.keys). Without it a signed request is refused.
+    kla_keys: Path | None = None
+
     #: The URL approvers reach this Warden at (task links in asks and notifications);
     #: default ``http://<host>:<port>``.
     public_url: str | None = None
@@ -84,3 +91,6 @@ class Settings(BaseSettings):
 
     def resolved_api_token_file(self) -> Path:
         return self.api_token_file or self.data_dir / "api.token"
+
+    def resolved_signing_key_file(self) -> Path:
+        return self.signing_key_file or self.data_dir / "signing.key"

@@ -106,6 +106,10 @@ class Notifier(Protocol):
     def enqueue(self, outbox: Any, task_view: dict[str, Any], event: str, now: datetime) -> int: ...
 
 
+#: A desk listener (:attr:`ApprovalDesk.listeners`): ``(tx, task, event, by, reason)``.
+Listener = Callable[[DeskTx, Task, Event, Approver | None, str], None]
+
+
 class Outcome(StrEnum):
     GRANTED = "granted"
     PENDING = "pending"
@@ -190,6 +194,10 @@ class ApprovalDesk:
         #: What an approval does by itself, per kind (a budget increase raises the cap);
         #: kinds without one wait for a resubmission to consume the grant.
         self.effects: dict[TaskKind, Callable[[DeskTx, Task], dict[str, Any]]] = {}
+        #: Called for every transition of a task of the kind, inside the desk's
+        #: transaction after the task is written: ``(tx, task, event, by, reason)``
+        #: (``by`` None when no approver acted). Raising rolls the transition back.
+        self.listeners: dict[TaskKind, Listener] = {}
 
     def now(self) -> datetime:
         return self.clock()
@@ -479,6 +487,9 @@ class ApprovalDesk:
         after = replace(after, history=(*before.history, entry))
         if not tx.tasks.transition(after, before):
             raise TaskConflict(f"task {before.id} changed meanwhile; reload it and try again")
+        listener = self.listeners.get(after.kind)
+        if listener is not None:
+            listener(tx, after, event, by, reason)
         self._notify(tx, after, event)
         return after
 

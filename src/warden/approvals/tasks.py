@@ -74,6 +74,9 @@ class TaskKind(StrEnum):
     SPEND_APPROVAL = "spend_approval"
     #: A higher budget cap: applied when approved (nothing to resubmit).
     BUDGET_INCREASE = "budget_increase"
+    #: An AI agent action request (``POST /v1/action-requests``) the policy decided
+    #: require_approval: each decision is an approval event; the outcome consumes it.
+    ACTION_REQUEST = "action_request"
 
 
 class Event(StrEnum):

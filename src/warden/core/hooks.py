@@ -34,8 +34,11 @@ STEP_METHODS: tuple[str, ...] = (
 
 #: Warden's own evaluation points outside ACS: a Governed Spend quote is decided by the
 #: same Guardian (rules target it with ``hooks: [spend/quote]``; ``tool.name`` is the
-#: action, ``args`` are ``{budgetId, amount, currency, action}``).
-WARDEN_METHODS: tuple[str, ...] = ("spend/quote",)
+#: action, ``args`` are ``{budgetId, amount, currency, action}``), and so is an AI agent
+#: action request (``hooks: [kla/action]``; ``tool.name`` is the request's ``action``,
+#: ``args`` are ``{purpose, resource_type, resource_id, data_boundary_ref, environment,
+#: amount?, currency?}`` with ``amount`` a decimal string).
+WARDEN_METHODS: tuple[str, ...] = ("spend/quote", "kla/action")
 
 #: Canonical prefix of a wrapped MCP method as policy sees it (``protocols/MCP/tools/call``).
 MCP_METHOD_PREFIX = "protocols/MCP/"

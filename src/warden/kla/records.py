@@ -244,6 +244,41 @@ def _dump_line(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
+def bundle_manifest(
+    records: Iterable[SealedRecord],
+    *,
+    execution_id: str | None = None,
+    chain_head: str | None = None,
+    created_at: str | None = None,
+    manifest_signer: tuple[str, Ed25519PrivateKey] | None = None,
+) -> dict[str, Any]:
+    """The ``manifest.json`` object of a bundle of ``records`` (in that order).
+
+    ``bundle_version``, every record's digest in order, ``execution_id``,
+    ``chain_head``, ``created_at``; signed by ``manifest_signer`` = ``(kid, key)``
+    when given. Raises :class:`~warden.errors.ConfigError` when there is no record
+    or the manifest would not validate.
+    """
+    digests = [s.digest for s in records]
+    if not digests:
+        raise ConfigError("an evidence bundle needs at least one record")
+    manifest: dict[str, Any] = {"bundle_version": BUNDLE_VERSION, "records": digests}
+    if execution_id is not None:
+        manifest["execution_id"] = execution_id
+    if chain_head is not None:
+        manifest["chain_head"] = chain_head
+    if created_at is not None:
+        manifest["created_at"] = created_at
+    if manifest_signer is not None:
+        kid, key = manifest_signer
+        manifest["signature"] = sign_digest(key, manifest_digest(manifest))
+        manifest["kid"] = kid
+    err = kla_schemas().first_error(BUNDLE_MANIFEST_SCHEMA, manifest)
+    if err is not None:
+        raise ConfigError(f"manifest would not validate at {err[0] or '/'}: {err[1]}")
+    return manifest
+
+
 def write_bundle(
     directory: Path,
     records: Iterable[SealedRecord],
@@ -265,28 +300,16 @@ def write_bundle(
     already there or there is nothing to write.
     """
     sealed = list(records)
-    if not sealed:
-        raise ConfigError("an evidence bundle needs at least one record")
+    manifest = bundle_manifest(
+        sealed,
+        execution_id=execution_id,
+        chain_head=chain_head,
+        created_at=created_at,
+        manifest_signer=manifest_signer,
+    )
     directory.mkdir(parents=True, exist_ok=True)
     if (directory / MANIFEST_FILE).exists() or (directory / RECORDS_FILE).exists():
         raise ConfigError(f"{directory} already holds an evidence bundle")
-    manifest: dict[str, Any] = {
-        "bundle_version": BUNDLE_VERSION,
-        "records": [s.digest for s in sealed],
-    }
-    if execution_id is not None:
-        manifest["execution_id"] = execution_id
-    if chain_head is not None:
-        manifest["chain_head"] = chain_head
-    if created_at is not None:
-        manifest["created_at"] = created_at
-    if manifest_signer is not None:
-        kid, key = manifest_signer
-        manifest["signature"] = sign_digest(key, manifest_digest(manifest))
-        manifest["kid"] = kid
-    err = kla_schemas().first_error(BUNDLE_MANIFEST_SCHEMA, manifest)
-    if err is not None:
-        raise ConfigError(f"manifest would not validate at {err[0] or '/'}: {err[1]}")
     with (directory / RECORDS_FILE).open("w", encoding="utf-8", newline="\n") as fh:
         for s in sealed:
             fh.write(_dump_line(s.to_line()) + "\n")

@@ -3,7 +3,8 @@
 ``POST /acs`` serves ACS JSON-RPC (always HTTP 200 with a JSON-RPC body, like
 the reference Guardians); the body is read up to the configured cap and no
 further. ``/v1/…`` is the Governed Agent Spend REST wire (bearer token; see
-:mod:`warden.wire.spend`). ``GET /healthz`` is liveness; ``GET /readyz`` checks
+:mod:`warden.wire.spend`), the approval desk's and the action request wire's
+(:mod:`warden.wire.kla`). ``GET /healthz`` is liveness; ``GET /readyz`` checks
 the store; ``/openapi.json`` documents the HTTP routes.
 """
 
@@ -27,6 +28,7 @@ from warden.store.group_commit import GroupCommitter
 from warden.store.idempotency import Idempotency
 from warden.wire.acs.render import error_response
 from warden.wire.acs.service import AcsService
+from warden.wire.kla import kla_router
 from warden.wire.spend import SpendBodyCap, spend_router
 
 
@@ -121,6 +123,12 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
             runtime.desk, runtime.api_keys, max_body_bytes=runtime.settings.max_body_bytes
         )
     )
+    if runtime.kla is not None:
+        app.include_router(
+            kla_router(
+                runtime.kla, runtime.api_keys, max_body_bytes=runtime.settings.max_body_bytes
+            )
+        )
     app.include_router(
         spend_router(
             runtime.spend,

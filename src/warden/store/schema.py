@@ -5,7 +5,8 @@ Migrations only ever add: 0001 created the three tables; 0002 added
 ``entries.request`` (the canonical params the entry's ``request_hash`` covers)
 and the unique index ``uq_entries_session_step`` (one entry per request id);
 0003 the spend tables, idempotency keys and tasks; 0004 the approval desk's
-columns on ``tasks``, ``approval_votes``, ``api_keys`` and ``webhook_deliveries``.
+columns on ``tasks``, ``approval_votes``, ``api_keys`` and ``webhook_deliveries``;
+0005 ``kla_records`` (AI agent action requests and the records that follow them).
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ tasks = Table(
     # 0004: the approval desk's queried fields (NULL for tasks that are not approvals)
     Column("state", String(16), nullable=True),
     Column("action_hash", String(64), nullable=True),
-    Column("session_id", String(64), nullable=True),
+    Column("session_id", String(255), nullable=True),
     Column("expires_at", String(40), nullable=True),
     Column("approver_group", String(128), nullable=True),
 )
@@ -211,3 +212,27 @@ server_secrets = Table(
     Column("value", Text, nullable=False),
     Column("created_at", String(40), nullable=False),
 )
+
+# -- AI agent action requests (migration 0005) ---------------------------------------
+
+#: Every KLA record Warden received or wrote: action requests (as received, in their
+#: RFC 8785 canonical form), policy decisions, approval events and audit events.
+#: ``principal`` is the submitting API key's principal (an agent reads only its own);
+#: ``status`` is ``processed`` or ``held_for_review`` (an unsupported schema_version).
+kla_records = Table(
+    "kla_records",
+    metadata,
+    Column("record_id", String(256), primary_key=True),
+    Column("kind", String(32), nullable=False),
+    Column("action_request_id", String(256), nullable=True),
+    Column("execution_id", String(256), nullable=True),
+    Column("principal", String(200), nullable=False),
+    Column("digest", String(71), nullable=False),
+    Column("record", Text, nullable=False),
+    Column("signature", Text, nullable=True),
+    Column("kid", String(256), nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("created_at", String(40), nullable=False),
+)
+Index("ix_kla_records_execution", kla_records.c.execution_id)
+Index("ix_kla_records_request", kla_records.c.action_request_id)

@@ -24,6 +24,7 @@ from warden.spend.money import to_wire
 from warden.spend.records import HoldStatus, Receipt, Reservation
 from warden.store.base import PendingAppend, SessionState
 from warden.store.idempotency_sql import SqlIdempotencyKeys
+from warden.store.kla_sql import SqlKlaRecords
 from warden.store.outbox_sql import SqlOutbox
 from warden.store.tasks_sql import SqlTasks
 
@@ -134,6 +135,12 @@ class SqlSpendTx:
         """The webhook outbox in this transaction: a task change and its notifications
         commit together (:meth:`warden.approvals.notifier.Notifier.enqueue`)."""
         return SqlOutbox(self._cur, self._q)
+
+    @property
+    def kla(self) -> SqlKlaRecords:
+        """The KLA records in this transaction: an action request, its decision, its
+        approval task and their audit entries commit together (:mod:`warden.wire.kla`)."""
+        return SqlKlaRecords(self._cur, self._q)
 
     def _one(self, sql: str, params: tuple[Any, ...]) -> Any:
         self._cur.execute(self._q(sql), params)

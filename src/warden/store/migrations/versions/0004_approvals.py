@@ -22,7 +22,7 @@ def upgrade() -> None:
     with op.batch_alter_table("tasks") as batch:
         batch.add_column(sa.Column("state", sa.String(16), nullable=True))
         batch.add_column(sa.Column("action_hash", sa.String(64), nullable=True))
-        batch.add_column(sa.Column("session_id", sa.String(64), nullable=True))
+        batch.add_column(sa.Column("session_id", sa.String(255), nullable=True))
         batch.add_column(sa.Column("expires_at", sa.String(40), nullable=True))
         batch.add_column(sa.Column("approver_group", sa.String(128), nullable=True))
     op.create_index("ix_tasks_session_action", "tasks", ["session_id", "action_hash"])

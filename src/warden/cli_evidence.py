@@ -1,0 +1,100 @@
+"""``warden export-evidence``: one execution's evidence bundle, written from the database.
+
+Offline (no server needed): reads the execution's processed KLA records, the head of
+its Warden audit chain and Warden's signing key (to sign the manifest and publish the
+public key in ``keys/``), and writes the bundle directory ``warden verify-bundle``
+checks. Records held for review (an unsupported schema_version) are left out.
+
+Exit codes: 0 written; 1 no processed record for the execution; 2 bad input or
+configuration (no database, no signing key, a bundle already in the directory).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from warden.cli_options import (
+    EXIT_FAILURE_FOUND,
+    DataDir,
+    DbUrl,
+    _fail,
+    console,
+    err_console,
+)
+from warden.errors import ConfigError, WardenError
+
+
+def export_evidence_cmd(
+    execution_id: Annotated[str, typer.Argument(help="The execution_id of the action requests.")],
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", help="The bundle directory to write (must hold no bundle)."),
+    ],
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+    signing_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--signing-key-file",
+            envvar="WARDEN_SIGNING_KEY_FILE",
+            help="Warden's Ed25519 signing key (default: <data-dir>/signing.key).",
+        ),
+    ] = None,
+    kla_keys: Annotated[
+        Path | None,
+        typer.Option(
+            "--kla-keys",
+            envvar="WARDEN_KLA_KEYS",
+            help="The registry signed action requests were checked against (JWKS, PEM or a "
+            "directory): their public keys are written into keys/ too.",
+        ),
+    ] = None,
+) -> None:
+    """Write the evidence bundle of one execution (records.jsonl, a signed manifest.json
+    with the audit chain head, keys/jwks.json) from the database, offline."""
+    from warden.crypto.ed25519_keys import load_signing_key
+    from warden.kla.keys import KeyRegistry
+    from warden.store import open_store
+    from warden.wire.kla.evidence import Signer, execution_evidence, now_stamp
+
+    url = database_url or f"sqlite:///{data_dir / 'warden.db'}"
+    try:
+        key, kid = load_signing_key(signing_key_file or data_dir / "signing.key")
+        registry = KeyRegistry.load(kla_keys) if kla_keys is not None else None
+        if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
+            raise ConfigError(f"no database at {url}")
+        store = open_store(url, migrate=False)
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    signer = Signer(key, kid)
+    try:
+        evidence = execution_evidence(store, execution_id, signer, registry)
+        if evidence is None:
+            err_console.print(
+                f"[red]not found:[/red] no processed action request in execution "
+                f"{escape(execution_id)}",
+                soft_wrap=True,
+            )
+            raise typer.Exit(EXIT_FAILURE_FOUND)
+        evidence.write(out, signer, now_stamp())
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    finally:
+        store.close()
+    console.print(
+        f"[green]wrote[/green] {escape(str(out))}: {len(evidence.sealed)} records, chain head "
+        f"{escape(evidence.chain_head or '-')}, manifest signed by {escape(kid)}",
+        soft_wrap=True,
+        highlight=False,
+    )
+    if evidence.held_for_review:
+        console.print(
+            f"left out {len(evidence.held_for_review)} record(s) held for review: "
+            + escape(", ".join(evidence.held_for_review)),
+            soft_wrap=True,
+            highlight=False,
+        )

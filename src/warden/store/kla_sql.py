@@ -1,0 +1,109 @@
+"""SQL for KLA records: :class:`SqlKlaRecords` on the ``kla_records`` table (migration
+0005), inside the caller's open write transaction.
+
+A row is one record (action request, policy decision, approval event or audit event)
+as its RFC 8785 canonical JSON text beside the columns that are queried: its id, kind,
+the action request and execution it belongs to, the submitting principal, its digest,
+its detached signature and key id, and its status. Meaning (digests, signatures,
+scoping) is given by :mod:`warden.wire.kla`; this module only reads and writes rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from warden.crypto.canonical import parse_strict_json
+
+_COLUMNS = (
+    "record_id, kind, action_request_id, execution_id, principal, digest, record, "
+    "signature, kid, status, created_at"
+)
+
+#: The order records of one request are listed in (the order they are written).
+KIND_ORDER = ("action_request", "policy_decision", "approval_event", "audit_event")
+
+
+@dataclass(frozen=True)
+class KlaRow:
+    """One stored record. ``record`` is the canonical JSON text; :meth:`value` parses it."""
+
+    record_id: str
+    kind: str
+    action_request_id: str | None
+    execution_id: str | None
+    principal: str
+    digest: str
+    record: str
+    signature: str | None
+    kid: str | None
+    status: str
+    created_at: str
+
+    def value(self) -> dict[str, Any]:
+        """The record, parsed strictly (it was stored canonical, so it parses back exactly)."""
+        parsed = parse_strict_json(self.record)
+        if not isinstance(parsed, dict):  # pragma: no cover - only objects are stored
+            raise ValueError(f"kla record {self.record_id} is not a JSON object")
+        return parsed
+
+    def sort_key(self) -> tuple[str, int, str]:
+        rank = KIND_ORDER.index(self.kind) if self.kind in KIND_ORDER else len(KIND_ORDER)
+        return self.created_at, rank, self.record_id
+
+
+def _row(r: Any) -> KlaRow:
+    return KlaRow(*(r[i] for i in range(11)))
+
+
+class SqlKlaRecords:
+    """The ``kla_records`` table on an open DB-API cursor (``q`` adapts ``?`` placeholders)."""
+
+    def __init__(self, cur: Any, q: Callable[[str], str]) -> None:
+        self._cur = cur
+        self._q = q
+
+    def insert(self, row: KlaRow) -> None:
+        """Insert one record (the caller checked that its id is unused)."""
+        self._cur.execute(
+            self._q(
+                f"INSERT INTO kla_records ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
+            (
+                row.record_id,
+                row.kind,
+                row.action_request_id,
+                row.execution_id,
+                row.principal,
+                row.digest,
+                row.record,
+                row.signature,
+                row.kid,
+                row.status,
+                row.created_at,
+            ),
+        )
+
+    def get(self, record_id: str) -> KlaRow | None:
+        self._cur.execute(
+            self._q(f"SELECT {_COLUMNS} FROM kla_records WHERE record_id = ?"), (record_id,)
+        )
+        row = self._cur.fetchone()
+        return _row(row) if row is not None else None
+
+    def for_request(self, action_request_id: str) -> list[KlaRow]:
+        """Every record of one action request (the request itself included), in order."""
+        self._cur.execute(
+            self._q(f"SELECT {_COLUMNS} FROM kla_records WHERE action_request_id = ?"),
+            (action_request_id,),
+        )
+        return sorted((_row(r) for r in self._cur.fetchall()), key=KlaRow.sort_key)
+
+    def for_execution(self, execution_id: str) -> list[KlaRow]:
+        """Every record of one execution, in the order they were written."""
+        self._cur.execute(
+            self._q(f"SELECT {_COLUMNS} FROM kla_records WHERE execution_id = ?"),
+            (execution_id,),
+        )
+        return sorted((_row(r) for r in self._cur.fetchall()), key=KlaRow.sort_key)

@@ -1,0 +1,156 @@
+"""Evidence bundles of one execution, from the stored KLA records.
+
+Shared by ``GET /v1/executions/{execution_id}/evidence`` and the offline
+``warden export-evidence``: the processed records of the execution in the order they
+were written (records held for review are left out: they were never processed, and a
+verifier would report them as ``unsupported_schema_version``), the head hash of the
+execution's Warden audit chain (``chain_head``), the public keys that verify the
+records (Warden's signing key, and the key of each signed action request from the
+verifier-held registry it was checked against), and a manifest signed with Warden's key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+
+from warden.kla.keys import KeyRegistry
+from warden.kla.records import RecordKind, SealedRecord, bundle_manifest, write_bundle
+from warden.ledger.warden_chain import chain_session_id
+from warden.store.kla_sql import KlaRow, SqlKlaRecords
+
+#: The Warden-authored chain kind every action request's records are chained on.
+CHAIN_KIND = "kla"
+PROCESSED = "processed"
+HELD = "held_for_review"
+
+
+def execution_session_id(execution_id: str) -> str:
+    """The audit-chain session of one execution's KLA records."""
+    return chain_session_id(CHAIN_KIND, execution_id)
+
+
+@dataclass(frozen=True)
+class Signer:
+    """Warden's Ed25519 signing key and its kid."""
+
+    key: Ed25519PrivateKey
+    kid: str
+
+    @property
+    def public_key(self) -> Ed25519PublicKey:
+        return self.key.public_key()
+
+    def jwks(self) -> dict[str, list[dict[str, str]]]:
+        return KeyRegistry({self.kid: self.public_key}).to_jwks()
+
+
+class ChainHeads(Protocol):
+    def session_head(self, session_id: str) -> tuple[int, str | None] | None: ...
+
+
+class EvidenceTx(ChainHeads, Protocol):
+    @property
+    def kla(self) -> SqlKlaRecords: ...
+
+
+class EvidenceStore(Protocol):
+    def transaction(self) -> AbstractContextManager[EvidenceTx]: ...
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One execution's bundle, ready to serve or write."""
+
+    execution_id: str
+    sealed: list[SealedRecord]
+    public_keys: dict[str, Ed25519PublicKey]
+    chain_head: str | None
+    held_for_review: list[str]
+
+    def manifest(self, signer: Signer, created_at: str) -> dict[str, Any]:
+        return bundle_manifest(
+            self.sealed,
+            execution_id=self.execution_id,
+            chain_head=self.chain_head,
+            created_at=created_at,
+            manifest_signer=(signer.kid, signer.key),
+        )
+
+    def jwks(self) -> dict[str, list[dict[str, str]]]:
+        return KeyRegistry(self.public_keys).to_jwks()
+
+    def write(self, directory: Path, signer: Signer, created_at: str) -> Path:
+        return write_bundle(
+            directory,
+            self.sealed,
+            public_keys=self.public_keys,
+            execution_id=self.execution_id,
+            chain_head=self.chain_head,
+            created_at=created_at,
+            manifest_signer=(signer.kid, signer.key),
+        )
+
+
+def sealed_of(row: KlaRow) -> SealedRecord:
+    """A stored row as a bundle line (kind, record, digest, signature, kid)."""
+    return SealedRecord(RecordKind(row.kind), row.value(), row.digest, row.signature, row.kid)
+
+
+def collect(
+    execution_id: str,
+    rows: Iterable[KlaRow],
+    heads: ChainHeads,
+    signer: Signer,
+    registry: Mapping[str, Ed25519PublicKey] | KeyRegistry | None,
+) -> Evidence:
+    """The evidence of ``execution_id`` from its stored ``rows`` (already filtered to what
+    the caller may see). A signed action request's key is included when the registry
+    still holds its kid (else the line's signature will not verify from the bundle)."""
+    sealed: list[SealedRecord] = []
+    held: list[str] = []
+    keys: dict[str, Ed25519PublicKey] = {signer.kid: signer.public_key}
+    for row in rows:
+        if row.status != PROCESSED:
+            held.append(row.record_id)
+            continue
+        sealed.append(sealed_of(row))
+        if row.kid is not None and row.kid not in keys and registry is not None:
+            if isinstance(registry, KeyRegistry):
+                if row.kid in registry:
+                    keys[row.kid] = registry.get_key(row.kid)
+            elif row.kid in registry:
+                keys[row.kid] = registry[row.kid]
+    head = heads.session_head(execution_session_id(execution_id))
+    return Evidence(execution_id, sealed, keys, head[1] if head else None, held)
+
+
+def execution_evidence(
+    store: EvidenceStore,
+    execution_id: str,
+    signer: Signer,
+    registry: KeyRegistry | None,
+    visible: Callable[[KlaRow], bool] | None = None,
+) -> Evidence | None:
+    """The evidence of ``execution_id`` read from ``store`` in one transaction (only the
+    rows ``visible`` admits), or None when it holds no processed record."""
+    with store.transaction() as tx:
+        rows = [r for r in tx.kla.for_execution(execution_id) if visible is None or visible(r)]
+        if not any(r.status == PROCESSED for r in rows):
+            return None
+        return collect(execution_id, rows, tx, signer, registry)
+
+
+def now_stamp(at: datetime | None = None) -> str:
+    """An RFC 3339 UTC time with microseconds (fixed width, so text order is time order)."""
+    when = (at or datetime.now(UTC)).astimezone(UTC)
+    return when.isoformat(timespec="microseconds").replace("+00:00", "Z")

@@ -1,0 +1,235 @@
+"""Evidence bundles of one execution: over REST and offline (``warden export-evidence``),
+each checked with ``verify_bundle`` against the keys Warden publishes; a tampered one
+fails; ``warden verify`` still verifies the whole database, the KLA chains included.
+The last test runs the whole flow against a real ``warden serve`` over HTTP."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import asset, start_server
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from fastapi.testclient import TestClient
+from kla_wire_helpers import (
+    BASIC,
+    CREDIT,
+    Caller,
+    assert_error,
+    key,
+    load,
+    record_digest,
+    write_evidence,
+)
+from typer.testing import CliRunner
+
+from warden.cli import app as cli_app
+from warden.identity.api_keys import Role
+from warden.kla import KeyRegistry, sign_digest, verify_bundle
+from warden.kla.verify import VerifyStatus
+from warden.runtime import Runtime
+from warden.server.app import create_app
+from warden.wire.kla.evidence import execution_session_id
+
+EXECUTION = "exec_credit_review_demo_0001"
+TOOL = {"name": "credit.dispose", "params_digest": "sha256:" + "ab" * 32}
+DONE = {"tool_call": TOOL, "outcome": {"status": "succeeded"}}
+VECTORS = json.loads(asset("kla/rfc8032_vectors.json").read_text())
+KEY1 = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(VECTORS["test1"]["secret_key"]))
+runner = CliRunner()
+
+
+@pytest.fixture
+def rt(make_runtime: Callable[..., Runtime]) -> Runtime:
+    return make_runtime(kla_keys=asset("kla/jwks_two_keys.json"))
+
+
+@pytest.fixture
+def client(rt: Runtime) -> Iterator[TestClient]:
+    with TestClient(create_app(rt)) as c:
+        yield c
+
+
+def run_flow(rt: Runtime, client: TestClient) -> tuple[Caller, Caller]:
+    """Both examples in one execution: the read (signed by the agent) allowed and done,
+    the credit disposition approved by finance and done; plus one held record."""
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    digest = record_digest(load(BASIC))
+    signed = agent.submit(BASIC, signature=sign_digest(KEY1, digest), kid="rfc8032-test1")
+    assert signed.status == 200
+    assert agent.outcome("req_action_demo_0001", DONE).status == 200
+    tid = agent.submit(CREDIT).data["task"]["id"]
+    assert fay.call("POST", f"/v1/approvals/{tid}/approve", {"reason": "ok"}).status == 200
+    assert agent.outcome("req_action_demo_0002", DONE).status == 200
+    held = load(CREDIT) | {"schema_version": "1.1.0", "action_request_id": "req_future"}
+    assert agent.submit(held).status == 422
+    return agent, fay
+
+
+def published_keys(caller: Caller, where: Path) -> KeyRegistry:
+    path = where / "warden-keys.json"
+    path.write_text(json.dumps(caller.call("GET", "/v1/keys").data))
+    return KeyRegistry.load(path)
+
+
+def trusted(caller: Caller, where: Path) -> KeyRegistry:
+    """What a verifier holds: Warden's published keys and the agent's registry."""
+    warden = published_keys(caller, where)
+    agents = KeyRegistry.load(asset("kla/jwks_two_keys.json"))
+    return KeyRegistry(
+        {
+            **{k: warden.get_key(k) for k in warden},
+            **{k: agents.get_key(k) for k in agents},
+        }
+    )
+
+
+def test_the_rest_export_verifies_offline_and_a_tampered_one_fails(
+    rt: Runtime, client: TestClient, tmp_path: Path
+) -> None:
+    agent, fay = run_flow(rt, client)
+    r = agent.call("GET", f"/v1/executions/{EXECUTION}/evidence")
+    assert r.status == 200, r.body
+    data = r.data
+    assert [line["kind"] for line in data["records"]] == [
+        "action_request",
+        "policy_decision",
+        "audit_event",
+        "action_request",
+        "policy_decision",
+        "approval_event",
+        "audit_event",
+    ]
+    assert data["held_for_review"] == ["req_future"]
+    assert data["manifest"]["execution_id"] == EXECUTION
+    head = rt.store.load_session(execution_session_id(EXECUTION), fresh=True)
+    assert head is not None and data["manifest"]["chain_head"] == head.head_hash
+    # The agent's public key is in the bundle beside Warden's.
+    assert {k["kid"] for k in data["keys"]["keys"]} == {
+        agent.call("GET", "/v1/keys").data["keys"][0]["kid"],
+        "rfc8032-test1",
+    }
+    bundle = write_evidence(data, tmp_path / "bundle")
+    outcome = verify_bundle(bundle, trusted_keys=trusted(agent, tmp_path))
+    assert outcome.ok, outcome.problems
+    # Warden's 5 records, the agent-signed request and the manifest (the credit request
+    # was sent unsigned).
+    assert outcome.manifest_signed and outcome.signatures_checked == 7
+    # With the bundle's own keys too, and through the CLI.
+    assert verify_bundle(bundle).ok
+    result = runner.invoke(cli_app, ["verify-bundle", str(bundle)])
+    assert result.exit_code == 0, result.output
+    # An approver sees the same execution.
+    assert fay.call("GET", f"/v1/executions/{EXECUTION}/evidence").status == 200
+    # Tampering: one changed character in a record is a hash mismatch.
+    lines = (bundle / "records.jsonl").read_text().splitlines()
+    lines[3] = lines[3].replace("approve_credit_disposition", "approve_credit_dispositioN")
+    (bundle / "records.jsonl").write_text("\n".join(lines) + "\n")
+    bad = verify_bundle(bundle, trusted_keys=trusted(agent, tmp_path))
+    assert bad.status is VerifyStatus.RECORD_HASH_MISMATCH
+    result = runner.invoke(cli_app, ["verify-bundle", str(bundle)])
+    assert result.exit_code == 4
+
+
+def test_evidence_scoping_and_absence(rt: Runtime, client: TestClient) -> None:
+    agent, _ = run_flow(rt, client)
+    other = key(rt, client, "bot-2", Role.AGENT)
+    path = f"/v1/executions/{EXECUTION}/evidence"
+    assert_error(other.call("GET", path), "record:not_found", 404, resolution="retry")
+    assert_error(
+        agent.call("GET", "/v1/executions/nope/evidence"), "record:not_found", 404,
+        resolution="retry",
+    )  # fmt: skip
+
+
+def test_export_evidence_offline_and_warden_verify_the_database(
+    rt: Runtime, client: TestClient, tmp_path: Path
+) -> None:
+    agent, _ = run_flow(rt, client)
+    data_dir = rt.settings.data_dir
+    out = tmp_path / "offline"
+    result = runner.invoke(
+        cli_app,
+        [
+            "export-evidence", EXECUTION, "--out", str(out), "--data-dir", str(data_dir),
+            "--kla-keys", str(asset("kla/jwks_two_keys.json")),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "7 records" in result.output and "req_future" in result.output
+    outcome = verify_bundle(out, trusted_keys=trusted(agent, tmp_path))
+    assert outcome.ok, outcome.problems
+    assert outcome.chain_head is not None
+    again = runner.invoke(
+        cli_app, ["export-evidence", EXECUTION, "--out", str(out), "--data-dir", str(data_dir)]
+    )
+    assert again.exit_code == 2 and "already holds" in again.output
+    missing = runner.invoke(
+        cli_app,
+        ["export-evidence", "nope", "--out", str(tmp_path / "x"), "--data-dir", str(data_dir)],
+    )
+    assert missing.exit_code == 1
+    # verify-record is registered on warden's CLI too.
+    one = runner.invoke(cli_app, ["verify-record", str(BASIC)])
+    assert one.exit_code == 0 and record_digest(load(BASIC)) in one.output
+    # The whole database, the KLA execution chain (its held entry too) included.
+    checked = runner.invoke(cli_app, ["verify", "--data-dir", str(data_dir)])
+    assert checked.exit_code == 0, checked.output
+    assert checked.output.startswith("OK")
+
+
+def test_the_flow_over_real_http(tmp_path: Path) -> None:
+    data = tmp_path / "srv"
+    srv = start_server(data)
+    try:
+
+        def make_key(principal: str, role: str, *groups: str) -> str:
+            args = [sys.executable, "-m", "warden", "keys", "create", "--principal", principal]
+            args += ["--role", role, "--json", "--data-dir", str(data)]
+            for g in groups:
+                args += ["--group", g]
+            proc = subprocess.run(args, capture_output=True, text=True, check=True, cwd=data)
+            token: Any = json.loads(proc.stdout)["token"]
+            return str(token)
+
+        with httpx.Client(base_url=srv.url, timeout=60) as http:
+            agent = Caller(http, make_key("bot-1", "agent"))
+            fay = Caller(http, make_key("fay", "approver", "finance"))
+            first = agent.submit(CREDIT)
+            assert first.status == 200 and first.data["decision"]["decision"] == "require_approval"
+            tid = first.data["task"]["id"]
+            assert_error(
+                agent.call("POST", f"/v1/approvals/{tid}/approve", {}), "auth:forbidden", 403,
+                resolution="authenticate",
+            )  # fmt: skip
+            assert fay.call("POST", f"/v1/approvals/{tid}/approve", {"reason": "ok"}).status == 200
+            assert agent.outcome("req_action_demo_0002", DONE).status == 200
+            evidence = agent.call("GET", f"/v1/executions/{EXECUTION}/evidence").data
+            bundle = write_evidence(evidence, tmp_path / "bundle")
+            outcome = verify_bundle(bundle, trusted_keys=published_keys(agent, tmp_path))
+            assert outcome.ok, outcome.problems
+    finally:
+        srv.stop()
+    proc = subprocess.run(
+        [sys.executable, "-m", "warden", "export-evidence", EXECUTION, "--out",
+         str(tmp_path / "offline"), "--data-dir", str(data)],
+        capture_output=True, text=True, cwd=data,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "warden", "verify-bundle", str(tmp_path / "offline")],
+        capture_output=True, text=True, cwd=data,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "warden", "verify", "--data-dir", str(data)],
+        capture_output=True, text=True, cwd=data,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr + proc.stdout
