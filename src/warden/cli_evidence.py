@@ -25,7 +25,7 @@ from warden.cli_options import (
     console,
     err_console,
 )
-from warden.errors import ConfigError, WardenError
+from warden.errors import ConfigError, IntegrityError, WardenError
 
 
 def export_evidence_cmd(
@@ -81,6 +81,8 @@ def export_evidence_cmd(
             )
             raise typer.Exit(EXIT_FAILURE_FOUND)
         evidence.write(out, signer, now_stamp())
+    except IntegrityError as exc:  # the records table and the chain disagree: tampering
+        raise _fail(exc, EXIT_FAILURE_FOUND) from exc
     except WardenError as exc:
         raise _fail(exc) from exc
     finally:

@@ -226,7 +226,8 @@ def _missing_manifest(bundle: Path) -> None:
         (_bad_signature, 5, "signature_invalid records.jsonl:2"),
         (_schema_broken, 3, "schema_invalid records.jsonl:1 at /record/amount/currency"),
         (_future_bundle, 6, "unsupported_schema_version manifest.json"),
-        (_dangling_reference, 7, "reference_mismatch records.jsonl:2"),
+        # The unsigned manifest is reported first (exit 5); the dangling reference too.
+        (_dangling_reference, 5, "reference_mismatch records.jsonl:2"),
         (_missing_manifest, 2, "manifest.json is missing"),
     ],
     ids=lambda x: getattr(x, "__name__", None),

@@ -294,6 +294,15 @@ class ApprovalDesk:
                 reason=f"grant restored: {why}",
             )
 
+    def cancel(self, tx: DeskTx, task: Task, reason: str) -> Task:
+        """Withdraw a pending task inside ``tx`` (its requester gave up): pending →
+        canceled, chained and notified. Raises TaskConflict if it is no longer pending."""
+        if task.state is not ApprovalState.PENDING:
+            raise TaskConflict(f"task {task.id} is {task.state.value}; only a pending task can be")
+        return self._transition(
+            tx, task, replace(task, state=ApprovalState.CANCELED), Event.CANCELED, None, reason
+        )
+
     def file(self, tx: DeskTx, ask: AskRequest) -> Task:
         """File a new pending task (no matching), e.g. a budget increase request."""
         return self._file(tx, ask, action_hash(ask.action), self.now())

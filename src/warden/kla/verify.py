@@ -372,11 +372,16 @@ class _BundleCheck:
     ) -> None:
         self.out.problems.append(BundleProblem(status, where, message, pointer))
 
-    def signature(self, where: str, digest: str, signature: Any, kid: Any) -> None:
+    def signature(
+        self, where: str, digest: str, signature: Any, kid: Any, *, warden_signed: bool = True
+    ) -> None:
+        """Check one signature. Warden signs every record it writes and the manifest, so
+        those are refused unsigned (else stripping signatures would make an edited bundle
+        pass); an agent's action request may be unsigned unless signatures are required."""
         bad = VerifyStatus.SIGNATURE_INVALID
         if signature is None:
-            if self.require_signatures:
-                self.problem(bad, where, "unsigned (signatures are required)")
+            if self.require_signatures or warden_signed:
+                self.problem(bad, where, "unsigned (Warden signs this record)")
         elif self.registry is None or kid not in self.registry:
             source = self.registry.source if self.registry else "(the bundle has no keys/)"
             self.problem(bad, where, f"kid {kid!r} is not in the key registry {source}")
@@ -406,7 +411,13 @@ class _BundleCheck:
             pointer = None if outcome.pointer is None else "/record" + outcome.pointer
             self.problem(outcome.status, where, outcome.message, pointer)
             return
-        self.signature(where, line["digest"], line.get("signature"), line.get("kid"))
+        self.signature(
+            where,
+            line["digest"],
+            line.get("signature"),
+            line.get("kid"),
+            warden_signed=kind is not RecordKind.ACTION_REQUEST,
+        )
         self.verified.append(_Line(where, kind, line["record"], line["digest"]))
 
     def manifest(self, manifest: Any) -> None:

@@ -18,7 +18,7 @@ from fastapi.security import HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from warden.approvals.desk import ApprovalDesk, TaskNotFound
-from warden.approvals.tasks import ApprovalState, Task
+from warden.approvals.tasks import ApprovalState, Task, TaskKind
 from warden.identity.api_keys import ApiKeys, Role
 from warden.wire.spend.auth import KeyAuth, caller
 from warden.wire.spend.models import ErrorEnvelope, Success
@@ -96,6 +96,11 @@ def _next(task: Task) -> list[str]:
             f'POST /v1/approvals/{task.id}/reroute {{"group", "reason"}} sends it elsewhere',
         ]
     if task.state is ApprovalState.APPROVED:
+        if task.kind is TaskKind.ACTION_REQUEST:
+            return [
+                "The requester may now act and record the outcome (POST "
+                "/v1/action-requests/{id}/outcome); the approval authorizes one tool call"
+            ]
         return ["The requester resubmits the same action; it is allowed once"]
     return ["The task is decided; its trail is in history"]
 

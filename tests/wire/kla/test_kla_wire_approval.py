@@ -231,3 +231,41 @@ def test_an_expired_approval_authorizes_nothing(rt: Runtime, agent: Caller, fay:
     refused = assert_error(agent.outcome(RID, DONE), "record:not_authorized", 409)
     assert "cannot be used" in refused["message"]
     assert agent.outcome(RID, {"outcome": {"status": "expired"}}).status == 200
+
+
+@pytest.mark.parametrize("status", ["denied", "expired", "blocked", "failed"])
+def test_an_outcome_cannot_contradict_a_pending_approval(
+    rt: Runtime, agent: Caller, status: str
+) -> None:
+    tid = submit_credit(agent)
+    refused = assert_error(
+        agent.outcome(RID, {"outcome": {"status": status}}), "record:not_authorized", 409
+    )
+    assert "awaiting approval" in refused["message"]
+    assert rt.desk.get(tid).state is ApprovalState.PENDING  # type: ignore[union-attr]
+
+
+def test_an_allowed_request_cannot_claim_a_denial(agent: Caller) -> None:
+    assert agent.submit(BASIC).status == 200
+    for status in ("denied", "expired", "blocked"):
+        assert_error(
+            agent.outcome("req_action_demo_0001", {"outcome": {"status": status}}),
+            "record:not_authorized",
+            409,
+        )
+
+
+def test_cancelling_a_pending_request_withdraws_its_task(
+    rt: Runtime, agent: Caller, fay: Caller
+) -> None:
+    tid = submit_credit(agent)
+    assert agent.outcome(RID, {"outcome": {"status": "cancelled"}}).status == 200
+    task = rt.desk.get(tid)
+    assert task is not None and task.state is ApprovalState.CANCELED
+    assert task.history[-1]["event"] == "canceled"
+    assert_error(
+        fay.call("POST", f"/v1/approvals/{tid}/approve", {"reason": "late"}),
+        "approval:task_conflict",
+        409,
+        resolution="retry",
+    )

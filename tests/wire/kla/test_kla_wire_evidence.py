@@ -233,3 +233,26 @@ def test_the_flow_over_real_http(tmp_path: Path) -> None:
         capture_output=True, text=True, cwd=data,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr + proc.stdout
+
+
+def test_records_the_chain_does_not_vouch_for_are_never_exported(
+    rt: Runtime, client: TestClient, tmp_path: Path
+) -> None:
+    agent, _ = run_flow(rt, client)
+    # Someone with database access deletes the approval and audit events.
+    with rt.store.engine.begin() as conn:
+        conn.exec_driver_sql(
+            "DELETE FROM kla_records WHERE kind IN ('approval_event', 'audit_event')"
+        )
+    refused = agent.call("GET", f"/v1/executions/{EXECUTION}/evidence")
+    assert refused.status == 500 and refused.body["blockedBy"] == "evidence:integrity_failed"
+    assert "audit chain" in refused.body["message"]
+    offline = runner.invoke(
+        cli_app,
+        [
+            "export-evidence", EXECUTION, "--out", str(tmp_path / "x"),
+            "--data-dir", str(rt.settings.data_dir),
+        ],
+    )  # fmt: skip
+    assert offline.exit_code == 1, offline.output
+    assert not (tmp_path / "x").exists()

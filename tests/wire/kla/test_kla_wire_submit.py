@@ -336,3 +336,25 @@ def test_a_signature_without_a_key_registry_is_refused(
         assert "--kla-keys" in body["message"]
         assert rows(rt) == []
         assert agent.submit(BASIC).status == 200  # unsigned is fine
+
+
+def test_an_oversized_chunked_body_is_413_not_500(
+    rt: Runtime, client: TestClient, agent: Caller
+) -> None:
+    limit = rt.settings.max_body_bytes
+
+    def chunks() -> Iterator[bytes]:
+        # No content-length: the cap must stop the read itself.
+        yield b'{"purpose":"'
+        for _ in range(limit // 65536 + 2):
+            yield b"x" * 65536
+        yield b'"}'
+
+    r = client.post(
+        "/v1/action-requests",
+        content=chunks(),
+        headers={"Authorization": f"Bearer {agent.token}", "content-type": "application/json"},
+    )
+    assert r.status_code == 413, r.text
+    assert r.json()["blockedBy"] == "input:body_too_large"
+    assert rows(rt) == []

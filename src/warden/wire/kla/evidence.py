@@ -11,7 +11,7 @@ verifier-held registry it was checked against), and a manifest signed with Warde
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,8 +23,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
+from warden.errors import IntegrityError, IntegrityReason
 from warden.kla.keys import KeyRegistry
 from warden.kla.records import RecordKind, SealedRecord, bundle_manifest, write_bundle
+from warden.ledger.verify import verify_records
 from warden.ledger.warden_chain import chain_session_id
 from warden.store.kla_sql import KlaRow, SqlKlaRecords
 
@@ -65,6 +67,32 @@ class EvidenceTx(ChainHeads, Protocol):
 
 class EvidenceStore(Protocol):
     def transaction(self) -> AbstractContextManager[EvidenceTx]: ...
+
+    def iter_records(self, session_id: str | None = None) -> Iterator[dict[str, Any]]: ...
+
+
+def check_against_chain(store: EvidenceStore, execution_id: str, rows: list[KlaRow]) -> None:
+    """The records table says what the execution's audit chain says: every chained record
+    is stored with its digest and nothing else is. The chain is verified first (hashes
+    and links). Raises :class:`IntegrityError` otherwise: an export never signs records
+    the chain does not vouch for."""
+    sid = execution_session_id(execution_id)
+    records = list(store.iter_records(sid))
+    verify_records(records)  # raises on a broken link or hash
+    chained = {
+        e["entry"]["kla"]["record_id"]: e["entry"]["kla"]["digest"]
+        for e in records
+        if e.get("kind") == "entry" and isinstance(e["entry"].get("kla"), dict)
+    }
+    stored = {r.record_id: r.digest for r in rows}
+    if chained != stored:
+        differ = sorted(set(chained.items()) ^ set(stored.items()))
+        raise IntegrityError(
+            f"the stored records of execution {execution_id!r:.80} differ from its audit chain "
+            f"(first at record {differ[0][0]!r:.80}); run `warden verify`",
+            reason=IntegrityReason.RECORD_HASH_MISMATCH,
+            session_id=sid,
+        )
 
 
 @dataclass(frozen=True)
@@ -143,11 +171,21 @@ def execution_evidence(
 ) -> Evidence | None:
     """The evidence of ``execution_id`` read from ``store`` in one transaction (only the
     rows ``visible`` admits), or None when it holds no processed record."""
-    with store.transaction() as tx:
-        rows = [r for r in tx.kla.for_execution(execution_id) if visible is None or visible(r)]
-        if not any(r.status == PROCESSED for r in rows):
-            return None
-        return collect(execution_id, rows, tx, signer, registry)
+    for attempt in range(2):
+        with store.transaction() as tx:
+            every = list(tx.kla.for_execution(execution_id))
+            rows = [r for r in every if visible is None or visible(r)]
+            if not any(r.status == PROCESSED for r in rows):
+                return None
+            evidence = collect(execution_id, rows, tx, signer, registry)
+        try:
+            check_against_chain(store, execution_id, every)
+        except IntegrityError:
+            if attempt:
+                raise
+            continue  # a record may have been added between the two reads: read again
+        return evidence
+    raise AssertionError("unreachable")
 
 
 def now_stamp(at: datetime | None = None) -> str:

@@ -29,7 +29,7 @@ step only).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,7 +40,7 @@ from warden.approvals.tasks import ApprovalState, Event, Requester, Task, TaskKi
 from warden.core.guardian import Guardian
 from warden.core.types import ActionRequest, Verdict
 from warden.crypto.canonical import canonical_bytes
-from warden.errors import InvalidParams, WardenError
+from warden.errors import IntegrityError, InvalidParams, WardenError
 from warden.gates.approval import ask_terms, policy_of
 from warden.identity.api_keys import Identity, Role
 from warden.kla.digest import record_digest
@@ -101,6 +101,8 @@ class KlaTx(DeskTx, Protocol):
 
 class KlaStore(Protocol):
     def transaction(self) -> AbstractContextManager[KlaTx]: ...
+
+    def iter_records(self, session_id: str | None = None) -> Iterator[dict[str, Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -708,6 +710,8 @@ class KlaService:
             standing = trail.approval()
             if body.tool_call is not None:
                 self._authorize(tx, trail, decision, standing, who)
+            else:
+                self._consistent(tx, trail, decision, standing, wanted["outcome"]["status"])
             stamp = now_stamp(self.now())
             record: dict[str, Any] = {
                 "schema_version": SCHEMA_VERSION,
@@ -805,6 +809,55 @@ class KlaService:
                 f"the approval of action request {rid} cannot be used: {resolution.text}"
             )
 
+    def _consistent(
+        self,
+        tx: KlaTx,
+        trail: _Trail,
+        decision: dict[str, Any],
+        standing: tuple[KlaRow, dict[str, Any]] | None,
+        status: str,
+    ) -> None:
+        """An outcome without a tool call must agree with what Warden decided: ``blocked``
+        only after a block, ``denied`` only after an approver's deny, ``expired`` only
+        when the approval task expired; nothing but ``cancelled`` while a human is still
+        deciding (the record would otherwise contradict the desk)."""
+        rid = trail.request.record_id
+        kind = decision["decision"]
+        task = self._task(tx, decision.get("task_id"))
+        pending = (
+            kind == KlaDecision.REQUIRE_APPROVAL
+            and standing is None
+            and task is not None
+            and task.state is ApprovalState.PENDING
+        )
+        lapsed = task is not None and (
+            task.state is ApprovalState.EXPIRED
+            or (
+                task.state in (ApprovalState.PENDING, ApprovalState.APPROVED)
+                and task.expires_at <= self.desk.now()
+            )
+        )
+        pending = pending and not lapsed
+        allowed = {
+            "blocked": kind == KlaDecision.BLOCK,
+            "denied": standing is not None and standing[1]["outcome"] == "deny",
+            "expired": lapsed,
+            "cancelled": True,  # the schema refuses it after a block (only blocked fits)
+            "failed": not pending,
+            "succeeded": True,  # the schema refuses a success without its tool_call
+        }
+        if not allowed.get(status, False):
+            raise not_authorized(
+                f"an outcome {status!r} contradicts action request {rid}'s record "
+                f"(decision {kind}"
+                + (", awaiting approval" if pending else "")
+                + (f", approval {standing[1]['outcome']}" if standing is not None else "")
+                + ")"
+            )
+        if status == "cancelled" and pending and task is not None:
+            # The agent gives up: the approvers' task is withdrawn (chained on the desk).
+            self.desk.cancel(tx, task, "the agent cancelled the action request")
+
     def _audited(self, row: KlaRow) -> Answer:
         rid = row.action_request_id or ""
         return Answer(
@@ -890,14 +943,19 @@ class KlaService:
         return Answer(200, success(RecordData(record=stored(row)), steps))
 
     def evidence_of(self, execution_id: str, who: Identity) -> Evidence:
-        """The evidence of one execution, as far as ``who`` may read it."""
-        ev = execution_evidence(
-            self.store,
-            execution_id,
-            self.signer,
-            self.registry,
-            lambda row: self._visible(row, who),
-        )
+        """The evidence of one execution, as far as ``who`` may read it. A records table
+        that disagrees with the audit chain is ``500 evidence:integrity_failed``: nothing
+        the chain does not vouch for is signed."""
+        try:
+            ev = execution_evidence(
+                self.store,
+                execution_id,
+                self.signer,
+                self.registry,
+                lambda row: self._visible(row, who),
+            )
+        except IntegrityError as exc:
+            raise Refusal("evidence:integrity_failed", 500, exc.message) from exc
         if ev is None:
             raise not_found(f"processed action request in execution {execution_id!r:.80}")
         return ev

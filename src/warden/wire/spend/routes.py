@@ -162,6 +162,8 @@ def make_route_class(
                     if length.isdigit() and int(length) > limit:
                         raise _too_large(limit)
                     return await handler(request)
+                except _BodyTooLarge:  # read by a dependency, not by FastAPI's body parser
+                    return error_response(_too_large(limit))
                 except RequestValidationError as exc:
                     return error_response(validation_refusal(exc))
                 except StarletteHTTPException as exc:
