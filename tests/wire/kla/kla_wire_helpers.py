@@ -58,11 +58,14 @@ class Caller:
         body: Any = None,
         *,
         content: bytes | None = None,
-        headers: dict[str, str] | None = None,
+        headers: dict[str, str] | list[tuple[str, str]] | None = None,
     ) -> Reply:
-        h = {"Authorization": f"Bearer {self.token}", **(headers or {})}
+        """``headers`` as a list of pairs may repeat a header."""
+        pairs = list(headers.items()) if isinstance(headers, dict) else list(headers or [])
+        h = [("Authorization", f"Bearer {self.token}"), *pairs]
         if content is not None:
-            h.setdefault("content-type", "application/json")
+            if not any(name.lower() == "content-type" for name, _ in h):
+                h.append(("content-type", "application/json"))
             r = self.client.request(method, path, content=content, headers=h)
         elif body is not None:
             r = self.client.request(method, path, json=body, headers=h)

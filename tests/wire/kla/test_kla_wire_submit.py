@@ -324,6 +324,21 @@ def test_a_bad_signature_is_refused_and_nothing_is_stored(
     assert rows(rt) == []
 
 
+@pytest.mark.parametrize("twice", ["X-Warden-Signature", "X-Warden-Key-Id"])
+def test_a_repeated_signature_header_is_refused_and_nothing_is_stored(
+    rt: Runtime, agent: Caller, twice: str
+) -> None:
+    # Which of two would be checked is ambiguous, even when both say the same.
+    signature = sign_digest(KEY1, record_digest(load(BASIC)))
+    sent = {"X-Warden-Signature": signature, "X-Warden-Key-Id": "rfc8032-test1"}
+    headers = [*sent.items(), (twice, sent[twice])]
+    r = agent.call("POST", "/v1/action-requests", content=BASIC.read_bytes(), headers=headers)
+    body = assert_error(r, "input:invalid", 400, resolution="retry")
+    assert f"send one {twice} header" in body["message"], body
+    assert rows(rt) == [] and chain_types(rt) == []
+    assert agent.submit(BASIC, signature=signature, kid="rfc8032-test1").status == 200
+
+
 def test_a_signature_without_a_key_registry_is_refused(
     make_runtime: Callable[..., Runtime],
 ) -> None:

@@ -6,7 +6,7 @@ any valid key, and an agent reads only what its principal submitted (another age
 records read as absent, 404), while approvers and admins read every record.
 
 - ``POST /v1/action-requests``: submit (body: the record; optional detached signature
-  in ``X-Warden-Signature`` with ``X-Warden-Key-Id``);
+  in ``X-Warden-Signature`` with ``X-Warden-Key-Id``, each sent at most once);
 - ``GET /v1/action-requests/{id}``: the request and every record after it;
 - ``POST /v1/action-requests/{id}/outcome``: the audit event;
 - ``GET /v1/kla-records/{record_id}``: one record by id, any kind;
@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Security
+from fastapi import APIRouter, Depends, Header, Request, Security
 from fastapi.responses import Response
 from fastapi.security import HTTPBearer
 
 from warden.identity.api_keys import ApiKeys, Role
+from warden.wire.kla.answers import Answer
 from warden.wire.kla.models import (
     ACTION_REQUEST_BODY,
     ActionRequestData,
@@ -33,10 +34,10 @@ from warden.wire.kla.models import (
     RecordData,
     SubmitData,
 )
-from warden.wire.kla.service import Answer, KlaService
+from warden.wire.kla.service import KlaService
 from warden.wire.spend.auth import KeyAuth, caller
 from warden.wire.spend.models import ErrorEnvelope, Success
-from warden.wire.spend.render import json_response
+from warden.wire.spend.render import invalid, json_response
 from warden.wire.spend.routes import PREFIX, RawBody, make_route_class
 
 _ERRORS: dict[int | str, dict[str, object]] = {
@@ -59,6 +60,17 @@ KeyId = Annotated[
         description="The signing key's kid in Warden's key registry (--kla-keys).",
     ),
 ]
+
+
+async def _one_signature(request: Request) -> None:
+    """Two ``X-Warden-Signature`` or two ``X-Warden-Key-Id`` headers are refused (``400
+    input:invalid``), before the body is read: which one would be checked is ambiguous."""
+    for name in ("X-Warden-Signature", "X-Warden-Key-Id"):
+        if len(request.headers.getlist(name)) > 1:
+            raise invalid(
+                f"send one {name} header, not several; nothing was stored",
+                hint=f"send the request again with a single {name} header",
+            )
 
 
 def _send(answer: Answer) -> Response:
@@ -91,6 +103,7 @@ def kla_router(service: KlaService, keys: ApiKeys, *, max_body_bytes: int = 1 <<
         summary="Submit an AI agent action request v1: validated, digested, decided by "
         "policy, routed to the approval desk when it needs a human, chained",
         openapi_extra={"requestBody": ACTION_REQUEST_BODY},
+        dependencies=[Depends(_one_signature)],
     )
     def submit_action_request(
         raw: RawBody, signature: Signature = None, key_id: KeyId = None

@@ -1,0 +1,221 @@
+"""The outcome path: ``POST /v1/action-requests/{id}/outcome`` writes the audit event.
+
+The agent's outcome report is sealed with Warden's key as the request's audit event and
+chained (seed 004: … → audit). It is refused (``409 record:not_authorized``) when it
+names a tool call the decision did not allow: after ``block``, or after
+``require_approval`` without an approval it consumes then (an approval authorizes one
+step only; docs/decisions.md, item 80). An outcome without a tool call must agree with
+the record (item 87). A second report replays the recorded one when it is the same,
+else is ``409 record:conflict``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from warden.approvals.desk import Outcome
+from warden.approvals.tasks import ApprovalState
+from warden.errors import InvalidParams
+from warden.identity.api_keys import Identity
+from warden.kla.records import SCHEMA_VERSION, KlaDecision, RecordKind
+from warden.store.kla_sql import KlaRow
+from warden.wire.kla.answers import Answer, conflict, not_authorized, not_found, stored
+from warden.wire.kla.asks import WIRE, desk_ask
+from warden.wire.kla.evidence import HELD, now_stamp
+from warden.wire.kla.models import OutcomeData, OutcomeRequest
+from warden.wire.kla.recorder import KlaTx, Recorder, new_id
+from warden.wire.kla.trail import Trail
+from warden.wire.spend.models import Resolution
+from warden.wire.spend.render import Refusal, retry, success
+
+
+def outcome(rec: Recorder, rid: str, body: OutcomeRequest, who: Identity) -> Answer:
+    """``POST /v1/action-requests/{id}/outcome``: the audit event (module docstring)."""
+    with rec.store.transaction() as tx:
+        trail = Trail.of(tx.kla.for_request(rid), rid)
+        if trail is None or trail.request.principal != who.principal:
+            raise not_found(f"action request {rid!r:.80} submitted with this key's principal")
+        if trail.request.status == HELD or trail.decision is None:
+            raise not_authorized(
+                f"action request {rid} is held for review (unsupported schema_version) and "
+                "was never decided: no outcome can be recorded for it"
+            )
+        wanted = body.model_dump(exclude_none=True)
+        if trail.audit is not None:
+            audit = trail.audit.value()
+            recorded = {k: audit[k] for k in ("tool_call", "outcome") if k in audit}
+            if recorded != wanted:
+                raise conflict(
+                    f"action request {rid} already has an audit event "
+                    f"({trail.audit.record_id}) with a different outcome",
+                    f"GET /v1/action-requests/{rid} shows the recorded outcome",
+                )
+            answer = _audited(trail.audit)
+            answer.body["replayed"] = True
+            return answer
+        decision = trail.decision.value()
+        standing = trail.approval()
+        if body.tool_call is not None:
+            _authorize(rec, tx, trail, decision, standing, who)
+        else:
+            _consistent(rec, tx, trail, decision, standing, wanted["outcome"]["status"])
+        stamp = now_stamp(rec.now())
+        record: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "audit_event_id": new_id("au"),
+            "correlation": decision["correlation"],
+            "action_request": {"action_request_id": rid, "digest": trail.request.digest},
+            "policy_decision": {
+                "policy_decision_id": decision["policy_decision_id"],
+                "digest": trail.decision.digest,
+                "decision": decision["decision"],
+            },
+            **wanted,
+            "recorded_at": stamp,
+        }
+        if standing is not None:
+            record["approval_event"] = {
+                "approval_event_id": standing[0].record_id,
+                "digest": standing[0].digest,
+                "outcome": standing[1]["outcome"],
+            }
+        try:
+            sealed = rec.seal(RecordKind.AUDIT_EVENT, record)
+        except InvalidParams as exc:
+            pointer = str(exc.data.get("pointer", ""))
+            raise Refusal(
+                "record:schema_invalid",
+                400,
+                f"this outcome cannot be recorded for a {decision['decision']} decision: "
+                f"{exc.message}",
+                resolution=retry(
+                    "a blocked action's outcome is blocked; succeeded and failed name the "
+                    "tool_call; a result_digest needs a tool_call",
+                    note=f"pointer {pointer or '/'}",
+                ),
+            ) from exc
+        row = rec.row(sealed, rid, decision["correlation"]["execution_id"], who.principal, stamp)
+        tx.kla.insert(row)
+        rec.append(tx, row, record, event=row.kind)
+        return _audited(row)
+
+
+def _authorize(
+    rec: Recorder,
+    tx: KlaTx,
+    trail: Trail,
+    decision: dict[str, Any],
+    standing: tuple[KlaRow, dict[str, Any]] | None,
+    who: Identity,
+) -> None:
+    """The control rule: no tool effect after block, nor after require_approval
+    without an approval (consumed now: an approval authorizes one step only)."""
+    rid = trail.request.record_id
+    kind = decision["decision"]
+    if kind == KlaDecision.BLOCK:
+        raise not_authorized(
+            f"action request {rid} was blocked by policy: no tool call may follow it; "
+            'record {"outcome": {"status": "blocked"}} without a tool_call'
+        )
+    if kind != KlaDecision.REQUIRE_APPROVAL:
+        return
+    task_id = decision.get("task_id")
+    if standing is None or standing[1]["outcome"] != "approve":
+        state = (
+            "denied"
+            if standing is not None and standing[1]["outcome"] == "deny"
+            else ("not approved yet")
+        )
+        raise not_authorized(
+            f"action request {rid} needs an approval before any tool call and is {state}",
+            Resolution(type="human_approval", taskId=task_id)
+            if isinstance(task_id, str) and state != "denied"
+            else None,
+        )
+    ask = desk_ask(
+        rec.guardian,
+        trail.request.value(),
+        trail.request.digest,
+        decision["policy_decision_id"],
+        who,
+        None,
+        requester=trail.request.principal,
+        cited_task_id=task_id if isinstance(task_id, str) else "(none)",
+    )
+    resolution = rec.desk.resolve(
+        tx,
+        ask,
+        {
+            "wire": WIRE,
+            "route": "POST /v1/action-requests/{id}/outcome",
+            "action_request_id": rid,
+        },
+    )
+    if resolution.outcome is not Outcome.GRANTED:
+        raise not_authorized(
+            f"the approval of action request {rid} cannot be used: {resolution.text}"
+        )
+
+
+def _consistent(
+    rec: Recorder,
+    tx: KlaTx,
+    trail: Trail,
+    decision: dict[str, Any],
+    standing: tuple[KlaRow, dict[str, Any]] | None,
+    status: str,
+) -> None:
+    """An outcome without a tool call must agree with what Warden decided: ``blocked``
+    only after a block, ``denied`` only after an approver's deny, ``expired`` only
+    when the approval task expired; nothing but ``cancelled`` while a human is still
+    deciding (the record would otherwise contradict the desk)."""
+    rid = trail.request.record_id
+    kind = decision["decision"]
+    task = rec.task(tx, decision.get("task_id"))
+    pending = (
+        kind == KlaDecision.REQUIRE_APPROVAL
+        and standing is None
+        and task is not None
+        and task.state is ApprovalState.PENDING
+    )
+    lapsed = task is not None and (
+        task.state is ApprovalState.EXPIRED
+        or (
+            task.state in (ApprovalState.PENDING, ApprovalState.APPROVED)
+            and task.expires_at <= rec.desk.now()
+        )
+    )
+    pending = pending and not lapsed
+    allowed = {
+        "blocked": kind == KlaDecision.BLOCK,
+        "denied": standing is not None and standing[1]["outcome"] == "deny",
+        "expired": lapsed,
+        "cancelled": True,  # the schema refuses it after a block (only blocked fits)
+        "failed": not pending,
+        "succeeded": True,  # the schema refuses a success without its tool_call
+    }
+    if not allowed.get(status, False):
+        raise not_authorized(
+            f"an outcome {status!r} contradicts action request {rid}'s record "
+            f"(decision {kind}"
+            + (", awaiting approval" if pending else "")
+            + (f", approval {standing[1]['outcome']}" if standing is not None else "")
+            + ")"
+        )
+    if status == "cancelled" and pending and task is not None:
+        # The agent gives up: the approvers' task is withdrawn (chained on the desk).
+        rec.desk.cancel(tx, task, "the agent cancelled the action request")
+
+
+def _audited(row: KlaRow) -> Answer:
+    rid = row.action_request_id or ""
+    return Answer(
+        200,
+        success(
+            OutcomeData(audit_event=stored(row)),
+            [
+                f"GET /v1/action-requests/{rid} shows the whole trail",
+                f"GET /v1/executions/{row.execution_id}/evidence exports the evidence bundle",
+            ],
+        ),
+    )

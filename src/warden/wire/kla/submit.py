@@ -1,0 +1,268 @@
+"""The submit path: ``POST /v1/action-requests`` (seed 004: request → decision).
+
+Takes an AI agent action request v1 record and, in order (docs/decisions.md, items
+73–78):
+
+1. reads its ``schema_version``: a version Warden does not support is stored as
+   received with status ``held_for_review``, chained (``warden/kla.held``) and
+   answered ``422 record:unsupported_schema_version``: kept for review, not processed;
+2. validates it against the shipped JSON Schema with date-time format checking
+   (``400 record:schema_invalid`` with the JSON pointer; nothing is stored);
+3. computes its digest (``sha256:`` over the RFC 8785 canonical bytes) and checks a
+   detached signature sent beside it (``X-Warden-Signature`` / ``X-Warden-Key-Id``)
+   against the verifier-held key registry (``--kla-keys``; ``400
+   record:signature_invalid``);
+4. a known ``action_request_id``: the same digest from the same principal replays the
+   stored answer, anything else is ``409 record:conflict``;
+5. asks the Guardian (policy method ``kla/action``), writes the policy decision record
+   signed with Warden's key, files an approval task on the desk for
+   ``require_approval``, and appends the request and the decision to the execution's
+   Warden audit chain, all in one database transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from warden.approvals.tasks import Task
+from warden.core.types import Verdict
+from warden.errors import WardenError
+from warden.identity.api_keys import Identity
+from warden.kla.digest import record_digest
+from warden.kla.records import (
+    SCHEMA_VERSION,
+    SUPPORTED_SCHEMA_VERSIONS,
+    KlaDecision,
+    RecordKind,
+    kla_decision,
+    shape_error,
+)
+from warden.kla.verify import verify_signature
+from warden.store.kla_sql import KlaRow
+from warden.wire.kla.answers import (
+    Answer,
+    held,
+    next_steps,
+    schema_invalid,
+    signature_invalid,
+    taken,
+)
+from warden.wire.kla.asks import WIRE, action_request, desk_ask
+from warden.wire.kla.evidence import HELD, PROCESSED, now_stamp
+from warden.wire.kla.models import RequestRef, SubmitData
+from warden.wire.kla.recorder import Recorder, canonical_text, new_id
+from warden.wire.kla.trail import Trail
+from warden.wire.spend.render import Refusal, retry, success
+
+MAX_REASONING = 4096
+MAX_ID = 256
+
+
+def submit(
+    rec: Recorder, body: Any, signature: str | None, kid: str | None, who: Identity
+) -> Answer:
+    """``POST /v1/action-requests`` (the steps in the module docstring)."""
+    if not isinstance(body, dict):
+        raise schema_invalid("", "an action request is one JSON object")
+    version = body.get("schema_version")
+    if not isinstance(version, str):
+        raise schema_invalid("/schema_version", "schema_version is required (a string)")
+    is_held = version not in SUPPORTED_SCHEMA_VERSIONS[RecordKind.ACTION_REQUEST]
+    if not is_held:
+        err = shape_error(body, RecordKind.ACTION_REQUEST)
+        if err is not None:
+            raise schema_invalid(*err)
+    try:
+        digest = record_digest(body)
+        text = canonical_text(body)
+    except WardenError as exc:
+        raise Refusal(
+            "input:invalid_json",
+            400,
+            f"the record cannot be canonicalized (RFC 8785): {exc.message}",
+            resolution=retry("send numbers within IEEE 754 range and valid Unicode"),
+        ) from exc
+    _check_signature(rec, digest, signature, kid)
+    if is_held:
+        _hold(rec, body, version, digest, text, signature, kid, who)
+    return _process(rec, body, digest, text, signature, kid, who)
+
+
+def _check_signature(rec: Recorder, digest: str, signature: str | None, kid: str | None) -> None:
+    if signature is None and kid is None:
+        return
+    if signature is None:
+        raise signature_invalid("X-Warden-Key-Id was sent without X-Warden-Signature")
+    if rec.registry is None:
+        raise signature_invalid(
+            "the request is signed but this Warden holds no key registry to check it "
+            "against (start it with --kla-keys)"
+        )
+    if kid is None:
+        raise signature_invalid("a signature needs its X-Warden-Key-Id")
+    if kid not in rec.registry:
+        raise signature_invalid(f"kid {kid!r:.80} is not in Warden's key registry")
+    if not verify_signature(rec.registry.get_key(kid), digest, signature):
+        raise signature_invalid(
+            f"the Ed25519 signature does not verify over {digest} with key {kid!r:.80}"
+        )
+
+
+def _usable_id(value: Any) -> str | None:
+    return value if isinstance(value, str) and 0 < len(value) <= MAX_ID else None
+
+
+def _hold(
+    rec: Recorder,
+    body: dict[str, Any],
+    version: str,
+    digest: str,
+    text: str,
+    signature: str | None,
+    kid: str | None,
+    who: Identity,
+) -> None:
+    """Store a record of an unsupported version for review, then refuse it (422)."""
+    rid = _usable_id(body.get("action_request_id"))
+    correlation = body.get("correlation")
+    execution = (
+        _usable_id(correlation.get("execution_id")) if isinstance(correlation, dict) else None
+    )
+    row = KlaRow(
+        record_id=rid or f"held_{digest[len('sha256:') :][:32]}",
+        kind=RecordKind.ACTION_REQUEST.value,
+        action_request_id=rid,
+        execution_id=execution,
+        principal=who.principal,
+        digest=digest,
+        record=text,
+        signature=signature,
+        kid=kid if signature is not None else None,
+        status=HELD,
+        created_at=now_stamp(rec.now()),
+    )
+    with rec.store.transaction() as tx:
+        existing = tx.kla.get(row.record_id)
+        if existing is None:
+            tx.kla.insert(row)
+            rec.append(tx, row, body, event="held")
+            stored_row = row
+        elif (
+            existing.status == HELD
+            and existing.digest == digest
+            and existing.principal == who.principal
+        ):
+            stored_row = existing
+        else:
+            raise taken(row.record_id)
+    raise held(stored_row, version)
+
+
+def _process(
+    rec: Recorder,
+    record: dict[str, Any],
+    digest: str,
+    text: str,
+    signature: str | None,
+    kid: str | None,
+    who: Identity,
+) -> Answer:
+    rid: str = record["action_request_id"]
+    execution: str = record["correlation"]["execution_id"]
+    with rec.store.transaction() as tx:
+        existing = tx.kla.get(rid)
+        if existing is not None:
+            if (
+                existing.kind != RecordKind.ACTION_REQUEST.value
+                or existing.principal != who.principal
+                or existing.digest != digest
+            ):
+                raise taken(rid)
+            if existing.status == HELD:  # pragma: no cover - a held record differs
+                raise taken(rid)
+            trail = Trail.of(tx.kla.for_request(rid), rid)
+            assert trail is not None and trail.decision is not None
+            filed = rec.task(tx, trail.decision.value().get("task_id"))
+            answer = _submitted(rec, trail.request, trail.decision, filed)
+            answer.body["replayed"] = True
+            return answer
+        now = rec.now()
+        stamp = now_stamp(now)
+        verdict = rec.guardian.decide(action_request(record, who))
+        decision = kla_decision(verdict.decision, warn=verdict.warn)
+        decision_id = new_id("pd")
+        task: Task | None = None
+        if decision is KlaDecision.REQUIRE_APPROVAL:
+            ask = desk_ask(rec.guardian, record, digest, decision_id, who, verdict)
+            resolution = rec.desk.resolve(
+                tx, ask, {"wire": WIRE, "action_request_id": rid, "key_id": who.key_id}
+            )
+            task = resolution.task
+        decision_record = _decision_record(
+            rec, record, digest, decision_id, decision, verdict, task, stamp
+        )
+        sealed = rec.seal(RecordKind.POLICY_DECISION, decision_record)
+        request_row = KlaRow(
+            record_id=rid,
+            kind=RecordKind.ACTION_REQUEST.value,
+            action_request_id=rid,
+            execution_id=execution,
+            principal=who.principal,
+            digest=digest,
+            record=text,
+            signature=signature,
+            kid=kid if signature is not None else None,
+            status=PROCESSED,
+            created_at=stamp,
+        )
+        decision_row = rec.row(sealed, rid, execution, who.principal, stamp)
+        for row, value in ((request_row, record), (decision_row, decision_record)):
+            tx.kla.insert(row)
+            rec.append(tx, row, value, event=row.kind)
+        return _submitted(rec, request_row, decision_row, task)
+
+
+def _decision_record(
+    rec: Recorder,
+    record: dict[str, Any],
+    digest: str,
+    decision_id: str,
+    decision: KlaDecision,
+    verdict: Verdict,
+    task: Task | None,
+    stamp: str,
+) -> dict[str, Any]:
+    bundle = verdict.bundle or rec.guardian.engine.bundle.ref
+    out: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "policy_decision_id": decision_id,
+        "action_request_id": record["action_request_id"],
+        "action_request_digest": digest,
+        "correlation": record["correlation"],
+        "decision": decision.value,
+        "rules": [r.to_wire() for r in verdict.policy_references],
+        "reasons": list(verdict.reason_codes),
+        "policy": {"bundle_id": bundle.id, "version": bundle.version, "digest": bundle.digest},
+        "decided_at": stamp,
+    }
+    if verdict.reasoning:
+        out["reasoning"] = verdict.reasoning[:MAX_REASONING]
+    if task is not None:
+        out["task_id"] = task.id
+    return out
+
+
+def _submitted(rec: Recorder, request: KlaRow, decision_row: KlaRow, task: Task | None) -> Answer:
+    decision = decision_row.value()
+    rid = request.record_id
+    data = SubmitData(
+        action_request=RequestRef(id=rid, digest=request.digest, status="processed"),
+        decision=decision,
+        decision_digest=decision_row.digest,
+        decision_signature=decision_row.signature or "",
+        kid=decision_row.kid or "",
+    )
+    ref = rec.task_ref(task)
+    if ref is not None:
+        data.task = ref
+    return Answer(200, success(data, next_steps(rid, decision["decision"], ref)))
