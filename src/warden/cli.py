@@ -22,6 +22,7 @@ from warden import __version__
 from warden.cli_approvals import approvals_app
 from warden.cli_evidence import export_evidence_cmd
 from warden.cli_keys import keys_app
+from warden.cli_mcp import mcp_proxy_cmd
 from warden.cli_records import verify_bundle_cmd, verify_record_cmd
 from warden.errors import ConfigError, IntegrityError, WardenError
 
@@ -525,6 +526,7 @@ def replay_agentdojo(
 app.command("verify-record")(verify_record_cmd)
 app.command("verify-bundle")(verify_bundle_cmd)
 app.command("export-evidence")(export_evidence_cmd)
+app.command("mcp-proxy")(mcp_proxy_cmd)
 
 
 def main() -> None:

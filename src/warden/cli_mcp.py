@@ -1,0 +1,124 @@
+"""``warden mcp-proxy``: Warden in front of a real MCP server (issue 6).
+
+The proxy speaks MCP over stdio to its client and governs every call through the
+same Guardian, store and desk as ``warden serve`` on the same data directory.
+Everything it prints goes to stderr: stdout is the MCP channel.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from warden.cli_options import EXIT_BAD_INPUT, DataDir, DbUrl, KeyFile, _fail, err_console
+from warden.errors import WardenError
+
+
+def mcp_proxy_cmd(
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="The real MCP server's command, after --: warden mcp-proxy -- npx -y "
+            "@modelcontextprotocol/server-filesystem /some/dir",
+            show_default=False,
+        ),
+    ] = None,
+    upstream: Annotated[
+        str | None,
+        typer.Option(
+            "--upstream", help="The real MCP server's streamable HTTP URL (instead of a command)."
+        ),
+    ] = None,
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            "--policy",
+            envvar="WARDEN_POLICY",
+            help="Policy bundle YAML (default: examples/policies/default.yaml).",
+        ),
+    ] = None,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+    key_file: KeyFile = None,
+    agent_id: Annotated[
+        str,
+        typer.Option(
+            "--agent-id", help="The Observed Agent id of this MCP client on the audit chain."
+        ),
+    ] = "mcp-client",
+    public_url: Annotated[
+        str | None,
+        typer.Option(
+            "--public-url",
+            envvar="WARDEN_PUBLIC_URL",
+            help="Where approvers reach the desk (task links); default http://127.0.0.1:8787.",
+        ),
+    ] = None,
+    hide_denied: Annotated[
+        bool,
+        typer.Option(
+            "--hide-denied",
+            help="Leave tools the policy denies for any arguments out of tools/list "
+            "(and refuse them if called).",
+        ),
+    ] = False,
+    log_level: Annotated[
+        str, typer.Option(envvar="WARDEN_LOG_LEVEL", help="Python logging level (stderr).")
+    ] = "WARNING",
+) -> None:
+    """Govern an MCP server: MCP over stdio to the client, every tools/call,
+    resources/read and prompts/get decided by Warden's policy and chained."""
+    import anyio
+
+    from warden.crypto.keystore import load_or_create_ikm
+    from warden.runtime import Runtime
+    from warden.settings import Settings
+    from warden.wire.mcp.gateway import Gateway
+    from warden.wire.mcp.proxy import Upstream, serve_stdio
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        target = Upstream(command=tuple(command or ()), url=upstream)
+    except ValueError as exc:
+        err_console.print(
+            f"[red]error:[/red] {escape(str(exc))}: warden mcp-proxy -- <server command …> "
+            "or warden mcp-proxy --upstream URL"
+        )
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
+    try:
+        options: dict[str, Any] = {
+            "data_dir": data_dir,
+            "database_url": database_url,
+            "policy": policy,
+            "key_file": key_file,
+            "public_url": public_url,
+        }
+        settings = Settings(**{k: v for k, v in options.items() if v is not None})
+    except Exception as exc:  # pydantic ValidationError: report every problem at once
+        err_console.print(f"[red]invalid settings:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
+    try:
+        runtime = Runtime.start(settings)
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    try:
+        ikm, _ = load_or_create_ikm(settings.resolved_key_file())
+        gateway = Gateway(runtime.acs.handle, ikm, agent_id=agent_id)
+        ref = runtime.bundle.ref
+        err_console.print(
+            f"warden mcp-proxy: {escape(target.describe())} under bundle {ref.id}@{ref.version}, "
+            f"store {settings.resolved_database_url()}, ACS session {gateway.session_id}"
+        )
+        anyio.run(
+            lambda: serve_stdio(gateway, target, bundle=runtime.bundle, hide_denied=hide_denied)
+        )
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    finally:
+        runtime.close()

@@ -1,0 +1,83 @@
+"""Driving ``warden mcp-proxy`` with the official MCP SDK's client, over stdio.
+
+The proxy runs as ``python -m warden mcp-proxy … -- <real server>`` in a child
+process; the tests talk to it exactly as an MCP client would.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import yaml
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+ROOT = Path(__file__).resolve().parents[3]
+MCP_BUNDLE = ROOT / "examples" / "policies" / "mcp.yaml"
+NODE_DIR = Path(__file__).resolve().parent / "node"
+FILESYSTEM_SERVER = NODE_DIR / "node_modules" / ".bin" / "mcp-server-filesystem"
+
+
+def mcp_bundle(tmp_path: Path, writable_root: Path) -> Path:
+    """The shipped MCP bundle with ``data.writable_roots`` pointed at ``writable_root``."""
+    spec = yaml.safe_load(MCP_BUNDLE.read_text())
+    spec["data"]["writable_roots"] = [f"{writable_root}/"]
+    out = tmp_path / "mcp-bundle.yaml"
+    out.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return out
+
+
+@asynccontextmanager
+async def proxied(
+    data_dir: Path, policy: Path, server: list[str], *extra: str
+) -> AsyncIterator[ClientSession]:
+    """An initialized MCP client session to the real ``server`` through the proxy."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m",
+            "warden",
+            "mcp-proxy",
+            "--data-dir",
+            str(data_dir),
+            "--policy",
+            str(policy),
+            "--agent-id",
+            "test-agent",
+            *extra,
+            "--",
+            *server,
+        ],
+        cwd=str(ROOT),
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+def text(result: types.CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+def warden_meta(result: types.CallToolResult) -> dict[str, Any]:
+    meta = result.meta or {}
+    out: dict[str, Any] = meta["warden"]
+    return out
+
+
+def verify(data_dir: Path) -> subprocess.CompletedProcess[str]:
+    """``warden verify --data-dir`` (the chains of every session, the desk's included)."""
+    return subprocess.run(
+        [sys.executable, "-m", "warden", "verify", "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(ROOT),
+        check=False,
+    )
