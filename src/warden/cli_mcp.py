@@ -120,5 +120,21 @@ def mcp_proxy_cmd(
         )
     except WardenError as exc:
         raise _fail(exc) from exc
+    except Exception as exc:  # noqa: BLE001 - the upstream failed: one line, not a traceback
+        leaf = _first_leaf(exc)
+        logging.getLogger(__name__).debug("mcp-proxy stopped", exc_info=True)
+        err_console.print(
+            f"[red]error:[/red] the upstream MCP server {escape(target.describe())} failed: "
+            f"{escape(type(leaf).__name__)}: {escape(str(leaf) or '(no message)')}",
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
     finally:
         runtime.close()
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    """The first exception inside (possibly nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc

@@ -199,6 +199,7 @@ def test_an_upstream_url_where_nothing_listens_fails_the_proxy_promptly(tmp_path
     assert code != 0, err
     assert out == b""  # nothing on the MCP channel
     assert url in err and "ConnectError" in err, err
+    assert "the upstream MCP server" in err and "Traceback" not in err, err
 
 
 def test_an_mcp_client_sees_the_dead_upstream_at_initialize(tmp_path: Path) -> None:
