@@ -62,10 +62,19 @@ def mcp_proxy_cmd(
         bool,
         typer.Option(
             "--hide-denied",
-            help="Leave tools the policy denies for any arguments out of tools/list "
-            "(and refuse them if called).",
+            help="Leave tools that a deny rule without a `when` names in its `tools` out of "
+            "tools/list (and refuse them if called).",
         ),
     ] = False,
+    upstream_timeout: Annotated[
+        float,
+        typer.Option(
+            "--upstream-timeout",
+            min=0.1,
+            help="Seconds the real server has to answer each request (initialize included) "
+            "before the call fails with an MCP error.",
+        ),
+    ] = 120.0,
     log_level: Annotated[
         str, typer.Option(envvar="WARDEN_LOG_LEVEL", help="Python logging level (stderr).")
     ] = "WARNING",
@@ -84,7 +93,7 @@ def mcp_proxy_cmd(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        target = Upstream(command=tuple(command or ()), url=upstream)
+        target = Upstream(command=tuple(command or ()), url=upstream, timeout_s=upstream_timeout)
     except ValueError as exc:
         err_console.print(
             f"[red]error:[/red] {escape(str(exc))}: warden mcp-proxy -- <server command …> "

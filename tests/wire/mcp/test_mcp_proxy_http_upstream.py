@@ -222,3 +222,21 @@ def _leaves(exc: BaseException) -> Iterator[BaseException]:
             yield from _leaves(inner)
     else:
         yield exc
+
+
+def test_an_upstream_that_never_answers_initialize_times_out(tmp_path: Path) -> None:
+    """A real server process that starts but never speaks: the proxy's upstream timeout
+    ends the wait and the client gets an error, not a hang."""
+    silent = [sys.executable, "-c", "import time; time.sleep(600)"]
+    started = time.monotonic()
+
+    async def run() -> None:
+        with anyio.fail_after(LIMIT_S):
+            async with proxied(tmp_path / "warden", BUNDLE, silent, "--upstream-timeout", "2"):
+                pytest.fail("initialize succeeded with a silent upstream")
+
+    with pytest.raises(BaseException) as caught:
+        anyio.run(run)
+    leaves = list(_leaves(caught.value))
+    assert any(isinstance(e, MCPError) for e in leaves), leaves
+    assert time.monotonic() - started < LIMIT_S

@@ -60,6 +60,10 @@ class Upstream:
 
     command: tuple[str, ...] = ()
     url: str | None = None
+    #: Every request to the real server (initialize included) gets an answer within
+    #: this many seconds or fails (an MCP error to the client), so a stalled or dead
+    #: server never hangs the proxy.
+    timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         if bool(self.command) == (self.url is not None):
@@ -74,7 +78,7 @@ class Upstream:
         if self.url is not None:
             async with (
                 streamable_http_client(self.url) as (read, write),
-                ClientSession(read, write) as session,
+                ClientSession(read, write, read_timeout_seconds=self.timeout_s) as session,
             ):
                 await session.initialize()
                 yield session
@@ -82,7 +86,7 @@ class Upstream:
         params = StdioServerParameters(command=self.command[0], args=list(self.command[1:]))
         async with (
             stdio_client(params, errlog=sys.stderr) as (read, write),
-            ClientSession(read, write) as session,
+            ClientSession(read, write, read_timeout_seconds=self.timeout_s) as session,
         ):
             await session.initialize()
             yield session
