@@ -49,6 +49,7 @@ from pydantic import (
 )
 
 from warden.errors import ConfigError, WardenError
+from warden.strict_yaml import UniqueKeyLoader as _UniqueKeyLoader
 
 SIGNATURE_HEADER = "X-ADCP-Signature"
 TIMESTAMP_HEADER = "X-ADCP-Timestamp"
@@ -561,35 +562,6 @@ def _duplicates(ids: Iterable[str]) -> list[str]:
             dups.append(i)
         seen.add(i)
     return dups
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a repeated mapping key (a second ``url:`` must
-    not silently win)."""
-
-
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> Any:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            duplicate = key in seen
-        except TypeError:  # unhashable: construct_mapping reports it
-            continue
-        if duplicate:
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping",
-                node.start_mark,
-                f"found duplicate key {key!r}",
-                key_node.start_mark,
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=True)
-
-
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
-)
 
 
 def _errors(where: str, exc: ValidationError) -> list[str]:

@@ -49,6 +49,7 @@ from warden.policy.conditions import (
 )
 from warden.spend.budgets import budget_id_problem
 from warden.spend.money import MoneyError, parse_amount, parse_currency
+from warden.strict_yaml import UniqueKeyLoader as _UniqueKeyLoader
 
 #: Hold time of a reservation when a charge does not say (s), and the longest allowed.
 DEFAULT_HOLD_SECONDS = 900
@@ -466,35 +467,6 @@ class Bundle:
     rules: tuple[Rule, ...]
     source: str
     charges: tuple[Charge, ...] = field(default=())
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a repeated mapping key instead of keeping the
-    last one silently (a second ``effect:`` in a rule must not quietly win)."""
-
-
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> Any:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            duplicate = key in seen
-        except TypeError:  # unhashable key: construct_mapping reports it
-            continue
-        if duplicate:
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping",
-                node.start_mark,
-                f"found duplicate key {key!r}",
-                key_node.start_mark,
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=True)
-
-
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
-)
 
 
 def _problem(source: str, where: str, msg: str) -> str:

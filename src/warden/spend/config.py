@@ -30,10 +30,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from warden.errors import ConfigError, WardenError
-from warden.policy.bundle import _UniqueKeyLoader  # the project's duplicate-key-refusing loader
 from warden.spend.budgets import Budget, BudgetError, BudgetKind, Period, budget_id_problem
 from warden.spend.engine import SpendEngine
 from warden.spend.money import parse_amount, parse_currency
+from warden.strict_yaml import UniqueKeyLoader as _UniqueKeyLoader
 
 _LEVEL = {BudgetKind.ORG: 0, BudgetKind.TEAM: 1, BudgetKind.AGENT: 2}
 
