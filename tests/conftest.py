@@ -9,7 +9,9 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,8 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator, FormatChecker
 from referencing import Registry, Resource
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from warden.runtime import Runtime
 from warden.settings import Settings
@@ -37,6 +41,47 @@ def asset(name: str) -> Path:
     path = ASSETS / name
     assert path.exists(), f"missing test asset {name}"
     return path
+
+
+#: The PostgreSQL server tests run against (this machine's: trust auth, database test).
+POSTGRES_URL = os.environ.get(
+    "WARDEN_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+@contextmanager
+def postgres_schema() -> Iterator[str]:
+    """A fresh, empty PostgreSQL schema; yields a database URL whose search_path is it.
+
+    The schema is dropped (with everything in it) afterwards. A server that cannot be
+    reached fails the test: it is never skipped.
+    """
+    name = f"wt_{uuid.uuid4().hex[:16]}"
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{name}"'))
+        url = make_url(POSTGRES_URL).update_query_dict({"options": f"-csearch_path={name}"})
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
+        admin.dispose()
+
+
+#: The two store backends; fixtures parametrized over these run every test on both.
+BACKEND_IDS = ("sqlite", "postgresql")
+
+
+@pytest.fixture(params=BACKEND_IDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database URL for an empty store: a SQLite file under tmp_path, or a fresh
+    PostgreSQL schema (dropped afterwards)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'warden.db'}"
+    else:
+        with postgres_schema() as url:
+            yield url
 
 
 @pytest.fixture
@@ -59,6 +104,27 @@ def make_runtime(tmp_path: Path) -> Iterator[Callable[..., Runtime]]:
     def make(policy: Path = DEFAULT_POLICY, **overrides: Any) -> Runtime:
         data = tmp_path / f"data{len(made)}"
         key = write_key(data / "ikm.key")
+        settings = Settings(data_dir=data, policy=policy, key_file=key, **overrides)
+        rt = Runtime.start(settings)
+        made.append(rt)
+        return rt
+
+    yield make
+    for rt in made:
+        rt.close()
+
+
+@pytest.fixture
+def make_backend_runtime(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Runtime]]:
+    """``make_runtime`` on each store backend (parametrized by ``database_url``): every
+    runtime it builds shares that one database, as replicas do. A module that proves a
+    guarantee on both backends overrides ``make_runtime`` with this."""
+    made: list[Runtime] = []
+
+    def make(policy: Path = DEFAULT_POLICY, **overrides: Any) -> Runtime:
+        data = tmp_path / f"data{len(made)}"
+        key = write_key(data / "ikm.key")
+        overrides.setdefault("database_url", database_url)
         settings = Settings(data_dir=data, policy=policy, key_file=key, **overrides)
         rt = Runtime.start(settings)
         made.append(rt)

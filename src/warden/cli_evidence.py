@@ -24,8 +24,9 @@ from warden.cli_options import (
     _fail,
     console,
     err_console,
+    existing_database_url,
 )
-from warden.errors import ConfigError, IntegrityError, WardenError
+from warden.errors import IntegrityError, WardenError
 
 
 def export_evidence_cmd(
@@ -61,13 +62,10 @@ def export_evidence_cmd(
     from warden.store import open_store
     from warden.wire.kla.evidence import Signer, execution_evidence, now_stamp
 
-    url = database_url or f"sqlite:///{data_dir / 'warden.db'}"
     try:
         key, kid = load_signing_key(signing_key_file or data_dir / "signing.key")
         registry = KeyRegistry.load(kla_keys) if kla_keys is not None else None
-        if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
-            raise ConfigError(f"no database at {url}")
-        store = open_store(url, migrate=False)
+        store = open_store(existing_database_url(data_dir, database_url), migrate=False)
     except WardenError as exc:
         raise _fail(exc) from exc
     signer = Signer(key, kid)

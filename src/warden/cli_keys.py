@@ -22,8 +22,16 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from warden.cli_options import DataDir, DbUrl, KeyFile, _fail, console, err_console
-from warden.errors import ConfigError, WardenError
+from warden.cli_options import (
+    DataDir,
+    DbUrl,
+    KeyFile,
+    _fail,
+    console,
+    err_console,
+    existing_database_url,
+)
+from warden.errors import WardenError
 
 if TYPE_CHECKING:
     from warden.identity import ApiKeys
@@ -49,10 +57,7 @@ def _api_keys(data_dir: Path, database_url: str | None, key_file: Path | None) -
     from warden.store import open_store
 
     ikm = load_ikm(key_file or data_dir / "ikm.key")
-    url = database_url or f"sqlite:///{data_dir / 'warden.db'}"
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
-        raise ConfigError(f"no database at {url} (run `warden serve` once to create it)")
-    store = open_store(url, migrate=False)
+    store = open_store(existing_database_url(data_dir, database_url), migrate=False)
     try:
         yield ApiKeys(store, api_key_pepper(ikm))
     finally:

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from warden.errors import WardenError
+from warden.errors import ConfigError, WardenError
 
 console = Console()
 err_console = Console(stderr=True)
@@ -31,6 +31,30 @@ DbUrl = Annotated[
         help="Database URL (default: sqlite:///<data-dir>/warden.db).",
     ),
 ]
+
+
+def shown_url(url: str) -> str:
+    """``url`` fit to print: any password is masked."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparsable URL is reported by open_store
+        return "<unparsable database URL>"
+
+
+def existing_database_url(data_dir: Path, database_url: str | None) -> str:
+    """The database URL a command that reads an existing store opens: ``database_url``, or
+    the SQLite file in ``data_dir``. Raises :class:`ConfigError` when that file is absent
+    (``warden serve`` or ``warden db upgrade`` creates it)."""
+    url = database_url or f"sqlite:///{data_dir / 'warden.db'}"
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
+        raise ConfigError(
+            f"no database at {url} (run `warden serve` or `warden db upgrade` once to create it)"
+        )
+    return url
+
+
 KeyFile = Annotated[
     Path | None,
     typer.Option(

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -90,8 +89,8 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqlStore]:
-    s = open_store("sqlite:///" + str(tmp_path / "w.db"))
+def store(database_url: str) -> Iterator[SqlStore]:
+    s = open_store(database_url)
     try:
         yield s
     finally:
@@ -175,12 +174,12 @@ def test_gives_up_after_max_attempts(store: SqlStore, receiver: Receiver) -> Non
 
 @pytest.mark.parametrize("same_store", [True, False], ids=["one-store", "two-replicas"])
 def test_two_workers_deliver_one_row_once(
-    store: SqlStore, receiver: Receiver, tmp_path: Path, same_store: bool
+    store: SqlStore, receiver: Receiver, database_url: str, same_store: bool
 ) -> None:
     receiver.delay_s = 0.2
     cfg = config(receiver.url)
     enqueue(store, cfg)
-    other = store if same_store else open_store("sqlite:///" + str(tmp_path / "w.db"))
+    other = store if same_store else open_store(database_url)
     counts: list[int] = []
     barrier = threading.Barrier(2)
     try:

@@ -36,6 +36,12 @@ def approver(rt: Runtime, name: str, *groups: str, role: Role = Role.APPROVER) -
 
 
 @pytest.fixture
+def make_runtime(make_backend_runtime: Callable[..., Runtime]) -> Callable[..., Runtime]:
+    """Every test here runs on SQLite and on PostgreSQL."""
+    return make_backend_runtime
+
+
+@pytest.fixture
 def rt(make_runtime: Callable[..., Runtime]) -> Runtime:
     return make_runtime(DESK)
 

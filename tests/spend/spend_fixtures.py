@@ -17,6 +17,15 @@ from warden.spend.audit import SpendAuditor
 from warden.store import open_store
 from warden.store.sql import SqlStore
 
+#: Every store open_engine opened; tests/spend/conftest.py closes them after each test
+#: (a PostgreSQL connection left to the garbage collector warns, and warnings fail tests).
+OPENED: list[SqlStore] = []
+
+
+def close_opened() -> None:
+    while OPENED:
+        OPENED.pop().close()
+
 
 @dataclass
 class Clock:
@@ -29,9 +38,11 @@ class Clock:
         self.now += timedelta(**kw)
 
 
-def open_engine(db: Path, clock: Clock | None = None) -> tuple[SpendEngine, SqlStore, Clock]:
+def open_engine(db: Path | str, clock: Clock | None = None) -> tuple[SpendEngine, SqlStore, Clock]:
+    """An engine on ``db``: a SQLite file path, or any database URL."""
     clock = clock or Clock()
-    store = open_store(f"sqlite:///{db}")
+    store = open_store(db if isinstance(db, str) else f"sqlite:///{db}")
+    OPENED.append(store)
     ledger = Ledger(store, SessionKeys(TEST_IKM), "warden")
     return SpendEngine(store, SpendAuditor(ledger, clock), clock=clock), store, clock
 

@@ -1,17 +1,18 @@
-"""The spend engine against a real SQLite file: caps along the path, Decimal money,
-settle/release/expiry/undo, periods, and every operation in the audit chain."""
+"""The spend engine on both backends (a real SQLite file, a fresh PostgreSQL schema): caps
+along the path, Decimal money, settle/release/expiry/undo, periods, every operation in the
+audit chain, and no overspend from racing threads or processes."""
 
 from __future__ import annotations
 
 import json
 import multiprocessing as mp
 import threading
+from collections.abc import Iterator
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
-from spend_fixtures import open_engine, tree, verify
+from spend_fixtures import close_opened, open_engine, tree, verify
 
 from warden.spend import (
     Budget,
@@ -27,8 +28,15 @@ from warden.spend.errors import AlreadyUndone, UnknownBudget, UnknownReservation
 from warden.spend.money import MoneyError
 
 
-def test_tightest_budget_on_the_path_refuses_with_limit_and_requested(tmp_path: Path) -> None:
-    eng, store, _ = open_engine(tmp_path / "w.db")
+@pytest.fixture(autouse=True)
+def _close_stores(database_url: str) -> Iterator[None]:
+    """Every test here runs on both backends; its stores close before the database goes."""
+    yield
+    close_opened()
+
+
+def test_tightest_budget_on_the_path_refuses_with_limit_and_requested(database_url: str) -> None:
+    eng, store, _ = open_engine(database_url)
     bot = tree(eng, org="100", team="30", agent="50")  # the team cap is the tightest
     eng.reserve(bot, "20", "USD", action="a")
     with pytest.raises(BudgetExceeded) as info:
@@ -46,8 +54,8 @@ def test_tightest_budget_on_the_path_refuses_with_limit_and_requested(tmp_path: 
     verify(store)
 
 
-def test_decimal_exactness_no_float_drift(tmp_path: Path) -> None:
-    eng, _, _ = open_engine(tmp_path / "w.db")
+def test_decimal_exactness_no_float_drift(database_url: str) -> None:
+    eng, _, _ = open_engine(database_url)
     bot = tree(eng, org="1", team="1", agent="1")
     for _ in range(10):
         eng.reserve(bot, "0.1", "USD", action="dime")  # 10 × 0.1 == 1 exactly
@@ -76,8 +84,8 @@ def test_decimal_exactness_no_float_drift(tmp_path: Path) -> None:
         "1e0",
     ],
 )
-def test_bad_amounts_are_refused_and_nothing_is_held(tmp_path: Path, amount: object) -> None:
-    eng, store, _ = open_engine(tmp_path / "w.db")
+def test_bad_amounts_are_refused_and_nothing_is_held(database_url: str, amount: object) -> None:
+    eng, store, _ = open_engine(database_url)
     bot = tree(eng)
     before = store.counts()
     with pytest.raises(MoneyError):
@@ -86,8 +94,8 @@ def test_bad_amounts_are_refused_and_nothing_is_held(tmp_path: Path, amount: obj
     assert eng.remaining(bot) == (Decimal("50"), "USD")
 
 
-def test_currencies_never_mix(tmp_path: Path) -> None:
-    eng, _, _ = open_engine(tmp_path / "w.db")
+def test_currencies_never_mix(database_url: str) -> None:
+    eng, _, _ = open_engine(database_url)
     bot = tree(eng, currency="EUR")
     with pytest.raises(MoneyError) as info:
         eng.reserve(bot, "1", "USD", action="x")
@@ -98,8 +106,8 @@ def test_currencies_never_mix(tmp_path: Path) -> None:
         )
 
 
-def test_settle_charges_actual_and_releases_the_rest(tmp_path: Path) -> None:
-    eng, store, _ = open_engine(tmp_path / "w.db")
+def test_settle_charges_actual_and_releases_the_rest(database_url: str) -> None:
+    eng, store, _ = open_engine(database_url)
     bot = tree(eng)
     res = eng.reserve(bot, "40", "USD", action="buy")
     receipt = eng.settle(res.id, "12.34")
@@ -113,8 +121,8 @@ def test_settle_charges_actual_and_releases_the_rest(tmp_path: Path) -> None:
     verify(store)
 
 
-def test_settlement_above_the_hold_is_refused_flagged_and_keeps_the_hold(tmp_path: Path) -> None:
-    eng, store, _ = open_engine(tmp_path / "w.db")
+def test_settlement_above_the_hold_is_refused_flagged_and_keeps_the_hold(database_url: str) -> None:
+    eng, store, _ = open_engine(database_url)
     bot = tree(eng)
     res = eng.reserve(bot, "10", "USD", action="buy")
     with pytest.raises(SettlementExceedsReservation):
@@ -130,8 +138,8 @@ def test_settlement_above_the_hold_is_refused_flagged_and_keeps_the_hold(tmp_pat
     verify(store)
 
 
-def test_release_and_expiry_return_the_hold(tmp_path: Path) -> None:
-    eng, store, clock = open_engine(tmp_path / "w.db")
+def test_release_and_expiry_return_the_hold(database_url: str) -> None:
+    eng, store, clock = open_engine(database_url)
     bot = tree(eng)
     a = eng.reserve(bot, "20", "USD", action="a", hold_seconds=60)
     b = eng.reserve(bot, "20", "USD", action="b", hold_seconds=600)
@@ -148,8 +156,8 @@ def test_release_and_expiry_return_the_hold(tmp_path: Path) -> None:
     verify(store)
 
 
-def test_expired_holds_do_not_block_a_new_reservation(tmp_path: Path) -> None:
-    eng, _, clock = open_engine(tmp_path / "w.db")
+def test_expired_holds_do_not_block_a_new_reservation(database_url: str) -> None:
+    eng, _, clock = open_engine(database_url)
     bot = tree(eng)
     eng.reserve(bot, "50", "USD", action="a", hold_seconds=30)
     with pytest.raises(BudgetExceeded):
@@ -158,8 +166,8 @@ def test_expired_holds_do_not_block_a_new_reservation(tmp_path: Path) -> None:
     eng.reserve(bot, "50", "USD", action="c")  # expiry runs inside the reservation
 
 
-def test_undo_restores_the_budget_once(tmp_path: Path) -> None:
-    eng, store, _ = open_engine(tmp_path / "w.db")
+def test_undo_restores_the_budget_once(database_url: str) -> None:
+    eng, store, _ = open_engine(database_url)
     bot = tree(eng)
     receipt = eng.settle(eng.reserve(bot, "30", "USD", action="buy").id, "30")
     assert eng.remaining(bot) == (Decimal("20"), "USD")
@@ -170,8 +178,8 @@ def test_undo_restores_the_budget_once(tmp_path: Path) -> None:
     verify(store)
 
 
-def test_daily_period_rolls_at_utc_midnight(tmp_path: Path) -> None:
-    eng, _, clock = open_engine(tmp_path / "w.db")
+def test_daily_period_rolls_at_utc_midnight(database_url: str) -> None:
+    eng, _, clock = open_engine(database_url)
     bot = tree(eng, period=Period.DAY)
     clock.now = clock.now.replace(hour=23, minute=59)
     eng.settle(eng.reserve(bot, "50", "USD", action="a").id, "50")
@@ -181,8 +189,8 @@ def test_daily_period_rolls_at_utc_midnight(tmp_path: Path) -> None:
     eng.reserve(bot, "50", "USD", action="c")
 
 
-def test_unknowns(tmp_path: Path) -> None:
-    eng, _, _ = open_engine(tmp_path / "w.db")
+def test_unknowns(database_url: str) -> None:
+    eng, _, _ = open_engine(database_url)
     with pytest.raises(UnknownBudget):
         eng.reserve("nope", "1", "USD", action="x")
     with pytest.raises(UnknownReservation):
@@ -193,12 +201,12 @@ def test_unknowns(tmp_path: Path) -> None:
         )
 
 
-def test_holds_survive_a_restart(tmp_path: Path) -> None:
-    eng, store, clock = open_engine(tmp_path / "w.db")
+def test_holds_survive_a_restart(database_url: str) -> None:
+    eng, store, clock = open_engine(database_url)
     bot = tree(eng)
     res = eng.reserve(bot, "45", "USD", action="a")
     store.close()
-    eng2, store2, _ = open_engine(tmp_path / "w.db", clock)
+    eng2, store2, _ = open_engine(database_url, clock)
     assert eng2.remaining(bot) == (Decimal("5"), "USD")
     with pytest.raises(BudgetExceeded):
         eng2.reserve(bot, "6", "USD", action="b")
@@ -206,8 +214,8 @@ def test_holds_survive_a_restart(tmp_path: Path) -> None:
     verify(store2)
 
 
-def test_threads_never_overspend(tmp_path: Path) -> None:
-    eng, store, _ = open_engine(tmp_path / "w.db")
+def test_threads_never_overspend(database_url: str) -> None:
+    eng, store, _ = open_engine(database_url)
     bot = tree(eng, org="1000", team="1000", agent="37")
     admitted: list[str] = []
     refused: list[str] = []
@@ -230,7 +238,7 @@ def test_threads_never_overspend(tmp_path: Path) -> None:
 
 
 def _proc_reserve(db: str, n: int, out: Any) -> None:
-    eng, store, _ = open_engine(Path(db))
+    eng, store, _ = open_engine(db)
     ok = 0
     for _ in range(n):
         try:
@@ -242,14 +250,14 @@ def _proc_reserve(db: str, n: int, out: Any) -> None:
     out.put(ok)
 
 
-def test_processes_never_overspend(tmp_path: Path) -> None:
-    db = tmp_path / "w.db"
+def test_processes_never_overspend(database_url: str) -> None:
+    db = database_url
     eng, store, _ = open_engine(db)
     bot = tree(eng, org="1000", team="1000", agent="100")  # room for exactly 40 × 2.5
     store.close()
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_proc_reserve, args=(str(db), 25, q)) for _ in range(4)]
+    procs = [ctx.Process(target=_proc_reserve, args=(db, 25, q)) for _ in range(4)]
     for p in procs:
         p.start()
     counts = [q.get(timeout=120) for _ in procs]
@@ -265,8 +273,8 @@ def test_processes_never_overspend(tmp_path: Path) -> None:
     assert report.sessions == 1
 
 
-def test_trailing_zeros_do_not_count_as_fractional_digits(tmp_path: Path) -> None:
-    eng, _, _ = open_engine(tmp_path / "w.db")
+def test_trailing_zeros_do_not_count_as_fractional_digits(database_url: str) -> None:
+    eng, _, _ = open_engine(database_url)
     bot = tree(eng)
     res = eng.reserve(bot, "1.0000000", "USD", action="x")
     assert res.amount == Decimal(1)

@@ -1,8 +1,9 @@
 """The Store contract (src/warden/store/base.py), run against every implementation.
 
-Adding an implementation is one line in ``BACKENDS``: a function from an empty directory
-to a *new handle* on one database there (calling it twice gives two handles on the same
-data, which is how the reopen and cross-handle race tests work). Nothing below may depend
+Every test runs on each backend of conftest's ``database_url`` fixture (a SQLite file, a
+fresh PostgreSQL schema); ``open_handle`` opens a *new handle* on that one database
+(calling it twice gives two handles on the same data, which is how the reopen and
+cross-handle race tests work). Nothing below may depend
 on SQLite; SQL-level checks (migrations, sabotage) go through ``store.engine``.
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,29 +31,22 @@ from warden.errors import (
 from warden.ledger.chain import chain_entry
 from warden.ledger.verify import verify_records
 from warden.store import open_store
-from warden.store.base import PendingAppend, ReplayKeys, SessionState, Store
+from warden.store.base import PendingAppend, ReplayKeys, SessionState
 from warden.store.schema import metadata
 from warden.store.sql import head_revision
-
-Opener = Callable[[Path], Store]
-
-BACKENDS = [
-    pytest.param(lambda d: open_store(f"sqlite:///{d / 'warden.db'}"), id="sqlite"),
-]
 
 HEAD_SIG = {"algorithm": "HMAC-SHA256", "value": "c2ln", "key_id": "contract"}
 CREATED_AT = "2026-11-29T12:00:00+00:00"
 NEGOTIATED = {"server_hello": {"methods_evaluated": ["steps/toolCallRequest"]}}
 
 
-@pytest.fixture(params=BACKENDS)
-def open_handle(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
+@pytest.fixture
+def open_handle(database_url: str) -> Iterator[Callable[[], Any]]:
     """Open another handle on this test's database; every handle is closed at teardown."""
-    opener: Opener = request.param
     handles: list[Any] = []
 
     def open_() -> Any:
-        handle = opener(tmp_path)
+        handle = open_store(database_url)
         handles.append(handle)
         return handle
 

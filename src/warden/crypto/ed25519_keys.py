@@ -69,5 +69,9 @@ def load_or_create_signing_key(path: Path) -> tuple[Ed25519PrivateKey, str, bool
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    _create_private(path, pem.decode("ascii").strip())
+    try:
+        _create_private(path, pem.decode("ascii").strip())
+    except FileExistsError:  # another process created it first: use theirs
+        key, kid = load_signing_key(path)
+        return key, kid, False
     return key, key_id_for(key.public_key()), True

@@ -44,11 +44,23 @@ def _read_private(path: Path, what: str) -> str:
 
 
 def _create_private(path: Path, text: str) -> None:
-    """Write a new secret file with mode 0600 (never replacing one), its folder 0700."""
+    """Write a new secret file with mode 0600 (never replacing one), its folder 0700.
+
+    The file appears whole or not at all: it is written under a temporary name and
+    hard-linked into place, so replicas starting together on one data directory never
+    read a half-written key. Raises FileExistsError if ``path`` already exists.
+    """
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text + "\n")
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.link(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _load_or_create(
@@ -57,7 +69,10 @@ def _load_or_create(
     if path.exists():
         return load(path), False
     value, text = make()
-    _create_private(path, text)
+    try:
+        _create_private(path, text)
+    except FileExistsError:  # another process created it first: use theirs
+        return load(path), False
     return value, True
 
 

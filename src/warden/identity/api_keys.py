@@ -51,6 +51,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from warden.errors import ConfigError, StoreUnavailable
 from warden.store.api_keys_sql import ApiKeyRow, SqlApiKeys, read_cursor
+from warden.store.driver_errors import is_integrity
 
 if TYPE_CHECKING:
     from warden.store.sql import SqlStore
@@ -324,6 +325,29 @@ class ApiKeys:
             raise ConfigError(f"key_id {key_id!r} differs from the token's {embedded.group(1)!r}")
         created_at = _rfc3339(self._clock())
         digest = self._hash(token)
+        try:
+            return self._register(
+                digest, principal, role, group_tuple, key_id, embedded, created_at
+            )
+        except StoreUnavailable as exc:
+            if exc.__cause__ is None or not is_integrity(exc.__cause__):
+                raise
+            # Another replica registered the same token at the same moment (replicas
+            # starting together on one database): the retry finds its row.
+            return self._register(
+                digest, principal, role, group_tuple, key_id, embedded, created_at
+            )
+
+    def _register(
+        self,
+        digest: str,
+        principal: str,
+        role: Role,
+        group_tuple: tuple[str, ...],
+        key_id: str | None,
+        embedded: re.Match[str] | None,
+        created_at: str,
+    ) -> Identity:
         with self._store._write() as cur:
             table = SqlApiKeys(cur, self._store._q)
             found = table.by_hash(digest)

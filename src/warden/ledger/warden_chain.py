@@ -17,6 +17,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from warden.errors import StoreUnavailable
 from warden.ledger.chain import chain_entry
 from warden.ledger.ledger import Ledger
 from warden.store.base import PendingAppend, SessionState
@@ -35,7 +36,7 @@ class AuditTx(Protocol):
 
     def session_head(self, session_id: str) -> tuple[int, str | None] | None: ...
 
-    def insert_session(self, state: SessionState) -> None: ...
+    def insert_session(self, state: SessionState) -> bool: ...
 
     def append(self, item: PendingAppend) -> None: ...
 
@@ -71,10 +72,13 @@ class WardenChain:
                 created_at=now,
                 negotiated=self._negotiated(name),
             )
-            tx.insert_session(replace(state, signature=self.ledger.signed_session(state)))
-            seq, previous = -1, None
-        else:
-            seq, previous = head
+            if tx.insert_session(replace(state, signature=self.ledger.signed_session(state))):
+                head = (-1, None)
+            else:  # a replica created the chain a moment ago: append after its head
+                head = tx.session_head(sid)
+                if head is None:
+                    raise StoreUnavailable(f"chain {sid} vanished while it was being created")
+        seq, previous = head
         entry = chain_entry(
             {
                 "entry_id": str(uuid.uuid4()),

@@ -21,15 +21,13 @@ SECRET_BYTES = 32
 def server_secret(store: SqlStore, name: str) -> bytes:
     """The secret ``name`` (32 bytes). Raises StoreUnavailable when the store fails."""
     with store._write() as cur:  # noqa: SLF001 - one short write transaction
+        # First insert wins: replicas starting together all read the same value back.
+        cur.execute(
+            store._q(  # noqa: SLF001
+                "INSERT INTO server_secrets (name, value, created_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (name) DO NOTHING"
+            ),
+            (name, secrets.token_hex(SECRET_BYTES), datetime.now(UTC).isoformat()),
+        )
         cur.execute(store._q("SELECT value FROM server_secrets WHERE name = ?"), (name,))  # noqa: SLF001
-        row = cur.fetchone()
-        if row is None:
-            value = secrets.token_hex(SECRET_BYTES)
-            cur.execute(
-                store._q(  # noqa: SLF001
-                    "INSERT INTO server_secrets (name, value, created_at) VALUES (?, ?, ?)"
-                ),
-                (name, value, datetime.now(UTC).isoformat()),
-            )
-            return bytes.fromhex(value)
-        return bytes.fromhex(row[0])
+        return bytes.fromhex(cur.fetchone()[0])

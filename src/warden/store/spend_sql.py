@@ -125,10 +125,12 @@ class SqlSpendTx:
         self._cur = cur
         self._q = store._q  # noqa: SLF001 - same package, same connection
         self.touched_sessions: set[str] = set()
+        self._row_locks = store.row_locks
+        self._for_update = " FOR UPDATE" if store.row_locks else ""
         # Rows that commit with the spend operation: an idempotency claim and its
         # stored response, a task (the spend wire, warden.wire.spend).
         self.idempotency_keys = SqlIdempotencyKeys(cur, self._q)
-        self.tasks = SqlTasks(cur, self._q)
+        self.tasks = SqlTasks(cur, self._q, row_locks=store.row_locks)
 
     @property
     def outbox(self) -> SqlOutbox:
@@ -154,36 +156,42 @@ class SqlSpendTx:
     def put_budget(self, budget: Budget) -> None:
         from warden.store.sql import _now
 
-        params = (
-            budget.kind.value,
-            budget.parent_id,
-            budget.currency,
-            to_wire(budget.cap),
-            budget.period.value,
-            budget.name,
-            _now(),
-            budget.id,
-        )
+        # An upsert, so replicas loading the same budgets file at once do not collide.
         self._cur.execute(
             self._q(
-                "UPDATE budgets SET kind = ?, parent_id = ?, currency = ?, cap = ?, period = ?, "
-                "name = ?, updated_at = ? WHERE budget_id = ?"
+                "INSERT INTO budgets (budget_id, kind, parent_id, currency, cap, period, name, "
+                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (budget_id) DO UPDATE "
+                "SET kind = excluded.kind, parent_id = excluded.parent_id, "
+                "currency = excluded.currency, cap = excluded.cap, period = excluded.period, "
+                "name = excluded.name, updated_at = excluded.updated_at"
             ),
-            params,
+            (
+                budget.id,
+                budget.kind.value,
+                budget.parent_id,
+                budget.currency,
+                to_wire(budget.cap),
+                budget.period.value,
+                budget.name,
+                _now(),
+            ),
         )
-        if self._cur.rowcount == 0:
-            self._cur.execute(
-                self._q(
-                    "INSERT INTO budgets (kind, parent_id, currency, cap, period, name, "
-                    "updated_at, "
-                    "budget_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-                ),
-                params,
-            )
 
     def usage(self, budget_id: str, bucket: str) -> tuple[Decimal, Decimal]:
+        """(reserved, settled) of one bucket. On PostgreSQL the row is created if absent
+        and locked until the transaction ends, so two replicas' cap checks on one budget
+        run one after the other (SQLite's ``BEGIN IMMEDIATE`` already serialises them)."""
+        if self._row_locks:
+            self._cur.execute(
+                self._q(
+                    "INSERT INTO budget_usage (budget_id, bucket, reserved, settled) "
+                    "VALUES (?, ?, '0', '0') ON CONFLICT (budget_id, bucket) DO NOTHING"
+                ),
+                (budget_id, bucket),
+            )
         row = self._one(
-            "SELECT reserved, settled FROM budget_usage WHERE budget_id = ? AND bucket = ?",
+            "SELECT reserved, settled FROM budget_usage WHERE budget_id = ? AND bucket = ?"
+            + self._for_update,
             (budget_id, bucket),
         )
         return (Decimal(row[0]), Decimal(row[1])) if row is not None else (Decimal(0), Decimal(0))
@@ -191,53 +199,39 @@ class SqlSpendTx:
     def set_usage(self, budget_id: str, bucket: str, reserved: Decimal, settled: Decimal) -> None:
         if reserved < 0 or settled < 0:
             raise AssertionError(f"usage of {budget_id}/{bucket} would go negative")
-        params = (to_wire(reserved), to_wire(settled), budget_id, bucket)
         self._cur.execute(
             self._q(
-                "UPDATE budget_usage SET reserved = ?, settled = ? "
-                "WHERE budget_id = ? AND bucket = ?"
+                "INSERT INTO budget_usage (budget_id, bucket, reserved, settled) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (budget_id, bucket) DO UPDATE "
+                "SET reserved = excluded.reserved, settled = excluded.settled"
             ),
-            params,
+            (budget_id, bucket, to_wire(reserved), to_wire(settled)),
         )
-        if self._cur.rowcount == 0:
-            self._cur.execute(
-                self._q(
-                    "INSERT INTO budget_usage (reserved, settled, budget_id, "
-                    "bucket) VALUES (?, ?, ?, ?)"
-                ),
-                params,
-            )
 
     # reservations and receipts
     def reservation(self, reservation_id: str) -> Reservation | None:
         row = self._one(
-            "SELECT record FROM reservations WHERE reservation_id = ?", (reservation_id,)
+            "SELECT record FROM reservations WHERE reservation_id = ?" + self._for_update,
+            (reservation_id,),
         )
         return _reservation(parse_strict_json(row[0])) if row is not None else None
 
     def put_reservation(self, r: Reservation) -> None:
-        params = (
-            r.budget_id,
-            r.status.value,
-            r.expires_at.isoformat(),
-            _dumps(_reservation_record(r)),
-            r.id,
-        )
         self._cur.execute(
             self._q(
-                "UPDATE reservations SET budget_id = ?, status = ?, "
-                "expires_at = ?, record = ? WHERE reservation_id = ?"
+                "INSERT INTO reservations (reservation_id, budget_id, status, expires_at, record) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (reservation_id) DO UPDATE "
+                "SET budget_id = excluded.budget_id, status = excluded.status, "
+                "expires_at = excluded.expires_at, record = excluded.record"
             ),
-            params,
+            (
+                r.id,
+                r.budget_id,
+                r.status.value,
+                r.expires_at.isoformat(),
+                _dumps(_reservation_record(r)),
+            ),
         )
-        if self._cur.rowcount == 0:
-            self._cur.execute(
-                self._q(
-                    "INSERT INTO reservations (budget_id, status, expires_at, "
-                    "record, reservation_id) VALUES (?, ?, ?, ?, ?)"
-                ),
-                params,
-            )
 
     def due_reservations(self, now: datetime) -> list[Reservation]:
         # expires_at is ISO 8601 UTC with a fixed offset, so text order is time order.
@@ -251,33 +245,37 @@ class SqlSpendTx:
         return [_reservation(parse_strict_json(r[0])) for r in self._cur.fetchall()]
 
     def receipt(self, receipt_id: str) -> Receipt | None:
-        row = self._one("SELECT record FROM receipts WHERE receipt_id = ?", (receipt_id,))
+        row = self._one(
+            "SELECT record FROM receipts WHERE receipt_id = ?" + self._for_update, (receipt_id,)
+        )
         return _receipt(parse_strict_json(row[0])) if row is not None else None
 
     def put_receipt(self, r: Receipt) -> None:
-        params = (r.reservation_id, _dumps(_receipt_record(r)), r.id)
         self._cur.execute(
-            self._q("UPDATE receipts SET reservation_id = ?, record = ? WHERE receipt_id = ?"),
-            params,
+            self._q(
+                "INSERT INTO receipts (receipt_id, reservation_id, record) VALUES (?, ?, ?) "
+                "ON CONFLICT (receipt_id) DO UPDATE "
+                "SET reservation_id = excluded.reservation_id, record = excluded.record"
+            ),
+            (r.id, r.reservation_id, _dumps(_receipt_record(r))),
         )
-        if self._cur.rowcount == 0:
-            self._cur.execute(
-                self._q(
-                    "INSERT INTO receipts (reservation_id, record, receipt_id) VALUES (?, ?, ?)"
-                ),
-                params,
-            )
 
     # audit chain primitives (the chaining itself is the ledger's)
     def session_head(self, session_id: str) -> tuple[int, str | None] | None:
+        # Locked on PostgreSQL: the caller appends next, and a second replica appending
+        # to this Warden-authored session waits here instead of losing the head race.
         row = self._one(
-            "SELECT head_seq, head_hash FROM sessions WHERE session_id = ?", (session_id,)
+            "SELECT head_seq, head_hash FROM sessions WHERE session_id = ?" + self._for_update,
+            (session_id,),
         )
         return (int(row[0]), row[1]) if row is not None else None
 
-    def insert_session(self, state: SessionState) -> None:
-        self._store._insert_session(self._cur, state)  # noqa: SLF001
+    def insert_session(self, state: SessionState) -> bool:
+        """Create a Warden-authored session unless it exists; False if another writer
+        (a replica) created it first — the caller then reads its head again."""
+        created = self._store._insert_session(self._cur, state, if_absent=True)  # noqa: SLF001
         self.touched_sessions.add(state.session_id)
+        return created
 
     def append(self, item: PendingAppend) -> None:
         self._store._append_one(self._cur, item)  # noqa: SLF001

@@ -35,7 +35,7 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, create_engine, event, func, select
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 from warden.crypto.canonical import parse_strict_json
 from warden.errors import (
@@ -54,16 +54,12 @@ if TYPE_CHECKING:
     from warden.spend.budgets import Budget
     from warden.store.spend_sql import SqlSpendTx
 from warden.store.base import PendingAppend, ReplayKeys, SessionSigner, SessionState
+from warden.store.driver_errors import is_integrity
 from warden.store.schema import entries, replay_keys, sessions
 
 SYNC_MODES = ("FULL", "NORMAL", "EXTRA")
 _CACHE_SIZE = 10_000
 log = logging.getLogger(__name__)
-
-
-def _is_integrity(exc: BaseException) -> bool:
-    """A unique/primary-key violation from any DB-API driver."""
-    return type(exc).__name__ == "IntegrityError" or isinstance(exc, sa_exc.IntegrityError)
 
 
 def _now() -> str:
@@ -95,15 +91,14 @@ def _private_sqlite_file(database: str) -> None:
     os.chmod(path, 0o600)
 
 
-def _sqlite_engine(url: str, sync: str) -> Engine:
-    parsed = make_url(url)
+def _sqlite_engine(parsed: URL, sync: str) -> Engine:
     if (
         parsed.database
         and parsed.database != ":memory:"
         and not parsed.database.startswith("file:")
     ):
         _private_sqlite_file(parsed.database)
-    engine = create_engine(url, connect_args={"check_same_thread": False})
+    engine = create_engine(parsed, connect_args={"check_same_thread": False})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -122,6 +117,18 @@ def _sqlite_engine(url: str, sync: str) -> Engine:
     return engine
 
 
+#: PostgreSQL URLs Warden accepts; all are served by psycopg 3.
+_PG_DRIVERS = ("postgresql", "postgres", "postgresql+psycopg")
+
+
+def _postgres_engine(parsed: URL) -> Engine:
+    """A psycopg 3 engine. The store's own connection runs in autocommit so that its
+    explicit ``BEGIN``/``COMMIT`` are the only transactions (a read never leaves one open)."""
+    if parsed.drivername != "postgresql+psycopg":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return create_engine(parsed, pool_pre_ping=True)
+
+
 def _alembic_config() -> Config:
     cfg = Config()
     cfg.set_main_option(
@@ -137,10 +144,18 @@ def head_revision() -> str:
     return head
 
 
+#: The PostgreSQL advisory lock key that serialises migrations ("warden" in ASCII).
+_MIGRATION_LOCK = 0x77617264656E
+
+
 def upgrade(engine: Engine) -> None:
     """Run the Alembic migrations to ``head`` on ``engine``."""
     cfg = _alembic_config()
     with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            # Replicas starting together migrate one at a time; the others then find
+            # the schema at head and do nothing. Released when this transaction ends.
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 
@@ -222,6 +237,12 @@ class SqlStore:
         self._lock = threading.RLock()
         self._raw: Any = engine.raw_connection()
         self._qmark = engine.dialect.paramstyle == "qmark"
+        #: PostgreSQL: read-modify-write rows are locked (``SELECT … FOR UPDATE``); SQLite
+        #: needs no row locks because ``BEGIN IMMEDIATE`` already serialises writers.
+        self.row_locks = engine.dialect.name == "postgresql"
+        if self.row_locks:
+            dbapi: Any = self._raw.dbapi_connection
+            dbapi.autocommit = True
         self._cache: dict[str, SessionState] = {}
         self.session_signer: SessionSigner | None = None
         self._checkpointer: _Checkpointer | None = None
@@ -256,7 +277,7 @@ class SqlStore:
                     log.exception("rollback failed")
                 if isinstance(exc, WardenError | KeyboardInterrupt | SystemExit):
                     raise
-                if _is_integrity(exc):
+                if is_integrity(exc):
                     raise StoreUnavailable(f"unexpected constraint failure: {exc}") from exc
                 raise StoreUnavailable(f"store error: {exc.__class__.__name__}: {exc}") from exc
             finally:
@@ -279,7 +300,7 @@ class SqlStore:
                 self._replay_rows(session_id, replay),
             )
         except Exception as exc:
-            if _is_integrity(exc):
+            if is_integrity(exc):
                 raise ReplayDetected("duplicate request_id or nonce") from exc
             raise
 
@@ -291,20 +312,25 @@ class SqlStore:
             try:
                 self._insert_session(cur, state)
             except Exception as exc:
-                if _is_integrity(exc):
+                if is_integrity(exc):
                     raise SessionRefused(
                         "session already negotiated", reason="renegotiation_not_supported"
                     ) from exc
                 raise
         self._cache[state.session_id] = replace(state, closed=False, head_seq=-1, head_hash=None)
 
-    def _insert_session(self, cur: Any, state: SessionState) -> None:
-        """Insert a session row (head -1, open) inside the caller's transaction."""
+    def _insert_session(self, cur: Any, state: SessionState, *, if_absent: bool = False) -> bool:
+        """Insert a session row (head -1, open) inside the caller's transaction.
+
+        ``if_absent``: an existing row is left alone and False returned (no constraint
+        error, which would abort a PostgreSQL transaction); otherwise a duplicate raises.
+        """
         cur.execute(
             self._q(
                 "INSERT INTO sessions (session_id, agent_id, key_id, created_at, "
                 "negotiated, closed, head_seq, session_signature) "
                 "VALUES (?, ?, ?, ?, ?, ?, -1, ?)"
+                + (" ON CONFLICT (session_id) DO NOTHING" if if_absent else "")
             ),
             (
                 state.session_id,
@@ -316,6 +342,7 @@ class SqlStore:
                 _dumps(state.signature) if state.signature is not None else None,
             ),
         )
+        return bool(cur.rowcount == 1)
 
     def load_session(self, session_id: str, *, fresh: bool = False) -> SessionState | None:
         if not fresh:
@@ -513,7 +540,7 @@ class SqlStore:
                 ),
             )
         except Exception as exc:
-            if _is_integrity(exc):
+            if is_integrity(exc):
                 raise _EntryConflict(str(exc)) from exc
             raise
 
@@ -784,6 +811,37 @@ class _Checkpointer:
         self._thread.join(timeout=10)
 
 
+def _engine_for(parsed: URL, sync: str) -> Engine:
+    """The engine for a parsed URL; ConfigError for an unsupported scheme."""
+    shown = parsed.render_as_string(hide_password=True)
+    if parsed.drivername in _PG_DRIVERS:
+        return _postgres_engine(parsed)
+    if parsed.drivername == "sqlite":
+        try:
+            return _sqlite_engine(parsed, sync)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the database {shown}: {exc.strerror or exc}") from exc
+    raise ConfigError(
+        f"database URL scheme {parsed.drivername!r} is not supported; use sqlite:///PATH "
+        "or postgresql://USER@HOST:PORT/DB"
+    )
+
+
+def current_revision(url: str) -> str | None:
+    """The schema revision stored in the database at ``url`` (None when it has none).
+    Raises ConfigError for an unsupported URL, SQLAlchemyError when it cannot be read."""
+    try:
+        parsed = make_url(url)
+    except sa_exc.ArgumentError as exc:
+        raise ConfigError(f"invalid database URL {url!r}") from exc
+    engine = _engine_for(parsed, "FULL")
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
+
+
 def open_store(url: str, *, sqlite_sync: str = "FULL", migrate: bool = True) -> SqlStore:
     """Open (and by default migrate) the store at ``url``.
 
@@ -799,14 +857,8 @@ def open_store(url: str, *, sqlite_sync: str = "FULL", migrate: bool = True) -> 
         parsed = make_url(url)
     except sa_exc.ArgumentError as exc:
         raise ConfigError(f"invalid database URL {url!r}") from exc
-    if parsed.get_backend_name() != "sqlite":
-        raise ConfigError(
-            f"database backend {parsed.get_backend_name()!r} is not supported yet; use sqlite:///…"
-        )
-    try:
-        engine = _sqlite_engine(url, sync)
-    except OSError as exc:
-        raise ConfigError(f"cannot create the database {url}: {exc.strerror or exc}") from exc
+    shown = parsed.render_as_string(hide_password=True)
+    engine = _engine_for(parsed, sync)
     try:
         if migrate:
             upgrade(engine)
@@ -818,11 +870,11 @@ def open_store(url: str, *, sqlite_sync: str = "FULL", migrate: bool = True) -> 
         if isinstance(exc, WardenError) or not isinstance(exc, Exception):
             raise
         if isinstance(exc, CommandError):
-            raise ConfigError(f"cannot migrate the database {url}: {exc}") from exc
+            raise ConfigError(f"cannot migrate the database {shown}: {exc}") from exc
         if isinstance(exc, sa_exc.SQLAlchemyError | engine.dialect.loaded_dbapi.Error):
             detail = getattr(exc, "orig", None) or exc
             raise StoreUnavailable(
-                f"cannot open the database {url} ({type(detail).__name__}: {detail}); "
+                f"cannot open the database {shown} ({type(detail).__name__}: {detail}); "
                 "is it damaged or not a Warden database?"
             ) from exc
         raise

@@ -15,6 +15,7 @@ from typing import Any
 
 from warden.approvals.tasks import ApprovalState, Task, Vote
 from warden.crypto.canonical import parse_strict_json
+from warden.store.driver_errors import is_integrity
 
 _LIVE = (ApprovalState.PENDING.value, ApprovalState.APPROVED.value)
 
@@ -38,10 +39,6 @@ def _columns(task: Task) -> tuple[Any, ...]:
     )
 
 
-def _is_integrity(exc: BaseException) -> bool:
-    return type(exc).__name__ in {"IntegrityError", "UniqueViolation"}
-
-
 class SqlTasks:
     """:class:`~warden.approvals.tasks.TaskStore` on an open DB-API cursor."""
 
@@ -50,22 +47,28 @@ class SqlTasks:
         "action_hash = ?, session_id = ?, expires_at = ?, approver_group = ?"
     )
 
-    def __init__(self, cur: Any, q: Any) -> None:
+    def __init__(self, cur: Any, q: Any, *, row_locks: bool = False) -> None:
         self._cur = cur
         self._q = q
+        # PostgreSQL: a task read in a write transaction is locked until it ends, so two
+        # replicas resolving one grant take turns and the second sees it consumed
+        # (instead of losing the conditional update and failing closed).
+        self._for_update = " FOR UPDATE" if row_locks else ""
 
     def put(self, task: Task) -> None:
-        params = (*_columns(task), task.id)
-        self._cur.execute(self._q(f"UPDATE tasks SET {self._SET} WHERE task_id = ?"), params)
-        if self._cur.rowcount == 0:
-            self._cur.execute(
-                self._q(
-                    "INSERT INTO tasks (kind, status, record, created_at, updated_at, state, "
-                    "action_hash, session_id, expires_at, approver_group, task_id) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                ),
-                params,
-            )
+        self._cur.execute(
+            self._q(
+                "INSERT INTO tasks (kind, status, record, created_at, updated_at, state, "
+                "action_hash, session_id, expires_at, approver_group, task_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET "
+                "kind = excluded.kind, status = excluded.status, record = excluded.record, "
+                "created_at = excluded.created_at, updated_at = excluded.updated_at, "
+                "state = excluded.state, action_hash = excluded.action_hash, "
+                "session_id = excluded.session_id, expires_at = excluded.expires_at, "
+                "approver_group = excluded.approver_group"
+            ),
+            (*_columns(task), task.id),
+        )
 
     def transition(self, task: Task, before: Task) -> bool:
         self._cur.execute(
@@ -77,7 +80,9 @@ class SqlTasks:
         return bool(self._cur.rowcount == 1)
 
     def get(self, task_id: str) -> Task | None:
-        self._cur.execute(self._q("SELECT record FROM tasks WHERE task_id = ?"), (task_id,))
+        self._cur.execute(
+            self._q("SELECT record FROM tasks WHERE task_id = ?" + self._for_update), (task_id,)
+        )
         row = self._cur.fetchone()
         return Task.from_dict(parse_strict_json(row[0])) if row is not None else None
 
@@ -85,7 +90,7 @@ class SqlTasks:
         self._cur.execute(
             self._q(
                 "SELECT record FROM tasks WHERE session_id = ? AND action_hash = ? "
-                "ORDER BY created_at DESC, task_id DESC LIMIT 1"
+                "ORDER BY created_at DESC, task_id DESC LIMIT 1" + self._for_update
             ),
             (scope, action_hash),
         )
@@ -106,7 +111,7 @@ class SqlTasks:
             )
         except Exception as exc:
             self._cur.execute("ROLLBACK TO SAVEPOINT vote")
-            if _is_integrity(exc):
+            if is_integrity(exc):
                 return False
             raise
         self._cur.execute("RELEASE SAVEPOINT vote")

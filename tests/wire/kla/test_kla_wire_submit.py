@@ -40,6 +40,12 @@ EXECUTION = "exec_credit_review_demo_0001"
 
 
 @pytest.fixture
+def make_runtime(make_backend_runtime: Callable[..., Runtime]) -> Callable[..., Runtime]:
+    """Every test here runs on SQLite and on PostgreSQL."""
+    return make_backend_runtime
+
+
+@pytest.fixture
 def rt(make_runtime: Callable[..., Runtime]) -> Runtime:
     return make_runtime(kla_keys=asset("kla/jwks_two_keys.json"))
 

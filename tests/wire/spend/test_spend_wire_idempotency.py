@@ -26,6 +26,12 @@ TTL = 3600
 
 
 @pytest.fixture
+def make_runtime(make_backend_runtime: Callable[..., Runtime]) -> Callable[..., Runtime]:
+    """Every test here runs on SQLite and on PostgreSQL."""
+    return make_backend_runtime
+
+
+@pytest.fixture
 def rt(make_runtime: Callable[..., Runtime]) -> Runtime:
     return make_runtime()
 

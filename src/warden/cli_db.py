@@ -1,0 +1,57 @@
+"""``warden db``: create or upgrade the database schema, and show its revision.
+
+A Typer sub-app (:data:`db_app`) that ``warden.cli`` mounts as ``db``. ``warden serve``
+migrates on start too; ``warden db upgrade`` is for deployments that migrate once before
+starting several replicas (on PostgreSQL, concurrent upgrades wait on an advisory lock,
+so starting replicas together is safe either way).
+
+Exit codes: 0 success, 2 bad input or configuration (unsupported URL, unreachable or
+damaged database, a schema newer than this Warden).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from warden.cli_options import DataDir, DbUrl, _fail, console, existing_database_url, shown_url
+from warden.errors import WardenError
+
+db_app = typer.Typer(help="The database schema (Alembic migrations).", no_args_is_help=True)
+
+
+def _url(data_dir: Path, database_url: str | None) -> str:
+    return database_url or f"sqlite:///{data_dir / 'warden.db'}"
+
+
+@db_app.command()
+def upgrade(data_dir: DataDir = Path(".warden"), database_url: DbUrl = None) -> None:
+    """Create the schema, or migrate it to this Warden's revision."""
+    from warden.store import open_store
+    from warden.store.sql import head_revision
+
+    url = _url(data_dir, database_url)
+    try:
+        open_store(url, migrate=True).close()
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    console.print(f"{shown_url(url)}: schema at revision {head_revision()}")
+
+
+@db_app.command()
+def current(data_dir: DataDir = Path(".warden"), database_url: DbUrl = None) -> None:
+    """Print the schema revision of the database and the one this Warden writes."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from warden.store.sql import current_revision, head_revision
+
+    try:
+        url = existing_database_url(data_dir, database_url)
+        revision = current_revision(url)
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    except SQLAlchemyError as exc:
+        detail = getattr(exc, "orig", None) or exc
+        raise _fail(WardenError(f"cannot read the database: {detail}")) from exc
+    console.print(f"database: {revision or 'none (empty)'}\nthis Warden: {head_revision()}")
