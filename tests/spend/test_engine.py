@@ -156,6 +156,33 @@ def test_release_and_expiry_return_the_hold(database_url: str) -> None:
     verify(store)
 
 
+def test_two_replicas_expiring_at_once_release_each_hold_once(database_url: str) -> None:
+    eng, store, clock = open_engine(database_url)
+    bot = tree(eng, org="1000", team="1000", agent="1000")
+    holds = [eng.reserve(bot, "3", "USD", action=f"h{i}", hold_seconds=60) for i in range(40)]
+    clock.advance(seconds=61)
+    # Two handles on one database, as two replicas' expiry sweepers are.
+    engines = [eng, open_engine(database_url, clock)[0]]
+    barrier = threading.Barrier(2)
+    released: list[int] = []
+
+    def sweep(e: Any) -> None:
+        barrier.wait()
+        released.append(e.expire_due())
+
+    threads = [threading.Thread(target=sweep, args=(e,)) for e in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(released) == 40
+    assert eng.remaining(bot) == (Decimal("1000"), "USD")
+    assert all(eng.reservation(h.id).status is HoldStatus.EXPIRED for h in holds)
+    kinds = [r["entry"]["step_type"] for r in store.iter_records() if r["kind"] == "entry"]
+    assert kinds.count("warden/spend.expire") == 40
+    verify(store)
+
+
 def test_expired_holds_do_not_block_a_new_reservation(database_url: str) -> None:
     eng, _, clock = open_engine(database_url)
     bot = tree(eng)

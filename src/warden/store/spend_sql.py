@@ -235,10 +235,13 @@ class SqlSpendTx:
 
     def due_reservations(self, now: datetime) -> list[Reservation]:
         # expires_at is ISO 8601 UTC with a fixed offset, so text order is time order.
+        # PostgreSQL: the rows are locked, and rows another replica is expiring (or
+        # settling) right now are skipped, so no hold is released twice.
         self._cur.execute(
             self._q(
                 "SELECT record FROM reservations WHERE status = 'held' AND "
                 "expires_at <= ? ORDER BY expires_at"
+                + (" FOR UPDATE SKIP LOCKED" if self._row_locks else "")
             ),
             (now.isoformat(),),
         )
