@@ -61,6 +61,12 @@ def _rotating(cluster: Cluster, start: int) -> Any:
     return send
 
 
+def test_every_replica_is_ready(cluster: Cluster) -> None:
+    for r in cluster.replicas:
+        ready = httpx.get(r.url + "/readyz", timeout=10)
+        assert ready.status_code == 200 and ready.json()["status"] == "ready", ready.text
+
+
 def test_acs_sessions_alternating_across_replicas_keep_one_chain_each(cluster: Cluster) -> None:
     steps = 12
 
@@ -215,4 +221,42 @@ def test_one_approval_consumed_from_two_replicas_at_once_allows_once(
     assert allowed["policy_data"]["approval"]["task_id"] == task_id
     (state,) = cluster.rows("SELECT state FROM tasks WHERE task_id = ?", task_id)
     assert state == ("consumed",)
+    cluster.verify()
+
+
+def test_one_request_sent_to_every_replica_is_decided_once(cluster: Cluster) -> None:
+    http = httpx.Client(timeout=30.0)
+    try:
+        agent = AcsClient(http_transport(cluster.replicas[0].url + "/acs", http), TEST_IKM)
+        agent.hello()
+        envelope = agent.envelope(
+            "steps/toolCallRequest",
+            {"tool": {"name": "read_file"}, "arguments": {"path": {"value": "/srv/once"}}},
+        )
+        body = json.dumps(envelope).encode()
+        barrier = threading.Barrier(3)
+
+        def send(url: str) -> dict[str, Any]:
+            barrier.wait()
+            answer: dict[str, Any] = http.post(
+                url + "/acs", content=body, headers={"content-type": "application/json"}
+            ).json()
+            return answer
+
+        with ThreadPoolExecutor(3) as pool:
+            answers = list(pool.map(send, [r.url for r in cluster.replicas]))
+    finally:
+        http.close()
+    decided = [a for a in answers if "result" in a]
+    refused = [a for a in answers if "error" in a]
+    assert len(decided) == 1 and decided[0]["result"]["decision"] == "allow", answers
+    assert len(refused) == 2, answers
+    for a in refused:
+        assert "replay" in json.dumps(a["error"]).lower(), a
+    rows = cluster.rows(
+        "SELECT count(*) FROM entries WHERE session_id = ? AND step_id = ?",
+        agent.session_id,
+        envelope["params"]["request_id"],
+    )
+    assert rows == [(1,)]
     cluster.verify()

@@ -773,3 +773,11 @@ def test_migrating_twice_changes_nothing(open_handle: Callable[[], Any]) -> None
     before = snapshot(store)
     store.close()
     assert snapshot(open_handle()) == before  # opening migrates again (a no-op at head)
+
+
+def test_ping_reaches_the_database_and_fails_once_closed(open_handle: Callable[[], Any]) -> None:
+    store = open_handle()
+    store.ping()
+    store.close()
+    with pytest.raises(StoreUnavailable):
+        store.ping()

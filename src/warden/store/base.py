@@ -131,8 +131,11 @@ class Store(Protocol):
         module contract) and ``StoreUnavailable`` if the database cannot be read.
         """
 
+    def ping(self) -> None:
+        """One round trip to the database; ``StoreUnavailable`` if it fails (readiness)."""
+
     def counts(self) -> dict[str, int]:
-        """Row counts per table (for tests and health)."""
+        """Row counts per table (for tests)."""
 
     def close(self) -> None:
         """Release connections."""

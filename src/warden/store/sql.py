@@ -765,6 +765,20 @@ class SqlStore:
 
         return list_budgets(self)
 
+    def ping(self) -> None:
+        """One round trip to the database (``SELECT 1``); StoreUnavailable if it fails.
+        Cheap at any size, unlike :meth:`counts` (readiness probes call it often)."""
+        with self._lock:
+            try:
+                cur = self._raw.cursor()
+                try:
+                    cur.execute("SELECT 1")
+                    cur.fetchall()
+                finally:
+                    cur.close()
+            except Exception as exc:  # noqa: BLE001 - closed handle, lost server, driver error
+                raise StoreUnavailable(f"store error: {exc.__class__.__name__}: {exc}") from exc
+
     def counts(self) -> dict[str, int]:
         with self._engine.connect() as conn:
             return {

@@ -1,0 +1,56 @@
+"""``warden db upgrade | current`` on both backends (the real ``warden`` CLI app)."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from typer.testing import CliRunner, Result
+
+from warden.cli import app
+from warden.store.sql import current_revision, head_revision
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(app, ["db", *args], env={"COLUMNS": "200"})
+
+
+def test_upgrade_creates_the_schema_and_current_reports_it(
+    database_url: str, tmp_path: Path
+) -> None:
+    dd = ["--data-dir", str(tmp_path / "d"), "--database-url", database_url]
+    if database_url.startswith("postgresql"):
+        before = run("current", *dd)
+        assert before.exit_code == 0, before.output
+        assert "database: none (empty)" in before.stdout
+    up = run("upgrade", *dd)
+    assert up.exit_code == 0, up.output
+    assert f"schema at revision {head_revision()}" in up.stdout
+    assert current_revision(database_url) == head_revision()
+    after = run("current", *dd)
+    assert after.exit_code == 0, after.output
+    assert f"database: {head_revision()}" in after.stdout
+    again = run("upgrade", *dd)  # idempotent
+    assert again.exit_code == 0, again.output
+
+
+def test_the_default_sqlite_file_is_created_private(tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    missing = run("current", "--data-dir", str(data))
+    assert missing.exit_code == 2
+    assert "no database at" in missing.output and "warden db upgrade" in missing.output
+    assert run("upgrade", "--data-dir", str(data)).exit_code == 0
+    assert stat.S_IMODE((data / "warden.db").stat().st_mode) == 0o600
+
+
+def test_bad_urls_are_refused_with_a_clear_message(tmp_path: Path) -> None:
+    dd = ["--data-dir", str(tmp_path / "d")]
+    mysql = run("upgrade", *dd, "--database-url", "mysql://root@127.0.0.1/test")
+    assert mysql.exit_code == 2
+    assert "'mysql' is not supported" in mysql.output
+    # Nothing listens on port 1; the password never appears in the message.
+    down = run("upgrade", *dd, "--database-url", "postgresql://u:s3cret@127.0.0.1:1/x")
+    assert down.exit_code == 2
+    assert "cannot open the database" in down.output
+    assert "s3cret" not in down.output
+    assert "Traceback" not in down.output
