@@ -33,7 +33,7 @@ def read_cursor(store: SqlStore) -> Iterator[Any]:
     driver errors become :class:`StoreUnavailable`.
     """
     with store._lock:
-        cur = store._raw.cursor()
+        cur = store._cursor()
         try:
             yield cur
         except Exception as exc:

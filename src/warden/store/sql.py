@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import replace
 from datetime import UTC, datetime
 from importlib import resources
@@ -235,14 +235,12 @@ class SqlStore:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._lock = threading.RLock()
-        self._raw: Any = engine.raw_connection()
         self._qmark = engine.dialect.paramstyle == "qmark"
         #: PostgreSQL: read-modify-write rows are locked (``SELECT … FOR UPDATE``); SQLite
         #: needs no row locks because ``BEGIN IMMEDIATE`` already serialises writers.
         self.row_locks = engine.dialect.name == "postgresql"
-        if self.row_locks:
-            dbapi: Any = self._raw.dbapi_connection
-            dbapi.autocommit = True
+        self._closed = False
+        self._raw: Any = self._connect()
         self._cache: dict[str, SessionState] = {}
         self.session_signer: SessionSigner | None = None
         self._checkpointer: _Checkpointer | None = None
@@ -258,6 +256,57 @@ class SqlStore:
     def engine(self) -> Engine:
         return self._engine
 
+    def _connect(self) -> Any:
+        raw = self._engine.raw_connection()
+        if self.row_locks:
+            dbapi: Any = raw.dbapi_connection
+            dbapi.autocommit = True
+        return raw
+
+    def _broken(self) -> bool:
+        """The server dropped the connection (restart, failover, a terminated backend):
+        psycopg marks it ``closed``/``broken`` once a statement has failed on it."""
+        dbapi = self._raw.dbapi_connection
+        return dbapi is None or bool(
+            getattr(dbapi, "closed", False) or getattr(dbapi, "broken", False)
+        )
+
+    def _cursor(self) -> Any:
+        """A cursor on the store's connection (the caller holds ``_lock``); a connection
+        the server dropped is replaced first. StoreUnavailable if the store is closed or
+        the database cannot be reached."""
+        if self._closed:
+            raise StoreUnavailable("the store is closed")
+        if self._broken():
+            log.warning("the database connection was lost; reconnecting")
+            with suppress(Exception):  # it is gone either way
+                self._raw.invalidate()
+            try:
+                self._raw = self._connect()
+            except Exception as exc:  # noqa: BLE001 - the server is still down
+                raise StoreUnavailable(f"cannot reconnect to the database: {exc}") from exc
+        return self._raw.cursor()
+
+    def _read(self, sql: str, params: tuple[Any, ...]) -> Any:
+        """One row (or None) of a read; a dropped connection is replaced and the read
+        repeated once (reads have no effects). StoreUnavailable otherwise."""
+        with self._lock:
+            for attempt in (1, 2):
+                try:
+                    cur = self._cursor()
+                    try:
+                        cur.execute(self._q(sql), params)
+                        return cur.fetchone()
+                    finally:
+                        cur.close()
+                except StoreUnavailable:
+                    raise
+                except Exception as exc:
+                    if attempt == 1 and self._broken():
+                        continue
+                    raise StoreUnavailable(f"store error: {exc.__class__.__name__}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def _q(self, sql: str) -> str:
         return sql if self._qmark else sql.replace("?", "%s")
 
@@ -265,9 +314,17 @@ class SqlStore:
     def _write(self) -> Iterator[Any]:
         """One write transaction on the raw connection; foreign errors translated."""
         with self._lock:
-            cur = self._raw.cursor()
+            cur = self._cursor()
             try:
-                cur.execute("BEGIN IMMEDIATE" if self._qmark else "BEGIN")
+                try:
+                    cur.execute("BEGIN IMMEDIATE" if self._qmark else "BEGIN")
+                except Exception:
+                    if not self._broken():
+                        raise
+                    # The server dropped the connection (restart, failover): nothing has
+                    # been done yet, so reconnect and begin again instead of failing.
+                    cur = self._cursor()
+                    cur.execute("BEGIN IMMEDIATE" if self._qmark else "BEGIN")
                 yield cur
                 cur.execute("COMMIT")
             except BaseException as exc:
@@ -349,22 +406,11 @@ class SqlStore:
             hit = self._cache.get(session_id)
             if hit is not None:
                 return hit
-        with self._lock:
-            cur = self._raw.cursor()
-            try:
-                cur.execute(
-                    self._q(
-                        "SELECT session_id, agent_id, key_id, created_at, negotiated, closed, "
-                        "head_seq, head_hash, session_signature FROM sessions "
-                        "WHERE session_id = ?"
-                    ),
-                    (session_id,),
-                )
-                row = cur.fetchone()
-            except Exception as exc:
-                raise StoreUnavailable(f"store error: {exc.__class__.__name__}") from exc
-            finally:
-                cur.close()
+        row = self._read(
+            "SELECT session_id, agent_id, key_id, created_at, negotiated, closed, "
+            "head_seq, head_hash, session_signature FROM sessions WHERE session_id = ?",
+            (session_id,),
+        )
         if row is None:
             self._cache.pop(session_id, None)
             return None
@@ -392,41 +438,24 @@ class SqlStore:
         return state
 
     def seen(self, session_id: str, replay: ReplayKeys) -> bool:
-        with self._lock:
-            cur = self._raw.cursor()
-            try:
-                values = [replay.request_id]
-                sql = (
-                    "SELECT 1 FROM replay_keys WHERE session_id = ? "
-                    "AND ((kind = 'request_id' AND value = ?)"
-                )
-                if replay.nonce is not None:
-                    sql += " OR (kind = 'nonce' AND value = ?)"
-                    values.append(replay.nonce)
-                cur.execute(self._q(sql + ") LIMIT 1"), (session_id, *values))
-                return cur.fetchone() is not None
-            except Exception as exc:
-                raise StoreUnavailable(f"store error: {exc.__class__.__name__}") from exc
-            finally:
-                cur.close()
+        values = [replay.request_id]
+        sql = (
+            "SELECT 1 FROM replay_keys WHERE session_id = ? "
+            "AND ((kind = 'request_id' AND value = ?)"
+        )
+        if replay.nonce is not None:
+            sql += " OR (kind = 'nonce' AND value = ?)"
+            values.append(replay.nonce)
+        return self._read(sql + ") LIMIT 1", (session_id, *values)) is not None
 
     def step_entry(self, session_id: str, step_id: str) -> dict[str, Any] | None:
         """The committed entry of request ``step_id`` in the session, or None.
 
         Raises :class:`StoreUnavailable` if it cannot be read or is not strict JSON.
         """
-        with self._lock:
-            cur = self._raw.cursor()
-            try:
-                cur.execute(
-                    self._q("SELECT entry FROM entries WHERE session_id = ? AND step_id = ?"),
-                    (session_id, step_id),
-                )
-                row = cur.fetchone()
-            except Exception as exc:
-                raise StoreUnavailable(f"store error: {exc.__class__.__name__}") from exc
-            finally:
-                cur.close()
+        row = self._read(
+            "SELECT entry FROM entries WHERE session_id = ? AND step_id = ?", (session_id, step_id)
+        )
         if row is None:
             return None
         try:
@@ -768,16 +797,7 @@ class SqlStore:
     def ping(self) -> None:
         """One round trip to the database (``SELECT 1``); StoreUnavailable if it fails.
         Cheap at any size, unlike :meth:`counts` (readiness probes call it often)."""
-        with self._lock:
-            try:
-                cur = self._raw.cursor()
-                try:
-                    cur.execute("SELECT 1")
-                    cur.fetchall()
-                finally:
-                    cur.close()
-            except Exception as exc:  # noqa: BLE001 - closed handle, lost server, driver error
-                raise StoreUnavailable(f"store error: {exc.__class__.__name__}: {exc}") from exc
+        self._read("SELECT 1", ())
 
     def counts(self) -> dict[str, int]:
         with self._engine.connect() as conn:
@@ -790,6 +810,7 @@ class SqlStore:
         if self._checkpointer is not None:
             self._checkpointer.stop()
         with self._lock:
+            self._closed = True
             try:
                 self._raw.close()
             finally:
