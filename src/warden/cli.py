@@ -20,11 +20,12 @@ from rich.table import Table
 
 from warden import __version__
 from warden.cli_approvals import approvals_app
+from warden.cli_db import db_app
 from warden.cli_evidence import export_evidence_cmd
 from warden.cli_keys import keys_app
 from warden.cli_mcp import mcp_proxy_cmd
 from warden.cli_records import verify_bundle_cmd, verify_record_cmd
-from warden.errors import ConfigError, IntegrityError, WardenError
+from warden.errors import IntegrityError, WardenError
 
 app = typer.Typer(
     name="warden",
@@ -40,6 +41,7 @@ app.add_typer(policy_app, name="policy")
 app.add_typer(replay_app, name="replay")
 app.add_typer(keys_app, name="keys")
 app.add_typer(approvals_app, name="approvals")
+app.add_typer(db_app, name="db")
 
 from warden.cli_options import (  # noqa: E402 - after the Typer apps
     EXIT_BAD_INPUT,
@@ -50,6 +52,8 @@ from warden.cli_options import (  # noqa: E402 - after the Typer apps
     _fail,
     console,
     err_console,
+    existing_database_url,
+    shown_url,
 )
 
 
@@ -208,7 +212,8 @@ def serve(
     ref = runtime.bundle.ref
     err_console.print(
         f"warden {__version__}: bundle {ref.id}@{ref.version} ({len(runtime.bundle.rules)} "
-        f"rules, {ref.digest[:19]}…), store {settings.resolved_database_url()}, key file "
+        f"rules, {ref.digest[:19]}…), store {shown_url(settings.resolved_database_url())}, "
+        "key file "
         f"{settings.resolved_key_file()}, admin API token {settings.resolved_api_token_file()}, "
         f"approval desk {settings.resolved_public_url()}/desk"
     )
@@ -227,10 +232,7 @@ def serve(
 def _open_store(data_dir: Path, database_url: str | None) -> Any:
     from warden.store import open_store
 
-    url = database_url or f"sqlite:///{data_dir / 'warden.db'}"
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
-        raise ConfigError(f"no database at {url}")
-    return open_store(url, migrate=False)
+    return open_store(existing_database_url(data_dir, database_url), migrate=False)
 
 
 @app.command()
@@ -469,6 +471,46 @@ def policy_explain(
         console.print(f"evaluation failed: {escape(failure)}")
 
 
+def _replay_efficacy(
+    bundle: Path,
+    suites: list[str] | None,
+    paradigms: list[str] | None,
+    modes: list[str] | None,
+    user_tasks: int | None,
+    attacks: bool,
+    markdown_out: Path | None,
+) -> None:
+    """``warden replay agentdojo --efficacy`` (README "Efficacy on AgentDojo attacks")."""
+    from warden.replay.efficacy import MODES, PARADIGMS, markdown, print_report, run_efficacy
+
+    bad = [p for p in paradigms or () if p not in PARADIGMS]
+    bad += [m for m in modes or () if m not in MODES]
+    if bad:
+        err_console.print(
+            f"[red]error:[/red] unknown {', '.join(bad)}; paradigms: {', '.join(PARADIGMS)}; "
+            f"modes: {', '.join(MODES)}"
+        )
+        raise typer.Exit(EXIT_BAD_INPUT)
+    try:
+        results = run_efficacy(
+            bundle,
+            suites=suites,
+            paradigms=paradigms or PARADIGMS,
+            modes=modes or MODES,
+            user_tasks=user_tasks,
+            attacked=attacks,
+            progress=lambda text: console.print(text),
+        )
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    except (ValueError, OSError) as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
+    print_report(results, console)
+    if markdown_out is not None:
+        markdown_out.write_text(markdown(results) + "\n", encoding="utf-8")
+
+
 @replay_app.command("agentdojo")
 def replay_agentdojo(
     url: Annotated[str, typer.Option(help="Warden's ACS endpoint.")] = "http://127.0.0.1:8787/acs",
@@ -487,11 +529,44 @@ def replay_agentdojo(
     ] = True,
     data_dir: DataDir = Path(".warden"),
     database_url: DbUrl = None,
+    efficacy: Annotated[
+        bool,
+        typer.Option(
+            "--efficacy",
+            help="Run the provenance efficacy harness instead: benign and attacked runs "
+            "against in-process Wardens, one per paradigm and provenance mode (--url, "
+            "--key-file and --verify are not used).",
+        ),
+    ] = False,
+    bundle: Annotated[
+        Path, typer.Option(help="Efficacy: the base bundle (its provenance section).")
+    ] = Path("examples/policies/agentdojo-provenance.yaml"),
+    paradigm: Annotated[
+        list[str] | None,
+        typer.Option(help="Efficacy: fides, ibac, aarm, camel, combined (default: all)."),
+    ] = None,
+    mode: Annotated[
+        list[str] | None,
+        typer.Option(help="Efficacy: client, inference (default: both)."),
+    ] = None,
+    user_tasks: Annotated[
+        int | None, typer.Option(help="Efficacy: only the first N user tasks of each suite.")
+    ] = None,
+    attacks: Annotated[
+        bool, typer.Option("--attacks/--no-attacks", help="Efficacy: replay attacked pairs.")
+    ] = True,
+    markdown: Annotated[
+        Path | None, typer.Option(help="Efficacy: also write the table as Markdown here.")
+    ] = None,
 ) -> None:
-    """Replay AgentDojo v1.2 ground-truth tool calls as signed ACS sessions."""
+    """Replay AgentDojo v1.2 ground-truth tool calls as signed ACS sessions (or, with
+    --efficacy, measure the provenance gates on benign and attacked runs)."""
     from warden.crypto.keystore import load_ikm
     from warden.replay.agentdojo import replay
 
+    if efficacy:
+        _replay_efficacy(bundle, suite, paradigm, mode, user_tasks, attacks, markdown)
+        return
     try:
         ikm = load_ikm(key_file)
         summary = replay(url, ikm, suites=suite, console=console)

@@ -44,7 +44,18 @@ class Guardian:
             detail = traceback.format_exc()
             log.error("fail-closed deny after engine crash:\n%s", detail)
             return self.fail_closed(request, detail)
-        return fit_to_hook(verdict_from_evaluation(ev), request.permitted)
+        verdict = verdict_from_evaluation(ev)
+        if request.provenance is not None:
+            # The provenance gates (FIDES, IBAC, AARM, CaMeL) only tighten the verdict.
+            from warden.provenance.gates import apply_gates
+
+            try:
+                verdict = apply_gates(request.provenance, verdict, ev.bundle)
+            except Exception:  # noqa: BLE001 - a gate that cannot decide fails closed
+                detail = traceback.format_exc()
+                log.error("fail-closed deny after provenance gate crash:\n%s", detail)
+                return self.fail_closed(request, detail)
+        return fit_to_hook(verdict, request.permitted)
 
     def fail_closed(self, request: ActionRequest, detail: str) -> Verdict:
         """The signed-deny verdict used when no decision could be reached."""
@@ -90,4 +101,5 @@ def fit_to_hook(verdict: Verdict, permitted: frozenset[Effect]) -> Verdict:
         bundle=verdict.bundle,
         policy_data={**verdict.policy_data, "substituted_from": verdict.decision.value},
         failure=verdict.failure,
+        cited_provenance_ids=verdict.cited_provenance_ids,
     )

@@ -37,8 +37,11 @@ STEP_METHODS: tuple[str, ...] = (
 #: action, ``args`` are ``{budgetId, amount, currency, action}``), and so is an AI agent
 #: action request (``hooks: [kla/action]``; ``tool.name`` is the request's ``action``,
 #: ``args`` are ``{purpose, resource_type, resource_id, data_boundary_ref, environment,
-#: amount?, currency?}`` with ``amount`` a decimal string).
-WARDEN_METHODS: tuple[str, ...] = ("spend/quote", "kla/action")
+#: amount?, currency?}`` with ``amount`` a decimal string), and so is an AdCP
+#: ``check_governance`` (``hooks: [adcp/check_governance]``; ``tool.name`` is the governed
+#: task, ``args`` are ``{plan_id, check_type, tool, amount, currency, target_agent,
+#: purchase_type, caller}`` with ``amount`` a number or null).
+WARDEN_METHODS: tuple[str, ...] = ("spend/quote", "kla/action", "adcp/check_governance")
 
 #: Canonical prefix of a wrapped MCP method as policy sees it (``protocols/MCP/tools/call``).
 MCP_METHOD_PREFIX = "protocols/MCP/"

@@ -81,6 +81,9 @@ class ActionRequest:
     raw_command: str
     session: dict[str, Any]
     permitted: frozenset[Effect] = ALL_EFFECTS
+    #: The step's :class:`~warden.provenance.facts.ProvenanceView` when the bundle has a
+    #: ``provenance`` section (CEL ``provenance``; the provenance gates read it).
+    provenance: Any = None
 
     @property
     def tool_name(self) -> str:
@@ -97,6 +100,10 @@ class Verdict:
     the verdict is a fail-closed deny; it goes to the ledger, never the wire.
     ``spend`` is what the spend gate did for this step (a reservation taken or
     refused, a settlement or release); it goes into the hashed entry.
+    ``cited_provenance_ids`` are the provenance ids that drove the verdict (ACS §5);
+    ``provenance_summary`` is the session's summary after this step and
+    ``intent_extension`` a capability an approved step added to the intent (both go
+    into the hashed entry).
     """
 
     decision: Effect
@@ -111,3 +118,6 @@ class Verdict:
     policy_data: dict[str, Any] = field(default_factory=dict)
     failure: str | None = None
     spend: dict[str, Any] | None = None
+    cited_provenance_ids: tuple[str, ...] = ()
+    provenance_summary: dict[str, Any] | None = None
+    intent_extension: dict[str, Any] | None = None

@@ -47,6 +47,7 @@ from warden.policy.conditions import (
     Expression,
     pattern_problem,
 )
+from warden.provenance.config import ProvenanceSpec
 from warden.spend.budgets import budget_id_problem
 from warden.spend.money import MoneyError, parse_amount, parse_currency
 from warden.strict_yaml import UniqueKeyLoader as _UniqueKeyLoader
@@ -339,6 +340,8 @@ class BundleSpec(_Strict):
     data: dict[str, Any] = Field(default_factory=dict)
     rules: list[RuleSpec]
     spend: list[ChargeSpec] = Field(default_factory=list)
+    #: Provenance-aware decisions (README "Provenance-aware decisions"); None = off.
+    provenance: ProvenanceSpec | None = None
 
     @field_validator("default_reasoning")
     @classmethod
@@ -467,6 +470,7 @@ class Bundle:
     rules: tuple[Rule, ...]
     source: str
     charges: tuple[Charge, ...] = field(default=())
+    provenance: ProvenanceSpec | None = None
 
 
 def _problem(source: str, where: str, msg: str) -> str:
@@ -645,6 +649,7 @@ def parse_bundle(text: str, *, source: str = "<bundle>") -> Bundle:
         rules=tuple(compiled),
         source=source,
         charges=tuple(charges),
+        provenance=spec.provenance,
     )
 
 

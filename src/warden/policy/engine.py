@@ -58,6 +58,24 @@ _FACTS: dict[str, Any] = {
     "payload": lambda r: r.payload,
     "metadata": lambda r: r.metadata,
     "session": lambda r: r.session,
+    "provenance": lambda r: r.provenance.facts() if r.provenance is not None else NO_PROVENANCE,
+}
+
+#: CEL ``provenance`` when the bundle has no ``provenance`` section or the step no view.
+NO_PROVENANCE: dict[str, Any] = {
+    "mode": "off",
+    "args": {},
+    "untrusted_args": [],
+    "tool": {"consequential": False, "external_sink": False},
+    "session": {
+        "untrusted_entered": False,
+        "untrusted_step_ids": [],
+        "untrusted_sources": [],
+        "earliest_untrusted_step_id": "",
+        "steps_since_untrusted": -1,
+        "summary": {},
+    },
+    "intent": {"present": False, "raw": "", "parsed": [], "scope_mode": "", "within": False},
 }
 
 

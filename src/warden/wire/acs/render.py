@@ -65,6 +65,8 @@ def verdict_result(
         result["policy_references"] = [r.to_wire() for r in verdict.policy_references]
     if verdict.policy_data:
         result["policy_data"] = verdict.policy_data
+    if verdict.cited_provenance_ids:
+        result["cited_provenance_ids"] = list(verdict.cited_provenance_ids)
     if verdict.modifications is not None:
         result["modifications"] = verdict.modifications
     if verdict.ask_details is not None:
@@ -106,6 +108,10 @@ def entry_content(
         v["substituted_from"] = verdict.policy_data["substituted_from"]
     if verdict.spend is not None:
         v["spend"] = verdict.spend
+    if verdict.cited_provenance_ids:
+        v["cited_provenance_ids"] = list(verdict.cited_provenance_ids)
+    if verdict.intent_extension is not None:
+        v["intent_extension"] = verdict.intent_extension
     content: dict[str, Any] = {
         "entry_id": entry_id,
         "session_id": session_id,
@@ -118,6 +124,8 @@ def entry_content(
     turn_id = params["metadata"].get("turn_id")
     if isinstance(turn_id, str):
         content["turn_id"] = turn_id
+    if verdict.provenance_summary is not None:
+        content["provenance_summary"] = verdict.provenance_summary
     if verdict.failure:
         content["failure"] = verdict.failure
     return content

@@ -62,6 +62,9 @@ from warden.errors import (
 from warden.gates.approval import ApprovalGate, ApprovalStep, needs_human
 from warden.gates.spend import SpendGate, SpendStep
 from warden.ledger.ledger import Ledger
+from warden.provenance.facts import view_for
+from warden.provenance.graph import SessionProvenance
+from warden.provenance.tracker import ProvenanceTracker
 from warden.schemas import SchemaSet
 from warden.store.base import PendingAppend, ReplayKeys, SessionState, Store
 from warden.store.group_commit import GroupCommitter
@@ -155,6 +158,7 @@ class AcsService:
         self.max_body_bytes = max_body_bytes
         self.schemas = SchemaSet("acs")
         self.ledger = Ledger(store, keys, key_id)
+        self.provenance = ProvenanceTracker(store)
         self._clock = clock
         self._thread_locks = [threading.Lock() for _ in range(64)]
         # One asyncio lock per live session; dropped when no request holds it.
@@ -415,7 +419,10 @@ class AcsService:
                 agent_id=params["metadata"]["agent_id"],
                 key_id=params["signature"]["key_id"],
                 created_at=self._clock().isoformat(),
-                negotiated={"server_hello": hello},
+                negotiated={
+                    "server_hello": hello,
+                    "provenance_producer": params["payload"]["provenance_producer"],
+                },
             ),
             replay,
         )
@@ -457,11 +464,16 @@ class AcsService:
                 if isinstance(refusal, ProtocolError):
                     raise refusal
                 return self._sign(key, refusal)
-            pending = yield from self._decide(msg, info, session, replay, key, fast, gate, approval)
+            after: list[SessionProvenance] = []
+            pending = yield from self._decide(
+                msg, info, session, replay, key, fast, gate, approval, after
+            )
             # The commit's unique replay keys detect a replay (-32005) atomically.
             outcome = yield pending
             if outcome is None:
                 assert pending.response is not None
+                if after:
+                    self.provenance.committed(sid, pending.entry["entry_hash"], after[0])
                 return pending.response
             if gate is not None and gate.held is not None:
                 # The entry recording the hold did not commit: release it.
@@ -533,12 +545,24 @@ class AcsService:
         fast: bool,
         gate: SpendStep | None = None,
         approval: ApprovalStep | None = None,
+        after: list[SessionProvenance] | None = None,
     ) -> Generator[Offload, Any, PendingAppend]:
         """Decide the step (Guardian, the approval gate, then the spend gate) and stage
-        its entry."""
+        its entry. With a bundle ``provenance`` section the request carries the step's
+        provenance view, and ``after`` receives the session's provenance state after it."""
         started = time.perf_counter()
         params = msg["params"]
         request = action_request(info, params, session)
+        spec = self.guardian.engine.bundle.provenance
+        prior: SessionProvenance | None = None
+        if spec is not None:
+            prior = yield Offload(partial(self.provenance.state, session))
+            request = replace(
+                request,
+                provenance=view_for(
+                    prior, spec, request.method, params, request.args, request.tool
+                ),
+            )
         claimed = (params["metadata"].get("session_state") or {}).get("chain_hash")
         if claimed is not None and claimed != (session.head_hash or ""):
             verdict = Verdict(
@@ -595,6 +619,22 @@ class AcsService:
                 verdict = replace(verdict, spend=gate.result_record)
             if approval is not None and approval.granted:
                 yield Offload(partial(approval.abandon, "the granted step was denied"))
+        if prior is not None:
+            ibac = verdict.policy_data.get("ibac")
+            if (
+                approval is not None
+                and approval.granted
+                and verdict.decision is Effect.ALLOW
+                and isinstance(ibac, dict)
+            ):
+                # A human approved a call outside the intent: an intent_extension (§8.4).
+                verdict = replace(verdict, intent_extension=ibac.get("requested_capability"))
+            state = prior.applied(
+                request.method, params, verdict.decision.value, verdict.intent_extension
+            )
+            verdict = replace(verdict, provenance_summary=state.summary())
+            if after is not None:
+                after.append(state)
         # The params exactly as hashed are stored beside the entry, so an auditor can
         # re-check the decision from the record alone.
         received = canonical_bytes(params, known_fast=fast)

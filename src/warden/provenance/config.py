@@ -1,0 +1,128 @@
+"""The bundle's ``provenance`` section: tool marks, source trust and the four gates.
+
+Validated at bundle load (:class:`ProvenanceSpec`, all fields strict, unknown keys
+refused). Shape (every member optional)::
+
+    provenance:
+      consequential_tools: [send_money, send_email, "delete_*"]   # globs
+      external_sinks: [send_email, post_webpage]                  # globs
+      trusted_sources: [get_iban]        # source_id globs whose untrusted-origin data is trusted
+      confidential_sources: [read_file]  # source_id globs whose data is confidential (FIDES P-F)
+      unknown_trust: trusted             # how gates treat an argument of unknown trust
+      inference: false                   # label arguments for clients that send no provenance
+      inference_min_length: 4
+      ask: {approver: {type: human, id: security}, timeout_seconds: 600}
+      gates:
+        fides: {enabled: true, p_t: ask, p_f: deny}
+        ibac: {enabled: true, on_mismatch: ask, scope: consequential}
+        aarm: {enabled: true, on_taint: ask, lookback_steps: 0}
+        camel: {enabled: true, on_violation: deny, protected_arguments: {send_money: [recipient]}}
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Action = Literal["ask", "deny", "off"]
+
+
+class AskApprover(_Strict):
+    type: Literal["human", "agent", "service"] = "human"
+    id: str = Field(default="security", min_length=1, max_length=64)
+
+
+class AskTarget(_Strict):
+    """Who a gate's ``ask`` goes to and how long it waits (ACS ``ask_details``)."""
+
+    approver: AskApprover = AskApprover()
+    timeout_seconds: int = Field(default=600, ge=1, strict=True)
+    timeout_disposition: Literal["allow", "deny"] = "deny"
+
+
+class FidesSpec(_Strict):
+    """FIDES: P-T (integrity: no untrusted argument into a consequential call) and P-F
+    (confidentiality: no confidential data into an external sink)."""
+
+    enabled: bool = False
+    p_t: Action = "ask"
+    p_f: Action = "deny"
+
+
+class IbacSpec(_Strict):
+    """IBAC: a call's capability must be within the session's parsed intent. ``scope``
+    says which calls are checked; a ``strict`` intent denies whatever ``on_mismatch`` says."""
+
+    enabled: bool = False
+    on_mismatch: Literal["ask", "deny", "defer"] = "ask"
+    scope: Literal["consequential", "all"] = "consequential"
+    require_intent: bool = False
+
+
+class AarmSpec(_Strict):
+    """AARM: once untrusted content entered the session (within ``lookback_steps`` steps;
+    0 = the whole session), consequential calls are asked or denied."""
+
+    enabled: bool = False
+    on_taint: Literal["ask", "deny"] = "ask"
+    lookback_steps: int = Field(default=0, ge=0, strict=True)
+
+
+class CamelSpec(_Strict):
+    """CaMeL: a protected argument of a consequential call whose dependency graph reaches
+    untrusted data is refused or asked. ``protected_arguments`` maps a tool glob to the
+    argument names it protects; a consequential tool not listed protects every argument."""
+
+    enabled: bool = False
+    on_violation: Literal["ask", "deny"] = "deny"
+    protected_arguments: dict[str, list[str]] = Field(default_factory=dict)
+
+    def protected(self, tool: str, arg: str) -> bool:
+        for pattern, names in self.protected_arguments.items():
+            if fnmatch.fnmatchcase(tool, pattern):
+                return arg in names
+        return True
+
+
+class GatesSpec(_Strict):
+    fides: FidesSpec = FidesSpec()
+    ibac: IbacSpec = IbacSpec()
+    aarm: AarmSpec = AarmSpec()
+    camel: CamelSpec = CamelSpec()
+
+
+class ProvenanceSpec(_Strict):
+    """The ``provenance`` section of a bundle (docs: README "Provenance-aware decisions")."""
+
+    consequential_tools: list[str] = Field(default_factory=list)
+    external_sinks: list[str] = Field(default_factory=list)
+    trusted_sources: list[str] = Field(default_factory=list)
+    confidential_sources: list[str] = Field(default_factory=list)
+    unknown_trust: Literal["trusted", "untrusted"] = "trusted"
+    inference: bool = False
+    inference_min_length: int = Field(default=4, ge=1, le=256, strict=True)
+    ask: AskTarget = AskTarget()
+    gates: GatesSpec = GatesSpec()
+
+    def is_consequential(self, tool: str) -> bool:
+        return bool(tool) and any(fnmatch.fnmatchcase(tool, p) for p in self.consequential_tools)
+
+    def is_external_sink(self, tool: str) -> bool:
+        return bool(tool) and any(fnmatch.fnmatchcase(tool, p) for p in self.external_sinks)
+
+    def is_trusted_source(self, source_id: str) -> bool:
+        return bool(source_id) and any(
+            fnmatch.fnmatchcase(source_id, p) for p in self.trusted_sources
+        )
+
+    def is_confidential_source(self, source_id: str) -> bool:
+        return bool(source_id) and any(
+            fnmatch.fnmatchcase(source_id, p) for p in self.confidential_sources
+        )

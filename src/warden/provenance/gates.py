@@ -1,0 +1,356 @@
+"""FIDES, IBAC, AARM and CaMeL as built-in gates (specs/acs.md §9; issue 8).
+
+Each gate reads a :class:`~warden.provenance.facts.ProvenanceView` and returns a
+:class:`Finding` or None; :func:`apply_gates` folds the findings into the policy
+verdict. A gate only tightens: the stronger of the policy's decision and the gates'
+wins, and every finding adds its reason codes, a ``policy_references`` entry
+(``rule_id`` ``builtin:<paradigm>``), ``cited_provenance_ids`` and
+``policy_data.<paradigm>``. Reason codes:
+
+- ``fides_p_t_violation`` (+ ``untrusted_into_consequential``): a consequential call
+  takes an argument whose integrity is untrusted.
+- ``fides_p_f_violation``: an external sink takes data from a confidential source.
+- ``ibac_intent_mismatch`` (+ ``ibac_scope_mode_strict`` under a strict intent): the
+  call's capability is outside the session's parsed intent.
+- ``aarm_cumulative_taint``: untrusted content entered the session before a
+  consequential call.
+- ``camel_dependency_graph_violation`` (+ ``untrusted_into_consequential``): a protected
+  argument's dependency graph reaches untrusted data.
+- ``intent_mismatch``: a later step tried to set or change the fixed intent (always on
+  when the bundle has a ``provenance`` section).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from warden.core.types import BundleRef, Effect, PolicyReference, Verdict
+from warden.provenance.facts import ArgLabel, ProvenanceView
+from warden.provenance.model import Trust
+
+_CITE_LIMIT = 32
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What one gate found: the effect it asks for and why."""
+
+    paradigm: str
+    effect: Effect
+    reason_codes: tuple[str, ...]
+    reasoning: str
+    cited: tuple[str, ...]
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def _effect(action: str) -> Effect:
+    return Effect(action)
+
+
+def _describe(view: ProvenanceView, label: ArgLabel) -> str:
+    """Which data made an argument risky, in words."""
+    if label.inferred and label.lineage:
+        node = view.state.nodes.get(label.lineage[0])
+        where = (
+            f"the output of {node.source_id or 'a tool'} at step {node.step_id}" if node else "?"
+        )
+        return f"its value {label.matched[:60]!r} was copied from {where} (inferred)"
+    untrusted = [
+        view.state.nodes[p]
+        for p in label.lineage
+        if p in view.state.nodes
+        and view.state.trust(p, view.spec) is Trust.UNTRUSTED
+        and view.state.nodes[p].origin != "agent_generated"
+    ]
+    if not untrusted:
+        return f"its trust is {label.trust.value}"
+    n = untrusted[0]
+    src = f" of {n.source_id}" if n.source_id else ""
+    return f"it derives from {n.origin}{src} at step {n.step_id} (provenance {n.provenance_id})"
+
+
+def _lineage(view: ProvenanceView, label: ArgLabel) -> list[dict[str, Any]]:
+    out = []
+    for p in label.lineage:
+        node = view.state.nodes.get(p)
+        item: dict[str, Any] = node.to_json() if node else {"provenance_id": p, "origin": "unknown"}
+        item["trust"] = view.state.trust(p, view.spec).value
+        out.append(item)
+    return out
+
+
+def _path(view: ProvenanceView, name: str) -> str:
+    name = name.replace("~", "~0").replace("/", "~1")
+    if view.method == "protocols/MCP/tools/call":
+        return f"/params/arguments/{name}"
+    return f"/arguments/{name}"
+
+
+def fides(view: ProvenanceView) -> list[Finding]:
+    spec = view.spec.gates.fides
+    found: list[Finding] = []
+    if spec.p_t != "off" and view.consequential:
+        bad = [a for a in view.args.values() if view.risky(a)]
+        if bad:
+            found.append(
+                Finding(
+                    "fides",
+                    _effect(spec.p_t),
+                    ("fides_p_t_violation", "untrusted_into_consequential"),
+                    f"FIDES P-T: consequential call {view.tool} takes argument(s) of untrusted "
+                    "integrity: " + "; ".join(f"`{a.name}`: {_describe(view, a)}" for a in bad),
+                    tuple(p for a in bad for p in a.lineage),
+                    {
+                        "p_t": {
+                            "violations": [
+                                {
+                                    "argument_path": _path(view, a.name),
+                                    "trust": a.trust.value,
+                                    "inferred": a.inferred,
+                                    "lineage": _lineage(view, a),
+                                }
+                                for a in bad
+                            ]
+                        }
+                    },
+                )
+            )
+    if spec.p_f != "off" and view.external_sink:
+        leaks = []
+        for a in view.args.values():
+            conf = [
+                view.state.nodes[p]
+                for p in a.lineage
+                if p in view.state.nodes
+                and view.spec.is_confidential_source(view.state.nodes[p].source_id)
+            ]
+            if conf:
+                leaks.append((a, conf))
+        if leaks:
+            found.append(
+                Finding(
+                    "fides",
+                    _effect(spec.p_f),
+                    ("fides_p_f_violation",),
+                    f"FIDES P-F: external sink {view.tool} would receive confidential data: "
+                    + "; ".join(
+                        f"`{a.name}` derives from {c[0].source_id} at step {c[0].step_id}"
+                        for a, c in leaks
+                    ),
+                    tuple(p for a, _ in leaks for p in a.lineage),
+                    {
+                        "p_f": {
+                            "violations": [
+                                {
+                                    "argument_path": _path(view, a.name),
+                                    "confidential_sources": sorted({n.source_id for n in c}),
+                                    "lineage": _lineage(view, a),
+                                }
+                                for a, c in leaks
+                            ]
+                        }
+                    },
+                )
+            )
+    return found
+
+
+def ibac(view: ProvenanceView) -> list[Finding]:
+    spec = view.spec.gates.ibac
+    if view.method not in ("steps/toolCallRequest", "protocols/MCP/tools/call"):
+        return []
+    if spec.scope == "consequential" and not view.consequential:
+        return []
+    covers = view.intent_covers()
+    if covers is True or (covers is None and not spec.require_intent):
+        return []
+    intent = view.state.intent
+    strict = intent is not None and intent.scope_mode == "strict"
+    codes: tuple[str, ...] = ("ibac_intent_mismatch",)
+    effect = _effect(spec.on_mismatch)
+    if strict:
+        codes += ("ibac_scope_mode_strict",)
+        effect = Effect.DENY
+    closest = view.closest_intent()
+    why = (
+        "the session declared no intent"
+        if intent is None
+        else f"the intent fixed at step {intent.step_id} allows "
+        + (", ".join(str(c.to_json()) for c in intent.capabilities) or "nothing")
+    )
+    cited: tuple[str, ...] = ()
+    if intent is not None and isinstance(intent.parser_provenance, dict):
+        pid = intent.parser_provenance.get("provenance_id")
+        cited = (pid,) if isinstance(pid, str) else ()
+    return [
+        Finding(
+            "ibac",
+            effect,
+            codes,
+            f"IBAC: capability {view.requested.to_json()} is outside the session's intent "
+            f"({why})" + (" and the intent's scope is strict" if strict else ""),
+            cited,
+            {
+                "requested_capability": view.requested.to_json(),
+                "closest_match_in_intent": closest,
+                "intent_step_id": intent.step_id if intent else None,
+                "scope_mode": intent.scope_mode if intent else None,
+            },
+        )
+    ]
+
+
+def aarm(view: ProvenanceView) -> list[Finding]:
+    spec = view.spec.gates.aarm
+    if not view.consequential:
+        return []
+    entered = view.entered()
+    if spec.lookback_steps:
+        entered = [n for n in entered if view.step_index - n.step_index <= spec.lookback_steps]
+    if not entered:
+        return []
+    first = entered[0]
+    sources = sorted({n.source_id for n in entered if n.source_id})
+    return [
+        Finding(
+            "aarm",
+            _effect(spec.on_taint),
+            ("aarm_cumulative_taint",),
+            f"AARM: untrusted content entered this session before consequential call "
+            f"{view.tool}, first at step {first.step_id} ({first.origin}"
+            + (f" of {first.source_id}" if first.source_id else "")
+            + f", {view.step_index - first.step_index} steps ago)"
+            + (f"; sources: {', '.join(sources)}" if sources else ""),
+            tuple(n.provenance_id for n in entered),
+            {
+                "earliest_untrusted_step_id": first.step_id,
+                "lookback_distance": view.step_index - first.step_index,
+                "lookback_steps": spec.lookback_steps,
+                "untrusted_step_ids": list(dict.fromkeys(n.step_id for n in entered)),
+                "untrusted_sources": sources,
+            },
+        )
+    ]
+
+
+def camel(view: ProvenanceView) -> list[Finding]:
+    spec = view.spec.gates.camel
+    if not view.consequential:
+        return []
+    graph: dict[str, Any] = {}
+    bad: list[ArgLabel] = []
+    for a in view.args.values():
+        nodes = _lineage(view, a)
+        edges = [
+            [p, d]
+            for p in a.lineage
+            if p in view.state.nodes
+            for d in view.state.nodes[p].derived_from
+        ]
+        protected = spec.protected(view.tool, a.name)
+        graph[a.name] = {
+            "trust": a.trust.value,
+            "protected": protected,
+            "nodes": nodes,
+            "edges": edges,
+            "inferred": a.inferred,
+        }
+        if protected and view.risky(a):
+            bad.append(a)
+    if not bad:
+        return []
+    return [
+        Finding(
+            "camel",
+            _effect(spec.on_violation),
+            ("camel_dependency_graph_violation", "untrusted_into_consequential"),
+            f"CaMeL: protected argument(s) of {view.tool} depend on untrusted data: "
+            + "; ".join(f"`{a.name}`: {_describe(view, a)}" for a in bad),
+            tuple(p for a in bad for p in a.lineage),
+            {"dependency_graph": graph, "violations": [_path(view, a.name) for a in bad]},
+        )
+    ]
+
+
+GATES = {"fides": fides, "ibac": ibac, "aarm": aarm, "camel": camel}
+
+
+def findings(view: ProvenanceView) -> list[Finding]:
+    """Every finding of the enabled gates (and the intent-immutability check)."""
+    out: list[Finding] = []
+    if view.intent_problem is not None:
+        out.append(
+            Finding("intent", Effect.DENY, ("intent_mismatch",), view.intent_problem, (), {})
+        )
+    gates = view.spec.gates
+    for name, gate in GATES.items():
+        if getattr(gates, name).enabled:
+            out.extend(gate(view))
+    return out
+
+
+def apply_gates(view: ProvenanceView, verdict: Verdict, bundle: BundleRef | None) -> Verdict:
+    """``verdict`` tightened by the gates' findings (see module docstring)."""
+    found = findings(view)
+    if not found:
+        return verdict
+    strongest = max((f.effect for f in found), key=lambda e: e.strength)
+    tighter = strongest.strength > verdict.decision.strength
+    decision = strongest if tighter else verdict.decision
+    texts = [f.reasoning for f in found]
+    reasoning = "; ".join(texts) if tighter else "; ".join([verdict.reasoning, *texts]).strip("; ")
+    codes = tuple(
+        dict.fromkeys((*verdict.reason_codes, *(c for f in found for c in f.reason_codes)))
+    )
+    refs = list(verdict.policy_references)
+    if bundle is not None:
+        for paradigm in dict.fromkeys(f.paradigm for f in found):
+            refs.append(
+                PolicyReference(bundle.id, bundle.version, f"builtin:{paradigm}", "provenance")
+            )
+    data = dict(verdict.policy_data)
+    for f in found:
+        if f.paradigm == "fides":
+            data.setdefault("fides", {}).update(f.data)
+        elif f.data:
+            data[f.paradigm] = f.data
+    inferred = sorted(n for n, a in view.args.items() if a.inferred and a.lineage)
+    data["provenance"] = {
+        "mode": view.mode,
+        **({"inferred_arguments": inferred} if inferred else {}),
+    }
+    cited = tuple(
+        dict.fromkeys((*verdict.cited_provenance_ids, *(p for f in found for p in f.cited)))
+    )
+    ask_details = verdict.ask_details
+    defer_details = verdict.defer_details
+    if tighter and decision is Effect.ASK:
+        target = view.spec.ask
+        ask_details = {
+            "question": f"Allow {view.tool or view.method} although: {texts[0]}?",
+            "approver": target.approver.model_dump(),
+            "timeout_seconds": target.timeout_seconds,
+            "timeout_disposition": target.timeout_disposition,
+        }
+    if tighter and decision is Effect.DEFER:
+        target = view.spec.ask
+        defer_details = {
+            "reason": "insufficient_context",
+            "resolution_method": "human_approval",
+            "resolution_timeout_ms": target.timeout_seconds * 1000,
+            "timeout_decision": "deny",
+        }
+    return replace(
+        verdict,
+        decision=decision,
+        reasoning=reasoning,
+        reason_codes=codes,
+        policy_references=tuple(refs),
+        policy_data=data,
+        cited_provenance_ids=cited[:_CITE_LIMIT] if len(cited) > _CITE_LIMIT else cited,
+        ask_details=ask_details if decision is Effect.ASK else None,
+        defer_details=defer_details if decision is Effect.DEFER else None,
+        modifications=verdict.modifications if decision is Effect.MODIFY else None,
+        warn=verdict.warn and decision is Effect.ALLOW,
+    )
