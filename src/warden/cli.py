@@ -153,7 +153,8 @@ def serve(
         int,
         typer.Option(
             envvar="WARDEN_IDEMPOTENCY_TTL_SECONDS",
-            help="How long the spend wire replays an Idempotency-Key's stored answer.",
+            help="How long an idempotency key replays its stored answer (the spend wire's "
+            "Idempotency-Key, AdCP's idempotency_key; AdCP's replay_ttl_seconds).",
         ),
     ] = 86_400,
     signing_key_file: Annotated[

@@ -11,6 +11,7 @@ import logging
 import threading
 from dataclasses import dataclass
 
+from warden.adcp.governance_token import load_governance_signer
 from warden.approvals.desk import ApprovalDesk
 from warden.approvals.notifier import DeliveryWorker, Notifier
 from warden.approvals.tasks import TaskKind
@@ -30,9 +31,11 @@ from warden.settings import Settings
 from warden.spend.audit import SpendAuditor
 from warden.spend.config import apply_budgets, load_budgets
 from warden.spend.engine import SpendEngine
+from warden.store.idempotency import Idempotency
 from warden.store.sql import SqlStore, open_store
 from warden.wire.acs.handshake import HandshakeConfig
 from warden.wire.acs.service import AcsService
+from warden.wire.adcp import AdcpService, AdcpState
 from warden.wire.kla.evidence import Signer
 from warden.wire.kla.service import KlaService
 from warden.wire.spend.operations import budget_increase_effect
@@ -62,6 +65,9 @@ class Runtime:
     api_token_created: bool = False
     #: The action request wire (``/v1/action-requests``), signing with Warden's Ed25519 key.
     kla: KlaService | None = None
+    #: The AdCP governance agent (``/adcp/<task>``, ``/mcp``), its tokens signed with the
+    #: governance key (``<data-dir>/governance-signing.key``).
+    adcp: AdcpService | None = None
 
     @classmethod
     def start(cls, settings: Settings) -> Runtime:
@@ -83,6 +89,7 @@ class Runtime:
                 signing_kid,
                 signing_file,
             )
+        signer = load_governance_signer(settings.data_dir, settings.resolved_public_url())
         kla_keys = KeyRegistry.load(settings.kla_keys) if settings.kla_keys is not None else None
         budgets = load_budgets(settings.budgets) if settings.budgets is not None else None
         hooks = load_webhooks(settings.webhooks) if settings.webhooks is not None else None
@@ -100,6 +107,20 @@ class Runtime:
         desk.effects[TaskKind.BUDGET_INCREASE] = budget_increase_effect(spend)
         kla = KlaService(store, guardian, desk, ledger, Signer(signing_key, signing_kid), kla_keys)
         desk.listeners[TaskKind.ACTION_REQUEST] = kla.on_desk_transition
+        adcp = AdcpService(
+            AdcpState(
+                store,
+                spend,
+                guardian,
+                desk,
+                ledger,
+                signer,
+                replay_ttl_seconds=settings.idempotency_ttl_seconds,
+            ),
+            Idempotency(settings.idempotency_ttl_seconds),
+        )
+        desk.effects[TaskKind.ADCP_CHECK] = adcp.checks.on_approved
+        desk.listeners[TaskKind.ADCP_CHECK] = adcp.checks.on_transition
         api_keys = ApiKeys(store, api_key_pepper(ikm))
         try:
             # The bootstrap token is the first administrator's key.
@@ -166,6 +187,7 @@ class Runtime:
             api_token=api_token,
             api_token_created=token_created,
             kla=kla,
+            adcp=adcp,
         )
 
     def close(self) -> None:

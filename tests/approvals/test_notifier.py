@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -89,8 +90,18 @@ def test_shipped_schemas_are_the_shared_originals() -> None:
     shared = ROOT.parent / "shared" / "specs" / "files" / "adcp" / "schemas-3.2.0-beta.0"
     if not shared.exists():
         pytest.skip("../shared is not present")
+    # Not in the shared tree (see src/warden/schemas/adcp/README.md): a transcription
+    # from upstream and a marked stand-in. When the shared tree gains them, they must
+    # be replaced by the originals (this assertion then fails).
+    not_shared = {
+        Path("enums/specialism.json"),
+        Path("protocol/get-adcp-capabilities-response.json"),
+    }
     for path in ADCP.rglob("*.json"):
         rel = path.relative_to(ADCP)
+        if rel in not_shared:
+            assert not (shared / rel).exists(), f"{rel} is now shared: ship the original"
+            continue
         assert path.read_bytes() == (shared / rel).read_bytes(), rel
 
 

@@ -77,6 +77,9 @@ class TaskKind(StrEnum):
     #: An AI agent action request (``POST /v1/action-requests``) the policy decided
     #: require_approval: each decision is an approval event; the outcome consumes it.
     ACTION_REQUEST = "action_request"
+    #: An AdCP check_governance a human reviews (plan human_review_required, a
+    #: reallocation over the threshold, or a policy ask): approving issues the verdict.
+    ADCP_CHECK = "adcp_check"
 
 
 class Event(StrEnum):

@@ -2,7 +2,9 @@
 
 ``POST /acs`` serves ACS JSON-RPC (always HTTP 200 with a JSON-RPC body, like
 the reference Guardians); the body is read up to the configured cap and no
-further. ``/v1/…`` is the Governed Agent Spend REST wire (bearer token; see
+further. ``/adcp/<task>`` and ``/mcp`` are the AdCP governance agent
+(:mod:`warden.wire.adcp`; its JWKS at ``/.well-known/jwks.json``). ``/v1/…`` is the
+Governed Agent Spend REST wire (bearer token; see
 :mod:`warden.wire.spend`), the approval desk's and the action request wire's
 (:mod:`warden.wire.kla`). ``GET /healthz`` is liveness; ``GET /readyz`` checks
 the store; ``/openapi.json`` documents the HTTP routes.
@@ -28,6 +30,9 @@ from warden.store.group_commit import GroupCommitter
 from warden.store.idempotency import Idempotency
 from warden.wire.acs.render import error_response
 from warden.wire.acs.service import AcsService
+from warden.wire.adcp.mcp import PATH as MCP_PATH
+from warden.wire.adcp.mcp import AdcpMcpEndpoint
+from warden.wire.adcp.rest import adcp_router
 from warden.wire.kla import kla_router
 from warden.wire.spend import SpendBodyCap, spend_router
 
@@ -108,11 +113,21 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
     spend wire's replay rules (default: the configured TTL and the system clock).
     """
     committer = GroupCommitter(runtime.store)
+    idem = idempotency or Idempotency(runtime.settings.idempotency_ttl_seconds)
+    mcp_endpoint: AdcpMcpEndpoint | None = None
+    if runtime.adcp is not None:
+        # One idempotency store and one set of rules for both wires (issue 9 item 4).
+        runtime.adcp.idempotency = idem
+        mcp_endpoint = AdcpMcpEndpoint(runtime.adcp, runtime.api_keys)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         try:
-            yield
+            if mcp_endpoint is None:
+                yield
+            else:
+                async with mcp_endpoint.run():
+                    yield
         finally:
             committer.close()
 
@@ -129,12 +144,21 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
                 runtime.kla, runtime.api_keys, max_body_bytes=runtime.settings.max_body_bytes
             )
         )
+    if runtime.adcp is not None:
+        app.include_router(
+            adcp_router(
+                runtime.adcp,
+                runtime.api_keys,
+                runtime.adcp.state.signer.jwks(),
+                max_body_bytes=runtime.settings.max_body_bytes,
+            )
+        )
     app.include_router(
         spend_router(
             runtime.spend,
             runtime.store,
             keys=runtime.api_keys,
-            idempotency=idempotency or Idempotency(runtime.settings.idempotency_ttl_seconds),
+            idempotency=idem,
             max_body_bytes=runtime.settings.max_body_bytes,
             guardian=runtime.guardian,
             desk=runtime.desk,
@@ -150,10 +174,26 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
     @app.get("/readyz")
     async def readyz() -> Response:
         try:
-            runtime.store.counts()
+            runtime.store.ping()
         except Exception as exc:  # noqa: BLE001 - any store failure means not ready
             reason = exc.reason if isinstance(exc, WardenError) else "store_unavailable"
             return JSONResponse({"status": "unavailable", "reason": reason}, status_code=503)
         return JSONResponse({"status": "ready", "bundle": runtime.bundle.ref.to_wire()})
 
-    return AcsEndpoint(runtime.acs, committer, app)
+    fallback: ASGIApp = app if mcp_endpoint is None else PathMount(MCP_PATH, mcp_endpoint, app)
+    return AcsEndpoint(runtime.acs, committer, fallback)
+
+
+class PathMount:
+    """Serve one exact path (``/mcp``) with ``endpoint``, everything else with ``app``."""
+
+    def __init__(self, path: str, endpoint: ASGIApp, app: ASGIApp) -> None:
+        self.path = path
+        self.endpoint = endpoint
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in (self.path, self.path + "/"):
+            await self.endpoint(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)

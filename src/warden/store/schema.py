@@ -6,7 +6,9 @@ Migrations only ever add: 0001 created the three tables; 0002 added
 and the unique index ``uq_entries_session_step`` (one entry per request id);
 0003 the spend tables, idempotency keys and tasks; 0004 the approval desk's
 columns on ``tasks``, ``approval_votes``, ``api_keys`` and ``webhook_deliveries``;
-0005 ``kla_records`` (AI agent action requests and the records that follow them).
+0005 ``kla_records`` (AI agent action requests and the records that follow them);
+0006 the AdCP governance agent's ``adcp_plans``, ``adcp_checks``, ``adcp_outcomes`` and
+``adcp_adjustments``.
 """
 
 from __future__ import annotations
@@ -236,3 +238,86 @@ kla_records = Table(
 )
 Index("ix_kla_records_execution", kla_records.c.execution_id)
 Index("ix_kla_records_request", kla_records.c.action_request_id)
+
+# -- AdCP governance agent (migration 0006) -----------------------------------------
+
+#: Campaign plans synced by a caller (``sync_plans``); one row per principal and plan id,
+#: so another caller's plan reads as absent. ``budget_id`` is the plan's budget in the
+#: spend ledger; ``record`` the plan as synced (JSON).
+adcp_plans = Table(
+    "adcp_plans",
+    metadata,
+    Column("principal", String(200), nullable=False),
+    Column("plan_id", String(255), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("budget_id", String(64), nullable=False),
+    Column("plan_hash", String(64), nullable=False),
+    Column("record", Text, nullable=False),
+    Column("updated_at", String(40), nullable=False),
+    PrimaryKeyConstraint("principal", "plan_id", name="pk_adcp_plans"),
+)
+
+#: Every check_governance verdict (``verdict`` NULL while a human reviews it).
+adcp_checks = Table(
+    "adcp_checks",
+    metadata,
+    Column("check_id", String(64), primary_key=True),
+    Column("principal", String(200), nullable=False),
+    Column("plan_id", String(255), nullable=False),
+    Column("check_type", String(16), nullable=False),
+    Column("verdict", String(16), nullable=True),
+    Column("reservation_id", String(64), nullable=True),
+    Column("task_id", String(64), nullable=True),
+    Column("consultation_context", String(255), nullable=True),
+    Column("jti", String(64), nullable=True),
+    Column("record", Text, nullable=False),
+    Column("created_at", String(40), nullable=False),
+)
+Index(
+    "ix_adcp_checks_plan", adcp_checks.c.principal, adcp_checks.c.plan_id, adcp_checks.c.created_at
+)
+Index("ix_adcp_checks_task", adcp_checks.c.task_id)
+Index("uq_adcp_checks_jti", adcp_checks.c.jti, unique=True)
+Index("uq_adcp_checks_consultation", adcp_checks.c.consultation_context, unique=True)
+
+#: report_plan_outcome records; ``settles`` (the check id of a terminal outcome) is
+#: unique: one terminal settlement per governed action.
+adcp_outcomes = Table(
+    "adcp_outcomes",
+    metadata,
+    Column("outcome_id", String(64), primary_key=True),
+    Column("principal", String(200), nullable=False),
+    Column("plan_id", String(255), nullable=False),
+    Column("check_id", String(64), nullable=True),
+    Column("outcome", String(16), nullable=False),
+    Column("settles", String(64), nullable=True),
+    Column("record", Text, nullable=False),
+    Column("created_at", String(40), nullable=False),
+)
+Index(
+    "ix_adcp_outcomes_plan",
+    adcp_outcomes.c.principal,
+    adcp_outcomes.c.plan_id,
+    adcp_outcomes.c.created_at,
+)
+Index("uq_adcp_outcomes_settles", adcp_outcomes.c.settles, unique=True)
+
+#: report_plan_adjustment records (``state`` reported → verified | disputed).
+adcp_adjustments = Table(
+    "adcp_adjustments",
+    metadata,
+    Column("adjustment_id", String(64), primary_key=True),
+    Column("principal", String(200), nullable=False),
+    Column("plan_id", String(255), nullable=False),
+    Column("outcome_id", String(64), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("record", Text, nullable=False),
+    Column("created_at", String(40), nullable=False),
+)
+Index(
+    "ix_adcp_adjustments_plan",
+    adcp_adjustments.c.principal,
+    adcp_adjustments.c.plan_id,
+    adcp_adjustments.c.created_at,
+)

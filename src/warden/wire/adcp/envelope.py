@@ -1,0 +1,201 @@
+"""The AdCP task envelope (seed ``001_…``, ``core/protocol-envelope.json``;
+specs/adcp-spend-kla.md §1.1–§1.3) and the errors the wire answers with.
+
+Every response carries ``status`` (never ``task_status``/``response_status``), a
+``timestamp``, the server's ``context_id``, ``replayed`` and, when the request had
+one, its ``context`` echoed unchanged. A fatal failure is :class:`AdcpError`: it renders
+as ``status: failed`` with the canonical ``errors[]`` *and* the envelope's
+``adcp_error`` (the two-layer model), each with its code from ``enums/error-code.json``
+and that code's ``recovery``. Warnings go only in ``errors[]``.
+
+"Absent" and "not yours" are one answer: the wire raises the same :class:`AdcpError`
+(same code, message and HTTP status) for both, so nothing can tell them apart.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any
+
+from warden.errors import WardenError
+from warden.schemas import load_folder
+
+#: The release this agent speaks, on every response (``core/version-envelope.json``:
+#: release precision, so ``3.2``, not ``3.2.0-beta.0``).
+ADCP_VERSION = "3.2"
+
+#: HTTP status of each error code on the REST binding (anything else: 400).
+HTTP_STATUS = {
+    "AUTH_REQUIRED": 401,
+    "AUTH_MISSING": 401,
+    "AUTH_INVALID": 401,
+    "PERMISSION_DENIED": 403,
+    "PLAN_NOT_FOUND": 404,
+    "REFERENCE_NOT_FOUND": 404,
+    "UNSUPPORTED_FEATURE": 404,
+    "IDEMPOTENCY_CONFLICT": 409,
+    "IDEMPOTENCY_EXPIRED": 409,
+    "IDEMPOTENCY_IN_FLIGHT": 409,
+    "INVALID_STATE": 409,
+    "CONFLICT": 409,
+    "BUDGET_EXCEEDED": 422,
+    "RATE_LIMITED": 429,
+    "SERVICE_UNAVAILABLE": 503,
+    "GOVERNANCE_UNAVAILABLE": 503,
+}
+
+
+@cache
+def recovery_of() -> dict[str, str]:
+    """``code → recovery`` from the shipped ``enums/error-code.json``."""
+    doc = load_folder("adcp")["enums/error-code.json"]
+    meta = doc.get("enumMetadata") or {}
+    return {code: str((meta.get(code) or {}).get("recovery", "terminal")) for code in doc["enum"]}
+
+
+class AdcpError(WardenError):
+    """A fatal task failure with a standard AdCP error code.
+
+    ``code`` must be in ``enums/error-code.json`` (:func:`recovery_of`); ``field`` is a
+    JSONPath-lite location, ``issues`` RFC 6901 pointers with messages, ``retry_after``
+    whole seconds. The wire message is :attr:`message`; nothing else is disclosed.
+    """
+
+    reason = "adcp_error"
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        field: str | None = None,
+        issues: list[dict[str, Any]] | None = None,
+        details: dict[str, Any] | None = None,
+        retry_after: int | None = None,
+    ) -> None:
+        if code not in recovery_of():
+            raise ValueError(f"{code} is not an AdCP error code")
+        super().__init__(message, reason=code.lower())
+        self.code = code
+        self.field = field
+        self.issues = issues
+        self.details = details
+        self.retry_after = retry_after
+
+    @property
+    def http_status(self) -> int:
+        return HTTP_STATUS.get(self.code, 400)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The ``core/error.json`` object."""
+        out: dict[str, Any] = {
+            "code": self.code,
+            "message": self.message,
+            "recovery": recovery_of()[self.code],
+        }
+        if self.field is not None:
+            out["field"] = self.field
+        if self.issues:
+            out["issues"] = self.issues
+        if self.details:
+            out["details"] = self.details
+        if self.retry_after is not None:
+            out["retry_after"] = self.retry_after
+        return out
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def envelope(
+    body: dict[str, Any],
+    *,
+    status: str,
+    context_id: str,
+    context: Any = None,
+    replayed: bool = False,
+    message: str | None = None,
+    task_id: str | None = None,
+) -> dict[str, Any]:
+    """``body`` with the envelope fields at its root (the MCP and REST serialization).
+
+    ``context`` is echoed when not None (the request's ``context``). The legacy
+    ``task_status``/``response_status`` are never written.
+    """
+    out: dict[str, Any] = {"status": status}
+    if task_id is not None:
+        out["task_id"] = task_id
+    if message is not None:
+        out["message"] = message
+    out.update(body)
+    out["status"] = status
+    out["adcp_version"] = ADCP_VERSION
+    out["context_id"] = context_id
+    out["timestamp"] = now_rfc3339()
+    out["replayed"] = replayed
+    if context is not None:
+        out["context"] = context
+    return out
+
+
+def failure(error: AdcpError, *, context_id: str, context: Any = None) -> dict[str, Any]:
+    """A fatal failure: ``status: failed``, ``errors[]`` and ``adcp_error`` alike."""
+    wire = error.to_wire()
+    return envelope(
+        {"errors": [wire], "adcp_error": wire},
+        status="failed",
+        context_id=context_id,
+        context=context,
+        message=error.message,
+    )
+
+
+def top_level_spans(raw: str) -> dict[str, tuple[int, int]]:
+    """``member → (start, end)`` of each top-level member value of the JSON object
+    ``raw`` (used to echo ``context`` byte for byte). Empty if ``raw`` is no object."""
+    decoder = json.JSONDecoder()
+    spans: dict[str, tuple[int, int]] = {}
+    i = _ws(raw, 0)
+    if i >= len(raw) or raw[i] != "{":
+        return {}
+    i = _ws(raw, i + 1)
+    if i < len(raw) and raw[i] == "}":
+        return {}
+    try:
+        while True:
+            key, i = decoder.raw_decode(raw, i)
+            i = _ws(raw, i)
+            if raw[i] != ":":
+                return {}
+            start = _ws(raw, i + 1)
+            _, end = decoder.raw_decode(raw, start)
+            if isinstance(key, str):
+                spans[key] = (start, end)
+            i = _ws(raw, end)
+            if raw[i] == "}":
+                return spans
+            if raw[i] != ",":
+                return {}
+            i = _ws(raw, i + 1)
+    except (ValueError, IndexError):
+        return {}
+
+
+def _ws(raw: str, i: int) -> int:
+    while i < len(raw) and raw[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def dump_with_raw_context(body: dict[str, Any], raw_context: str | None) -> bytes:
+    """``body`` as compact JSON, its ``context`` member replaced by the request's raw
+    ``context`` text (so the echo is byte for byte, numbers and escapes included)."""
+    if raw_context is None or "context" not in body:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    rest = {k: v for k, v in body.items() if k != "context"}
+    text = json.dumps(rest, ensure_ascii=False, separators=(",", ":"))
+    joiner = "," if rest else ""
+    return (text[:-1] + joiner + '"context":' + raw_context + "}").encode("utf-8")

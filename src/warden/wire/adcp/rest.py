@@ -1,0 +1,114 @@
+"""The AdCP REST binding: ``POST /adcp/<task>`` with the request as a JSON body, and the
+governance key set at ``GET /.well-known/jwks.json``.
+
+The caller authenticates with a Warden API key, ``Authorization: Bearer <token>`` (or
+``x-adcp-auth: <token>``, which the AdCP runner sends too). The answer is the task body
+with the envelope fields at its JSON root (seed ``001_…`` "REST" serialization) and the
+HTTP status of the outcome (200, 202 for an async submission, 4xx/5xx for a failure),
+mirrored in ``X-AdCP-Status``. The request's ``context`` is echoed byte for byte: the
+answer splices in the exact text the request carried.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from warden.crypto.canonical import parse_strict_json
+from warden.errors import ParseError
+from warden.identity.api_keys import ApiKeys, Identity
+from warden.wire.adcp.envelope import AdcpError, dump_with_raw_context, failure, top_level_spans
+from warden.wire.adcp.service import AdcpService, Reply
+
+PREFIX = "/adcp"
+JWKS_PATH = "/.well-known/jwks.json"
+
+
+def credentials(headers: Any) -> str | None:
+    """The API token a request presents (``Authorization: Bearer`` or ``x-adcp-auth``)."""
+    scheme, _, token = (headers.get("authorization") or "").strip().partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    alt = (headers.get("x-adcp-auth") or "").strip()
+    return alt or None
+
+
+def authenticate(keys: ApiKeys, headers: Any) -> Identity:
+    """The caller's identity; ``AUTH_MISSING`` without a token, ``AUTH_INVALID`` for a
+    token that is unknown or revoked."""
+    token = credentials(headers)
+    if token is None:
+        raise AdcpError("AUTH_MISSING", "send Authorization: Bearer <Warden API key>")
+    who = keys.authenticate(token)
+    if who is None:
+        raise AdcpError("AUTH_INVALID", "the API key is unknown or revoked")
+    return who
+
+
+def render(reply: Reply, raw: str | None = None) -> Response:
+    """A reply as HTTP: JSON body (``context`` spliced from ``raw``), status, headers."""
+    raw_context = None
+    if raw is not None and "context" in reply.body:
+        span = top_level_spans(raw).get("context")
+        raw_context = raw[span[0] : span[1]] if span is not None else None
+    headers = {"X-AdCP-Status": str(reply.body.get("status", ""))}
+    if reply.http_status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="warden"'
+    return Response(
+        dump_with_raw_context(reply.body, raw_context),
+        reply.http_status,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+def adcp_router(
+    service: AdcpService, keys: ApiKeys, jwks: dict[str, Any], *, max_body_bytes: int
+) -> APIRouter:
+    """``POST /adcp/{task}`` for every task of ``service``, and the JWKS."""
+    router = APIRouter(tags=["adcp governance agent"])
+
+    @router.get(JWKS_PATH, summary="The governance-token signing keys (JWKS)")
+    def get_jwks() -> JSONResponse:
+        return JSONResponse(jwks, headers={"Cache-Control": "public, max-age=300"})
+
+    @router.post(
+        PREFIX + "/{task}",
+        summary="Run an AdCP governance task (get_adcp_capabilities, sync_plans, "
+        "check_governance, report_plan_outcome, get_plan_audit_logs, get_task_status)",
+    )
+    async def run_task(task: str, request: Request) -> Response:
+        context_id = "ctx_rest"
+        try:
+            who = authenticate(keys, request.headers)
+            raw_bytes = await _body(request, max_body_bytes)
+            try:
+                text = raw_bytes.decode("utf-8")
+                parsed = parse_strict_json(text) if text.strip() else {}
+            except (UnicodeDecodeError, ParseError) as exc:
+                raise AdcpError(
+                    "INVALID_REQUEST", f"the body is not one strict JSON object: {exc}"
+                ) from exc
+        except AdcpError as exc:
+            return render(Reply(failure(exc, context_id=context_id), True, exc.http_status))
+        reply = await run_in_threadpool(service.call, task, parsed, who)
+        return render(reply, text if isinstance(parsed, dict) else None)
+
+    return router
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise AdcpError("INVALID_REQUEST", f"the body is larger than {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise AdcpError("INVALID_REQUEST", f"the body is larger than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,121 @@
+"""Which shipped AdCP schema checks each task's request and response.
+
+Requests are validated before anything else (idempotency cache included, §1.5 rule 1):
+a request that fails is ``INVALID_REQUEST`` with RFC 6901 ``issues``. Responses are
+checked by the tests (every kind of answer), against the task schema and the seed
+envelope ``core/protocol-envelope.json``. The files live in ``warden/schemas/adcp``
+(see its README for provenance); nothing is fetched at run time.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from warden.schemas import SchemaSet
+from warden.wire.adcp.envelope import AdcpError
+
+#: task → (request schema or None, response schema).
+TASK_SCHEMAS: dict[str, tuple[str | None, str]] = {
+    "get_adcp_capabilities": (None, "protocol/get-adcp-capabilities-response.json"),
+    "sync_plans": ("governance/sync-plans-request.json", "governance/sync-plans-response.json"),
+    "check_governance": (
+        "governance/check-governance-request.json",
+        "governance/check-governance-response.json",
+    ),
+    "report_plan_outcome": (
+        "governance/report-plan-outcome-request.json",
+        "governance/report-plan-outcome-response.json",
+    ),
+    "report_plan_adjustment": (
+        "governance/report-plan-adjustment-request.json",
+        "governance/report-plan-adjustment-response.json",
+    ),
+    "get_plan_audit_logs": (
+        "governance/get-plan-audit-logs-request.json",
+        "governance/get-plan-audit-logs-response.json",
+    ),
+    "get_task_status": (
+        "protocol/get-task-status-request.json",
+        "protocol/get-task-status-response.json",
+    ),
+}
+ENVELOPE = "core/protocol-envelope.json"
+#: The answer to an async submission (``status: submitted``), whatever the task.
+SUBMITTED = "core/compact-task-submitted.json"
+MAX_ISSUES = 10
+
+
+@cache
+def adcp_schemas() -> SchemaSet:
+    """The compiled AdCP schema set (loaded once; a missing file stops start-up)."""
+    return SchemaSet("adcp")
+
+
+def _keyword(kind: Any) -> str:
+    name = type(kind).__name__
+    return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_") or "schema"
+
+
+def check_request(task: str, request: dict[str, Any]) -> None:
+    """Raise ``INVALID_REQUEST`` (with ``issues`` and ``field``) unless ``request`` is
+    valid for ``task``'s request schema."""
+    path = TASK_SCHEMAS[task][0]
+    if path is None:
+        return
+    validator = adcp_schemas().validator(path)
+    if validator.is_valid(request):
+        return
+    issues = []
+    for err in validator.iter_errors(request):
+        pointer = "".join(
+            "/" + str(p).replace("~", "~0").replace("/", "~1") for p in err.instance_path
+        )
+        issues.append({"pointer": pointer, "message": err.message, "keyword": _keyword(err.kind)})
+        if len(issues) >= MAX_ISSUES:
+            break
+    first = issues[0]
+    field = _jsonpath(first["pointer"]) if first["pointer"] else None
+    missing = _missing_property(first)
+    if missing is not None and field is None:
+        field = missing
+    raise AdcpError(
+        "INVALID_REQUEST",
+        f"the {task} request does not match its schema: {first['message']}"
+        + (f" at {first['pointer']}" if first["pointer"] else ""),
+        field=field,
+        issues=issues,
+    )
+
+
+def _missing_property(issue: dict[str, Any]) -> str | None:
+    if issue["keyword"] != "required":
+        return None
+    text = str(issue["message"])
+    return text.split('"')[1] if text.count('"') >= 2 else None
+
+
+def _jsonpath(pointer: str) -> str:
+    """``/plans/0/budget`` → ``plans[0].budget`` (error.json's JSONPath-lite)."""
+    out = ""
+    for part in pointer.split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        out += f"[{part}]" if part.isdigit() else ("." if out else "") + part
+    return out
+
+
+def response_errors(task: str, body: dict[str, Any]) -> list[str]:
+    """Every schema violation of a response ``body`` (empty when valid): the envelope,
+    and the task schema unless the body is an async submission or a failure."""
+    schemas = adcp_schemas()
+    paths = [ENVELOPE]
+    status = body.get("status")
+    if status == "submitted":
+        paths.append(SUBMITTED)
+    elif status != "failed":
+        paths.append(TASK_SCHEMAS[task][1])
+    out = []
+    for path in paths:
+        for err in schemas.validator(path).iter_errors(body):
+            out.append(f"{path}: {list(err.instance_path)}: {err.message}")
+    return out
