@@ -18,7 +18,7 @@ from warden.approvals.tasks import TaskKind
 from warden.approvals.webhooks import load_webhooks
 from warden.core.guardian import Guardian
 from warden.crypto.ed25519_keys import load_or_create_signing_key
-from warden.crypto.hmac_keys import SessionKeys
+from warden.crypto.hmac_keys import SessionKeys, ikm_fingerprint
 from warden.crypto.keystore import load_or_create_api_token, load_or_create_ikm
 from warden.gates.approval import ApprovalGate
 from warden.gates.spend import SpendGate
@@ -32,6 +32,7 @@ from warden.spend.audit import SpendAuditor
 from warden.spend.config import apply_budgets, load_budgets
 from warden.spend.engine import SpendEngine
 from warden.store.idempotency import Idempotency
+from warden.store.secrets_sql import bind_key_fingerprint
 from warden.store.sql import SqlStore, open_store
 from warden.wire.acs.handshake import HandshakeConfig
 from warden.wire.acs.service import AcsService
@@ -94,6 +95,11 @@ class Runtime:
         budgets = load_budgets(settings.budgets) if settings.budgets is not None else None
         hooks = load_webhooks(settings.webhooks) if settings.webhooks is not None else None
         store = open_store(settings.resolved_database_url(), sqlite_sync=settings.sqlite_sync)
+        try:
+            bind_key_fingerprint(store, ikm_fingerprint(ikm))
+        except BaseException:
+            store.close()
+            raise
         keys = SessionKeys(ikm)
         guardian = Guardian(PolicyEngine(bundle))
         ledger = Ledger(store, keys, settings.key_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner, Result
 
 from warden.cli import app
@@ -51,6 +52,23 @@ def test_bad_urls_are_refused_with_a_clear_message(tmp_path: Path) -> None:
     # Nothing listens on port 1; the password never appears in the message.
     down = run("upgrade", *dd, "--database-url", "postgresql://u:s3cret@127.0.0.1:1/x")
     assert down.exit_code == 2
-    assert "cannot open the database" in down.output
+    assert "cannot connect to the database" in down.output and "damaged" not in down.output
     assert "s3cret" not in down.output
     assert "Traceback" not in down.output
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("postgresql://u:Tr0ub@S3cretPw@127.0.0.1:5432/x", "percent-encode"),
+        ("postgresql://u:p@127.0.0.1:abc/x", "invalid database URL"),
+        ("postgresql://u:S3cretPw@127.0.0.1:5432", "names no database"),
+        ("postgresql://", "names no database"),
+    ],
+)
+def test_malformed_urls_never_echo_the_password(tmp_path: Path, url: str, says: str) -> None:
+    for command in ("upgrade", "current"):
+        got = run(command, "--data-dir", str(tmp_path / "d"), "--database-url", url)
+        assert got.exit_code == 2, got.output
+        assert says in got.output
+        assert "S3cretPw" not in got.output and "Traceback" not in got.output

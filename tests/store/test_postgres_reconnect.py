@@ -62,3 +62,28 @@ def test_a_closed_store_says_so() -> None:
         s.close()
         with pytest.raises(StoreUnavailable, match="closed"):
             s.ping()
+
+
+def _setting(store: SqlStore, name: str) -> str:
+    cur = store._raw.cursor()  # noqa: SLF001 - reading the session's own settings
+    try:
+        cur.execute(f"SHOW {name}")
+        return str(cur.fetchone()[0])
+    finally:
+        cur.close()
+
+
+def test_connections_bound_lock_waits_and_idle_transactions(store: SqlStore) -> None:
+    assert _setting(store, "lock_timeout") == "5s"
+    assert _setting(store, "idle_in_transaction_session_timeout") == "15s"
+
+
+def test_settings_in_the_url_win() -> None:
+    with postgres_schema() as url:
+        s = open_store(url.replace("search_path%3D", "lock_timeout%3D1s%20-csearch_path%3D"))
+        try:
+            assert _setting(s, "lock_timeout") == "1s"
+            assert _setting(s, "idle_in_transaction_session_timeout") == "15s"
+            assert _setting(s, "search_path").startswith("wt_")
+        finally:
+            s.close()

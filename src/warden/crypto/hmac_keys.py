@@ -29,6 +29,13 @@ def derive_session_key(ikm: bytes, session_id: str) -> bytes:
     return hkdf.derive(ikm)
 
 
+def ikm_fingerprint(ikm: bytes) -> str:
+    """A public fingerprint of the IKM (64 hex chars): HMAC-SHA256 keyed by the IKM over a
+    fixed label. Recorded in the database so that a Warden started with another key file
+    is refused; it reveals nothing about the IKM and is no session key."""
+    return hmac.new(ikm, b"warden/ikm-fingerprint/v1", hashlib.sha256).hexdigest()
+
+
 def hmac_sign(key: bytes, message: bytes) -> str:
     """Base64 (padded) HMAC-SHA256 of ``message`` under ``key``."""
     return base64.b64encode(hmac.new(key, message, hashlib.sha256).digest()).decode("ascii")

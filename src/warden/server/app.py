@@ -12,6 +12,7 @@ the store; ``/openapi.json`` documents the HTTP routes.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -105,6 +106,10 @@ async def _send(
     await send({"type": "http.response.body", "body": body})
 
 
+#: How long /readyz waits for the database before answering 503 (s).
+READY_TIMEOUT_S = 5.0
+
+
 def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> ASGIApp:
     """Build the ASGI app around a started :class:`Runtime`: ``/acs`` plus FastAPI.
 
@@ -174,7 +179,13 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
     @app.get("/readyz")
     async def readyz() -> Response:
         try:
-            runtime.store.ping()
+            # Off the event loop and bounded: a database that hangs makes this replica
+            # "unavailable" in 5 s, and never stalls the requests served beside the probe.
+            await asyncio.wait_for(asyncio.to_thread(runtime.store.ping), READY_TIMEOUT_S)
+        except TimeoutError:
+            return JSONResponse(
+                {"status": "unavailable", "reason": "store_timeout"}, status_code=503
+            )
         except Exception as exc:  # noqa: BLE001 - any store failure means not ready
             reason = exc.reason if isinstance(exc, WardenError) else "store_unavailable"
             return JSONResponse({"status": "unavailable", "reason": reason}, status_code=503)

@@ -46,7 +46,7 @@ class SpendTx(AuditTx, Protocol):
 
     def budget(self, budget_id: str) -> Budget | None: ...
 
-    def put_budget(self, budget: Budget) -> None: ...
+    def put_budget(self, budget: Budget) -> bool: ...
 
     def usage(self, budget_id: str, bucket: str) -> tuple[Decimal, Decimal]:
         """(reserved, settled) in a period bucket; zeros when unused."""
@@ -136,7 +136,8 @@ class SpendEngine:
                     f"{existing.parent_id} in {existing.currency}; only cap, period and name "
                     "can change"
                 )
-            tx.put_budget(budget)
+            if not tx.put_budget(budget):
+                return budget  # stored exactly so already (e.g. by another replica): no entry
             root = self._path(tx, budget.id)[-1]
             self._audit(
                 tx,

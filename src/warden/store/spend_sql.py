@@ -153,17 +153,23 @@ class SqlSpendTx:
         row = self._one(f"SELECT {_BUDGET_COLUMNS} FROM budgets WHERE budget_id = ?", (budget_id,))
         return _budget(row) if row is not None else None
 
-    def put_budget(self, budget: Budget) -> None:
+    def put_budget(self, budget: Budget) -> bool:
+        """Create or update ``budget``; False when the stored row already says exactly this
+        (nothing written). An upsert whose update only fires on a difference: replicas
+        loading the same budgets file at once write, and audit, each change once."""
         from warden.store.sql import _now
 
-        # An upsert, so replicas loading the same budgets file at once do not collide.
         self._cur.execute(
             self._q(
                 "INSERT INTO budgets (budget_id, kind, parent_id, currency, cap, period, name, "
                 "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (budget_id) DO UPDATE "
                 "SET kind = excluded.kind, parent_id = excluded.parent_id, "
                 "currency = excluded.currency, cap = excluded.cap, period = excluded.period, "
-                "name = excluded.name, updated_at = excluded.updated_at"
+                "name = excluded.name, updated_at = excluded.updated_at "
+                "WHERE budgets.kind <> excluded.kind OR budgets.currency <> excluded.currency "
+                "OR COALESCE(budgets.parent_id, '') <> COALESCE(excluded.parent_id, '') "
+                "OR budgets.cap <> excluded.cap OR budgets.period <> excluded.period "
+                "OR budgets.name <> excluded.name"
             ),
             (
                 budget.id,
@@ -176,6 +182,7 @@ class SqlSpendTx:
                 _now(),
             ),
         )
+        return bool(self._cur.rowcount == 1)
 
     def usage(self, budget_id: str, bucket: str) -> tuple[Decimal, Decimal]:
         """(reserved, settled) of one bucket. On PostgreSQL the row is created if absent

@@ -121,12 +121,69 @@ def _sqlite_engine(parsed: URL, sync: str) -> Engine:
 _PG_DRIVERS = ("postgresql", "postgres", "postgresql+psycopg")
 
 
+#: Server settings every PostgreSQL connection of Warden's runs with, unless the URL's
+#: ``options`` sets them: a replica that freezes mid-transaction (a paused VM, a
+#: partition) loses its locks after ``idle_in_transaction_session_timeout`` instead of
+#: stalling every other replica, and a request waits at most ``lock_timeout`` for a row
+#: (then it is a signed deny). TCP keepalives find a dead peer within about 30 s.
+PG_SESSION_SETTINGS = {"lock_timeout": "5s", "idle_in_transaction_session_timeout": "15s"}
+_PG_KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
+
+
 def _postgres_engine(parsed: URL) -> Engine:
     """A psycopg 3 engine. The store's own connection runs in autocommit so that its
     explicit ``BEGIN``/``COMMIT`` are the only transactions (a read never leaves one open)."""
     if parsed.drivername != "postgresql+psycopg":
         parsed = parsed.set(drivername="postgresql+psycopg")
-    return create_engine(parsed, pool_pre_ping=True)
+    options = parsed.query.get("options", "")
+    if not isinstance(options, str):
+        raise ConfigError("the database URL gives options= more than once")
+    extra = [f"-c {k}={v}" for k, v in PG_SESSION_SETTINGS.items() if k not in options]
+    parsed = parsed.update_query_dict({"options": " ".join([options, *extra]).strip()})
+    keepalives = {k: v for k, v in _PG_KEEPALIVES.items() if k not in parsed.query}
+    return create_engine(parsed, pool_pre_ping=True, connect_args=keepalives)
+
+
+def parse_database_url(url: str) -> URL:
+    """``url`` parsed. Raises ConfigError — without echoing the URL, which may hold a
+    password — for one that cannot be parsed, a PostgreSQL URL with no database name
+    (libpq would silently pick one), or a password that was not percent-encoded."""
+    try:
+        parsed = make_url(url)
+    except (sa_exc.ArgumentError, ValueError) as exc:
+        raise ConfigError(
+            "invalid database URL (expected sqlite:///PATH or "
+            "postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE; percent-encode special "
+            "characters in the password)"
+        ) from exc
+    if parsed.drivername in _PG_DRIVERS:
+        if "@" in (parsed.host or "") or "/" in (parsed.host or ""):
+            raise ConfigError(
+                "the database URL's host contains '@' or '/': percent-encode those characters "
+                "in the password (@ is %40, / is %2F), or give the password in PGPASSWORD"
+            )
+        if not parsed.database:
+            raise ConfigError(
+                "the PostgreSQL URL names no database: postgresql://USER@HOST:PORT/DATABASE "
+                "(use a database of Warden's own)"
+            )
+    return parsed
+
+
+def _open_failure(shown: str, detail: BaseException) -> StoreUnavailable:
+    """What a database that cannot be opened is called: unreachable, refused, damaged."""
+    name = type(detail).__name__
+    if name in {"OperationalError", "InsufficientPrivilege"} or "Operational" in name:
+        return StoreUnavailable(f"cannot connect to the database {shown} ({name}: {detail})")
+    return StoreUnavailable(
+        f"cannot open the database {shown} ({name}: {detail}); "
+        "is it damaged or not a Warden database?"
+    )
 
 
 def _alembic_config() -> Config:
@@ -315,6 +372,7 @@ class SqlStore:
         """One write transaction on the raw connection; foreign errors translated."""
         with self._lock:
             cur = self._cursor()
+            committing = False
             try:
                 try:
                     cur.execute("BEGIN IMMEDIATE" if self._qmark else "BEGIN")
@@ -326,16 +384,28 @@ class SqlStore:
                     cur = self._cursor()
                     cur.execute("BEGIN IMMEDIATE" if self._qmark else "BEGIN")
                 yield cur
+                committing = True
                 cur.execute("COMMIT")
             except BaseException as exc:
                 try:
                     cur.execute("ROLLBACK")
                 except Exception:  # noqa: BLE001 - the original error matters more
-                    log.exception("rollback failed")
+                    if self._broken():  # the connection is gone, and the transaction with it
+                        log.warning("rollback impossible: the database connection was lost")
+                    else:
+                        log.exception("rollback failed")
                 if isinstance(exc, WardenError | KeyboardInterrupt | SystemExit):
                     raise
                 if is_integrity(exc):
                     raise StoreUnavailable(f"unexpected constraint failure: {exc}") from exc
+                if committing and self._broken():
+                    # The server may have committed before the connection dropped: say so
+                    # rather than claim nothing changed.
+                    raise StoreUnavailable(
+                        f"the database connection was lost during COMMIT ({exc}); the change "
+                        "may or may not have been applied",
+                        outcome_unknown=True,
+                    ) from exc
                 raise StoreUnavailable(f"store error: {exc.__class__.__name__}: {exc}") from exc
             finally:
                 cur.close()
@@ -865,10 +935,7 @@ def _engine_for(parsed: URL, sync: str) -> Engine:
 def current_revision(url: str) -> str | None:
     """The schema revision stored in the database at ``url`` (None when it has none).
     Raises ConfigError for an unsupported URL, SQLAlchemyError when it cannot be read."""
-    try:
-        parsed = make_url(url)
-    except sa_exc.ArgumentError as exc:
-        raise ConfigError(f"invalid database URL {url!r}") from exc
+    parsed = parse_database_url(url)
     engine = _engine_for(parsed, "FULL")
     try:
         with engine.connect() as conn:
@@ -888,10 +955,7 @@ def open_store(url: str, *, sqlite_sync: str = "FULL", migrate: bool = True) -> 
     sync = sqlite_sync.upper()
     if sync not in SYNC_MODES:
         raise ConfigError(f"sqlite sync mode must be one of {SYNC_MODES}, got {sqlite_sync!r}")
-    try:
-        parsed = make_url(url)
-    except sa_exc.ArgumentError as exc:
-        raise ConfigError(f"invalid database URL {url!r}") from exc
+    parsed = parse_database_url(url)
     shown = parsed.render_as_string(hide_password=True)
     engine = _engine_for(parsed, sync)
     try:
@@ -905,11 +969,13 @@ def open_store(url: str, *, sqlite_sync: str = "FULL", migrate: bool = True) -> 
         if isinstance(exc, WardenError) or not isinstance(exc, Exception):
             raise
         if isinstance(exc, CommandError):
+            if "Can't locate revision" in str(exc):
+                raise ConfigError(
+                    f"the database {shown} is at a schema revision this Warden does not know "
+                    f"({exc}): it was written by a newer Warden, or by another application "
+                    "(give Warden a database of its own)"
+                ) from exc
             raise ConfigError(f"cannot migrate the database {shown}: {exc}") from exc
         if isinstance(exc, sa_exc.SQLAlchemyError | engine.dialect.loaded_dbapi.Error):
-            detail = getattr(exc, "orig", None) or exc
-            raise StoreUnavailable(
-                f"cannot open the database {shown} ({type(detail).__name__}: {detail}); "
-                "is it damaged or not a Warden database?"
-            ) from exc
+            raise _open_failure(shown, getattr(exc, "orig", None) or exc) from exc
         raise

@@ -234,12 +234,20 @@ def refusal_for(exc: BaseException) -> Refusal:
         return invalid(exc.message)
     if isinstance(exc, CouldNotDecide):
         log.warning("spend wire: %s", exc.diagnostics())
+        unknown = bool(exc.data.get("outcome_unknown"))
         return Refusal(
             "store:unavailable",
             503,
-            "Warden could not complete the request; nothing was changed",
+            "Warden lost the database while committing; the request may have been applied"
+            if unknown
+            else "Warden could not complete the request; nothing was changed",
             retryable=True,
-            resolution=retry("retry shortly with the same Idempotency-Key and body"),
+            resolution=retry(
+                "retry with the same Idempotency-Key and body: the stored answer is replayed "
+                "if it was applied"
+                if unknown
+                else "retry shortly with the same Idempotency-Key and body"
+            ),
         )
     log.error("spend wire: unexpected error", exc_info=exc)
     return Refusal("internal:error", 500, "internal error; the operator log has the detail")
