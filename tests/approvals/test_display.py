@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from warden.approvals.display import visible
+from warden.approvals.display import Layout, shown, visible
 
 
 @pytest.mark.parametrize(
@@ -20,3 +20,9 @@ from warden.approvals.display import visible
 )
 def test_visible(raw: str, shown: str) -> None:
     assert visible(raw) == shown
+
+
+def test_layout_keeps_its_line_breaks_and_nothing_else() -> None:
+    text = Layout('{\n  "a": "x\u202ey\r"\n}')
+    assert shown(text) == '{\n  "a": "x\\u202ey\\u000d"\n}'
+    assert shown("a\nb") == "a\\u000ab"  # plain text: every line break escaped

@@ -471,6 +471,20 @@ def test_everything_is_escaped(runtime: Runtime, client: TestClient) -> None:
     assert "&lt;b&gt;no&lt;/b&gt;" in page and "<b>no</b>" not in page
 
 
+def test_arguments_keep_their_layout_but_not_hidden_characters(
+    runtime: Runtime, client: TestClient
+) -> None:
+    _, token = key(runtime, "alice", "approver", "operators")
+    task_id, _ = ask(runtime, "delete_file", {"path": "/tmp/safe\u202eetc", "note": "l1\nl2"})
+    login(client, token)
+    page = client.get(f"/desk/tasks/{task_id}").text
+    block = page[page.index("<dt>Arguments</dt>") :]
+    block = block[: block.index("</pre>")]
+    shown = '{\n  "note": "l1\\nl2",\n  "path": "/tmp/safe\\u202eetc"\n}'
+    assert shown.replace('"', "&#34;") in block
+    assert "\u202e" not in page and "\\u000a" not in block
+
+
 def test_long_arguments_are_truncated_in_the_list(runtime: Runtime, client: TestClient) -> None:
     _, token = key(runtime, "alice", "approver", "operators")
     task_id, _ = ask(runtime, "delete_file", {"path": "/data/" + "a" * 400})

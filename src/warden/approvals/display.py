@@ -20,3 +20,21 @@ _HIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-
 def visible(text: str) -> str:
     """``text`` with control, bidi and zero-width characters written as ``\\uXXXX``."""
     return _HIDDEN.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+class Layout(str):
+    """Text whose line breaks are Warden's own layout (pretty-printed JSON, where every
+    line break inside a value is already escaped by the JSON encoder): :func:`shown`
+    keeps its ``\n`` and escapes every other hidden character."""
+
+
+_HIDDEN_BUT_NEWLINE = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]"
+)
+
+
+def shown(text: str) -> str:
+    """:func:`visible` for any text; a :class:`Layout` keeps its line breaks."""
+    if isinstance(text, Layout):
+        return _HIDDEN_BUT_NEWLINE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return visible(text)

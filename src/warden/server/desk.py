@@ -62,7 +62,7 @@ from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from warden.approvals.desk import MAX_REASON_CHARS, DeskError, TaskNotFound
-from warden.approvals.display import visible
+from warden.approvals.display import Layout, shown
 from warden.approvals.tasks import ApprovalState, Task
 from warden.identity.api_keys import Identity, Role
 from warden.runtime import Runtime
@@ -165,8 +165,9 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
-def pretty_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)
+def pretty_json(value: Any) -> Layout:
+    """Indented JSON; its line breaks are layout (a newline inside a value stays ``\\n``)."""
+    return Layout(json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True))
 
 
 def truncate(text: str, limit: int = PREVIEW_CHARS) -> str:
@@ -640,7 +641,7 @@ def mount_desk(app: FastAPI, runtime: Runtime) -> None:
         loader=PackageLoader("warden.server", "templates"),
         autoescape=True,
         # Every value printed is agent-controlled text until shown otherwise.
-        finalize=lambda v: visible(v) if isinstance(v, str) else v,
+        finalize=lambda v: shown(v) if isinstance(v, str) else v,
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
