@@ -42,7 +42,7 @@ def test_check_shipped_bundle(path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == (
         f"OK {bundle.ref.id}@{bundle.ref.version}: {len(bundle.rules)} rules, "
-        f"default {bundle.default.value}, {bundle.ref.digest}"
+        f"default {bundle.default.value}, {bundle.ref.digest}; provenance: off"
     )
 
 

@@ -91,7 +91,31 @@ def test_long_and_cyclic_lineage() -> None:
     )
     assert s.trust("p4999", SPEC) is Trust.UNTRUSTED
     assert len(s.lineage("p4999")) == 5000
-    assert s.summary()["max_lineage_depth"] == 4999
+    # One cycle through all 5000 nodes: edges inside a cycle count 0 (the depth is the
+    # longest chain between strongly connected components).
+    assert s.summary()["max_lineage_depth"] == 0
+    # An acyclic chain of the same length counts every edge.
+    t = SessionProvenance().applied(
+        "steps/toolCallResult", step("", "r0", out("read_file", "x", "q0")), "allow"
+    )
+    chain = {
+        f"a{i}": {
+            "value": i,
+            "provenance": {
+                "provenance_id": f"q{i}",
+                "origin": "agent_generated",
+                "derived_from": [f"q{i - 1}"],
+            },
+        }
+        for i in range(1, 5000)
+    }
+    t = t.applied(
+        "steps/toolCallRequest",
+        step("", "r1", {"tool": {"name": "t"}, "arguments": chain}),
+        "allow",
+    )
+    assert t.summary()["max_lineage_depth"] == 4999
+    assert t.trust("q4999", SPEC) is Trust.UNTRUSTED
 
 
 def test_intent_is_fixed_once() -> None:
@@ -117,3 +141,9 @@ def test_intent_is_fixed_once() -> None:
         "allow",
     )
     assert t.intent is None
+
+    # A second sessionStart (nothing else in between) comes too late as well.
+    u = SessionProvenance().applied("steps/sessionStart", step("", "r1", {}), "allow")
+    assert u.may_set_intent("steps/agentTrigger")
+    u = u.applied("steps/sessionStart", step("", "r2", {"intent": later}), "allow")
+    assert u.intent is None and not u.may_set_intent("steps/agentTrigger")

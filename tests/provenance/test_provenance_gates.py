@@ -78,12 +78,13 @@ def call(
 
 
 def transfer(client: AcsClient, recipient_prov: dict[str, Any]) -> dict[str, Any]:
+    """send_money whose amount derives from the user's message ``u1``."""
     return call(
         client,
         "send_money",
         {
             "recipient": (IBAN_ATTACKER, recipient_prov),
-            "amount": (10, prov("a-amount", "user_input")),
+            "amount": (10, prov("a-amount", "agent_generated", derived=["u1"])),
         },
     )
 
@@ -127,6 +128,7 @@ def test_fides_p_t_fires_on_untrusted_argument_and_not_on_trusted_twin(
 def test_trusted_source_and_relabel_attempt(make: Callable[..., Runtime]) -> None:
     rt = make({"fides": {"enabled": True, "p_t": "deny"}})
     c = start(rt)
+    user(c, "pay my landlord")
     tool_output(c, "get_iban", IBAN_USER, pid="iban")  # a trusted source in the bundle
     assert transfer(c, prov("arg-iban", "agent_generated", derived=["iban"]))["decision"] == "allow"
     tool_output(c, "read_file", "x", pid="out-2")
@@ -298,13 +300,14 @@ def test_camel_protected_argument_graph(make: Callable[..., Runtime]) -> None:
         }
     )
     c = start(rt)
+    user(c, f"pay {IBAN_USER}")
     tool_output(c, "read_file", "memo text", pid="o1")
     # Untrusted data in an unprotected argument (the subject) is allowed…
     r = call(
         c,
         "send_money",
         {
-            "recipient": (IBAN_USER, prov("r", "user_input")),
+            "recipient": (IBAN_USER, prov("r", "agent_generated", derived=["u1"])),
             "subject": ("memo text", prov("s", "agent_generated", derived=["o1"])),
         },
     )
@@ -315,7 +318,7 @@ def test_camel_protected_argument_graph(make: Callable[..., Runtime]) -> None:
         "send_money",
         {
             "recipient": (IBAN_ATTACKER, prov("r2", "agent_generated", derived=["o1"])),
-            "subject": ("rent", prov("s2", "user_input")),
+            "subject": ("rent", prov("s2", "agent_generated", derived=["u1"])),
         },
     )
     assert r["decision"] == "deny"
@@ -330,7 +333,9 @@ def test_camel_protected_argument_graph(make: Callable[..., Runtime]) -> None:
 
 
 def test_inference_labels_a_value_copied_from_a_tool_output(make: Callable[..., Runtime]) -> None:
-    rt = make({"fides": {"enabled": True, "p_t": "ask"}}, inference=True)
+    # Inference pairs with unknown_trust: trusted (an argument found in no tool output is
+    # not asked); the fail-closed default would ask for every unlabelled argument.
+    rt = make({"fides": {"enabled": True, "p_t": "ask"}}, inference=True, unknown_trust="trusted")
     c = start(rt, producer="none")
     c.call(
         "steps/userMessage",
@@ -351,6 +356,9 @@ def test_inference_labels_a_value_copied_from_a_tool_output(make: Callable[..., 
     assert res["policy_data"]["provenance"] == {
         "mode": "inferred",
         "inferred_arguments": ["recipient"],
+        "absent_arguments": ["amount"],
+        "unknown_arguments": ["amount"],
+        "unknown_treated_as": "trusted",
     }
     violation = res["policy_data"]["fides"]["p_t"]["violations"][0]
     assert violation["inferred"] is True and violation["argument_path"] == "/arguments/recipient"
@@ -395,8 +403,9 @@ def test_cel_sees_provenance_facts_across_replicas(
     # The denied call's argument never entered the session: the summary is unchanged.
     summary = entries[-1]["entry"]["provenance_summary"]
     assert summary == entries[-2]["entry"]["provenance_summary"]
-    assert summary["origins_seen"] == ["user_input", "tool_output"]
-    assert summary["entry_count_by_origin"] == {"user_input": 2, "tool_output": 1}
+    # The arguments' user_input claims name nothing Warden saw: agent_generated (item 4).
+    assert summary["origins_seen"] == ["tool_output", "agent_generated"]
+    assert summary["entry_count_by_origin"] == {"agent_generated": 2, "tool_output": 1}
     assert summary["earliest_step_id_by_origin"]["tool_output"] == entries[-2]["entry"]["step_id"]
     report = verify_records(a.store.iter_records(), ikm=TEST_IKM)
     assert report.entries == len(entries)

@@ -343,6 +343,14 @@ class BundleSpec(_Strict):
     #: Provenance-aware decisions (README "Provenance-aware decisions"); None = off.
     provenance: ProvenanceSpec | None = None
 
+    @field_validator("provenance", mode="before")
+    @classmethod
+    def _provenance_not_null(cls, v: Any) -> Any:
+        # `provenance:` with nothing under it is almost surely a mistake, not "off".
+        if v is None:
+            raise ValueError("is empty (null); remove the key to turn provenance off")
+        return v
+
     @field_validator("default_reasoning")
     @classmethod
     def _reasoning_not_blank(cls, v: str | None) -> str | None:

@@ -8,10 +8,12 @@ refused). Shape (every member optional)::
       external_sinks: [send_email, post_webpage]                  # globs
       trusted_sources: [get_iban]        # source_id globs whose untrusted-origin data is trusted
       confidential_sources: [read_file]  # source_id globs whose data is confidential (FIDES P-F)
-      unknown_trust: trusted             # how gates treat an argument of unknown trust
+      unknown_trust: untrusted           # how gates treat an argument of unknown trust
+                                         # (default untrusted: fail closed)
       inference: false                   # label arguments for clients that send no provenance
       inference_min_length: 4
       ask: {approver: {type: human, id: security}, timeout_seconds: 600}
+      limits: {nodes_per_step: 1000, nodes_per_session: 20000, derived_from: 64, lineage_depth: 256}
       gates:
         fides: {enabled: true, p_t: ask, p_f: deny}
         ibac: {enabled: true, on_mismatch: ask, scope: consequential}
@@ -24,11 +26,12 @@ from __future__ import annotations
 import fnmatch
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: ``enabled: "yes"`` or ``lookback_steps: "3"`` is refused, not coerced.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 Action = Literal["ask", "deny", "off"]
@@ -91,6 +94,16 @@ class CamelSpec(_Strict):
         return True
 
 
+class LimitsSpec(_Strict):
+    """What one step or session may add to the provenance graph. A step over a limit is
+    refused with ``-32602`` and records nothing (README "Provenance-aware decisions")."""
+
+    nodes_per_step: int = Field(default=1000, ge=1, le=100_000)
+    nodes_per_session: int = Field(default=20_000, ge=1, le=1_000_000)
+    derived_from: int = Field(default=64, ge=1, le=10_000)
+    lineage_depth: int = Field(default=256, ge=1, le=100_000)
+
+
 class GatesSpec(_Strict):
     fides: FidesSpec = FidesSpec()
     ibac: IbacSpec = IbacSpec()
@@ -105,11 +118,43 @@ class ProvenanceSpec(_Strict):
     external_sinks: list[str] = Field(default_factory=list)
     trusted_sources: list[str] = Field(default_factory=list)
     confidential_sources: list[str] = Field(default_factory=list)
-    unknown_trust: Literal["trusted", "untrusted"] = "trusted"
+    #: Fail closed by default: an argument without provenance, or deriving from ids Warden
+    #: never recorded, counts as untrusted unless the bundle opts into ``trusted``.
+    unknown_trust: Literal["trusted", "untrusted"] = "untrusted"
     inference: bool = False
     inference_min_length: int = Field(default=4, ge=1, le=256, strict=True)
     ask: AskTarget = AskTarget()
+    limits: LimitsSpec = LimitsSpec()
     gates: GatesSpec = GatesSpec()
+
+    @model_validator(mode="after")
+    def _gates_can_fire(self) -> ProvenanceSpec:
+        """A gate switched on that could never fire is a mistake in the bundle."""
+        g = self.gates
+        problems = []
+        if not self.consequential_tools:
+            need = [
+                name
+                for name, on in (
+                    ("fides (p_t)", g.fides.enabled and g.fides.p_t != "off"),
+                    ("ibac (scope: consequential)", g.ibac.enabled and g.ibac.scope != "all"),
+                    ("aarm", g.aarm.enabled),
+                    ("camel", g.camel.enabled),
+                )
+                if on
+            ]
+            if need:
+                problems.append(
+                    f"gates {', '.join(need)} are enabled but consequential_tools is empty, "
+                    "so they can never fire; list the tools they guard"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def enabled_gates(self) -> list[str]:
+        """The names of the gates switched on, in order."""
+        return [n for n in ("fides", "ibac", "aarm", "camel") if getattr(self.gates, n).enabled]
 
     def is_consequential(self, tool: str) -> bool:
         return bool(tool) and any(fnmatch.fnmatchcase(tool, p) for p in self.consequential_tools)

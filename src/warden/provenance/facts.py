@@ -3,8 +3,16 @@
 Built by :func:`view_for` from the session's state before the step and the step's own
 payload. Per argument: its derived trust, origins, source ids and lineage (client
 provenance), or — in inference mode, for an argument without provenance — an inferred
-label: ``untrusted`` when one of its text leaves (at least ``inference_min_length``
-characters) appears in an earlier tool output of the session and in no user message.
+label: ``untrusted`` when, after normalising both sides (:func:`~.graph.normalise`:
+NFKC, case-folded, whitespace and format characters removed),
+
+- one of its text leaves (at least ``inference_min_length`` characters) appears in an
+  earlier untrusted tool output of the session and in no user message, or
+- it contains a token of such an output (whitespace-separated, at least
+  :data:`~.graph.TOKEN_MIN` characters) that no user message contains.
+
+An argument neither sent with provenance nor inferred is ``unknown``: the bundle's
+``unknown_trust`` (default ``untrusted``) says how the gates treat it.
 """
 
 from __future__ import annotations
@@ -14,7 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from warden.provenance.config import ProvenanceSpec
-from warden.provenance.graph import INTENT_STEPS, SessionProvenance, leaves
+from warden.provenance.graph import (
+    INTENT_STEPS,
+    Override,
+    SessionProvenance,
+    intake,
+    leaves,
+    normalise,
+)
 from warden.provenance.model import Capability, Node, Trust
 
 TOOL_CALL_METHODS = frozenset({"steps/toolCallRequest", "protocols/MCP/tools/call"})
@@ -30,6 +45,7 @@ class ArgLabel:
     lineage: tuple[str, ...]
     inferred: bool = False
     matched: str = ""  # inference: the text leaf found in a tool output
+    sent: bool = True  # the client sent provenance for it
 
     def facts(self, state: SessionProvenance, spec: ProvenanceSpec) -> dict[str, Any]:
         nodes = [state.nodes[p] for p in self.lineage if p in state.nodes]
@@ -56,6 +72,7 @@ class ProvenanceView:
     args: dict[str, ArgLabel] = field(default_factory=dict)
     mode: str = "client"
     intent_problem: str | None = None
+    overrides: tuple[Override, ...] = ()
 
     @property
     def consequential(self) -> bool:
@@ -121,15 +138,22 @@ class ProvenanceView:
 def _infer(
     state: SessionProvenance, spec: ProvenanceSpec, name: str, value: Any
 ) -> ArgLabel | None:
-    """An inferred untrusted label for an argument copied from an earlier tool output."""
+    """An inferred untrusted label for an argument copied from an earlier tool output
+    (module docstring)."""
+    outputs = [o for o in state.outputs if state.trust(o.provenance_id, spec) is Trust.UNTRUSTED]
+    if not outputs:
+        return None
+    users = state.user_texts
     for leaf in leaves(value):
-        if len(leaf) < spec.inference_min_length:
-            continue
-        if any(leaf in text for text in state.user_texts):
-            continue
-        for out in state.outputs:
-            if leaf in out.text and state.trust(out.provenance_id, spec) is Trust.UNTRUSTED:
-                return ArgLabel(name, Trust.UNTRUSTED, (out.provenance_id,), True, leaf)
+        norm = normalise(leaf)
+        if len(norm) >= spec.inference_min_length and not any(norm in u for u in users):
+            for out in outputs:
+                if norm in out.text:
+                    return ArgLabel(name, Trust.UNTRUSTED, (out.provenance_id,), True, leaf, False)
+        for out in outputs:
+            for tok in out.tokens:
+                if tok in norm and not any(tok in u for u in users):
+                    return ArgLabel(name, Trust.UNTRUSTED, (out.provenance_id,), True, tok, False)
     return None
 
 
@@ -144,7 +168,12 @@ def view_for(
     """The view of one step: ``prior`` is the state after the session's last committed
     step; ``args`` the unwrapped argument values (native or wrapped MCP)."""
     payload = params.get("payload") or {}
-    state = prior.applied(method, params, "allow") if method == "steps/toolCallRequest" else prior
+    taken = intake(prior, method, params)
+    state = (
+        prior.applied(method, params, "allow", _taken=taken)
+        if method == "steps/toolCallRequest"
+        else prior
+    )
     labels: dict[str, ArgLabel] = {}
     mode = "client"
     if method in TOOL_CALL_METHODS:
@@ -161,7 +190,7 @@ def view_for(
                 mode = "inferred"
                 labels[name] = inferred
             else:
-                labels[name] = ArgLabel(name, Trust.UNKNOWN, (), spec.inference)
+                labels[name] = ArgLabel(name, Trust.UNKNOWN, (), spec.inference, sent=False)
                 if spec.inference:
                     mode = "inferred"
                 elif mode == "client":
@@ -175,10 +204,10 @@ def view_for(
                 f"The session's intent was fixed at step {fixed.step_id}; a later step cannot "
                 "change it (only an approved intent_extension can)."
             )
-        elif fixed is None and prior.intent_window_closed:
+        elif fixed is None and not prior.may_set_intent(method):
             problem = (
-                "Intent can be set only at sessionStart or the first agentTrigger; this step "
-                "comes later."
+                "Intent can be set only by the session's first sessionStart or first "
+                "agentTrigger, before any other step; this step comes later."
             )
         elif fixed is None and declared.get("parsed"):
             pp = declared.get("parser_provenance")
@@ -200,4 +229,5 @@ def view_for(
         args=labels,
         mode=mode,
         intent_problem=problem,
+        overrides=taken.overrides,
     )

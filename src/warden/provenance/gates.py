@@ -16,8 +16,15 @@ wins, and every finding adds its reason codes, a ``policy_references`` entry
   consequential call.
 - ``camel_dependency_graph_violation`` (+ ``untrusted_into_consequential``): a protected
   argument's dependency graph reaches untrusted data.
-- ``intent_mismatch``: a later step tried to set or change the fixed intent (always on
-  when the bundle has a ``provenance`` section).
+- ``intent_mismatch``: a step tried to set the intent outside its window (only the
+  first sessionStart or first agentTrigger, before any other step), to change the fixed
+  intent, or to set a parsed intent without ``user_input`` ``parser_provenance`` (always
+  on when the bundle has a ``provenance`` section).
+
+``policy_data.provenance`` (:func:`notes`) says how the step's provenance was read: the
+mode, arguments sent without provenance, arguments of unknown trust and how the bundle
+treats them, inferred arguments, and labels Warden overrode; it is present on any
+verdict where one of those applies, not only when a gate fired.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from warden.provenance.facts import ArgLabel, ProvenanceView
 from warden.provenance.model import Trust
 
 _CITE_LIMIT = 32
+#: Lineage nodes listed per argument in ``policy_data`` (the rest are counted).
+_LINEAGE_LIMIT = 64
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,14 @@ def _describe(view: ProvenanceView, label: ArgLabel) -> str:
         and view.state.nodes[p].origin != "agent_generated"
     ]
     if not untrusted:
+        if label.trust is Trust.UNKNOWN:
+            why = (
+                "it was sent without provenance"
+                if not label.sent
+                else "its lineage reaches no content Warden recorded (only agent_generated "
+                "nodes, a cycle, or unknown ids)"
+            )
+            return f"{why}; unknown trust counts as {view.spec.unknown_trust} in this bundle"
         return f"its trust is {label.trust.value}"
     n = untrusted[0]
     src = f" of {n.source_id}" if n.source_id else ""
@@ -71,12 +88,16 @@ def _describe(view: ProvenanceView, label: ArgLabel) -> str:
 
 
 def _lineage(view: ProvenanceView, label: ArgLabel) -> list[dict[str, Any]]:
-    out = []
-    for p in label.lineage:
+    """The argument's lineage for ``policy_data`` (the first :data:`_LINEAGE_LIMIT`
+    nodes; a last item ``{"omitted": n}`` counts the rest)."""
+    out: list[dict[str, Any]] = []
+    for p in label.lineage[:_LINEAGE_LIMIT]:
         node = view.state.nodes.get(p)
         item: dict[str, Any] = node.to_json() if node else {"provenance_id": p, "origin": "unknown"}
         item["trust"] = view.state.trust(p, view.spec).value
         out.append(item)
+    if len(label.lineage) > _LINEAGE_LIMIT:
+        out.append({"omitted": len(label.lineage) - _LINEAGE_LIMIT})
     return out
 
 
@@ -244,7 +265,7 @@ def camel(view: ProvenanceView) -> list[Finding]:
         nodes = _lineage(view, a)
         edges = [
             [p, d]
-            for p in a.lineage
+            for p in a.lineage[:_LINEAGE_LIMIT]
             if p in view.state.nodes
             for d in view.state.nodes[p].derived_from
         ]
@@ -290,11 +311,35 @@ def findings(view: ProvenanceView) -> list[Finding]:
     return out
 
 
+def notes(view: ProvenanceView, fired: bool = False) -> dict[str, Any] | None:
+    """``policy_data.provenance`` for the step, or None when there is nothing to say
+    (no gate fired, every argument had provenance of known trust, nothing overridden)."""
+    out: dict[str, Any] = {"mode": view.mode}
+    inferred = sorted(n for n, a in view.args.items() if a.inferred and a.lineage)
+    if inferred:
+        out["inferred_arguments"] = inferred
+    absent = sorted(n for n, a in view.args.items() if not a.sent and not a.lineage)
+    if absent:
+        out["absent_arguments"] = absent
+    unknown = sorted(n for n, a in view.args.items() if a.trust is Trust.UNKNOWN)
+    if unknown:
+        out["unknown_arguments"] = unknown
+        out["unknown_treated_as"] = view.spec.unknown_trust
+    if view.overrides:
+        out["overridden"] = [o.to_json() for o in view.overrides[:_CITE_LIMIT]]
+    if len(out) == 1 and not fired:
+        return None
+    return out
+
+
 def apply_gates(view: ProvenanceView, verdict: Verdict, bundle: BundleRef | None) -> Verdict:
     """``verdict`` tightened by the gates' findings (see module docstring)."""
     found = findings(view)
     if not found:
-        return verdict
+        said = notes(view)
+        if said is None:
+            return verdict
+        return replace(verdict, policy_data={**verdict.policy_data, "provenance": said})
     strongest = max((f.effect for f in found), key=lambda e: e.strength)
     tighter = strongest.strength > verdict.decision.strength
     decision = strongest if tighter else verdict.decision
@@ -315,11 +360,7 @@ def apply_gates(view: ProvenanceView, verdict: Verdict, bundle: BundleRef | None
             data.setdefault("fides", {}).update(f.data)
         elif f.data:
             data[f.paradigm] = f.data
-    inferred = sorted(n for n, a in view.args.items() if a.inferred and a.lineage)
-    data["provenance"] = {
-        "mode": view.mode,
-        **({"inferred_arguments": inferred} if inferred else {}),
-    }
+    data["provenance"] = notes(view, fired=True)
     cited = tuple(
         dict.fromkeys((*verdict.cited_provenance_ids, *(p for f in found for p in f.cited)))
     )

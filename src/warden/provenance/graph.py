@@ -8,15 +8,36 @@ entry stores the request's params exactly as hashed, and its verdict), so
 only from steps whose verdict let it through (allow or modify): a denied tool output
 never reached the agent.
 
-Content the client sent without provenance is labelled by Warden from the hook it came
-on (a tool output is ``tool_output`` of its tool, a user message ``user_input``) with
-ids ``warden:<step_id>:<path>``; those nodes are ``assigned``. A provenance_id keeps
-the node it was first recorded with: a later step cannot relabel it.
+What the client claims is checked against the hook it arrived on (:func:`intake`):
+
+- content the client sent without provenance is labelled from its hook (a tool output
+  is ``tool_output`` of its tool, a user message ``user_input``) with ids
+  ``warden:<step_id>:<path>``; those nodes are ``assigned``;
+- a tool output or retrieval result is at most untrusted: a claimed ``user_input``,
+  ``system`` or ``agent_generated`` origin becomes the hook's (``tool_output`` /
+  ``retrieved``), and its ``source_id`` is always the hook's tool or source name;
+- agent-side content (tool arguments, agent responses, memory writes, summaries) cannot
+  introduce a trusted origin: a fresh ``user_input``/``system`` node becomes
+  ``agent_generated`` with what it claims to derive from (so ``unknown`` if nothing);
+- a ``provenance_id`` is unique within the session (ACS §9): content that reuses a
+  recorded id is refused by the service (``-32602``); a tool argument may *reference* a
+  recorded id (the argument is that data), and the recorded node wins.
+
+Every such change is an :class:`Override`, reported in ``policy_data.provenance``.
+
+Trust (:meth:`SessionProvenance.trust`): a recorded node of a non-``agent_generated``
+origin contributes its own trust; an id named in ``derived_from`` but never recorded
+contributes ``unknown``; ``agent_generated`` contributes nothing of its own. A node's
+trust is the least contribution its lineage reaches, and ``unknown`` when it reaches none
+(only itself, cycles of ``agent_generated`` nodes, unknown ids). Trust and depth are
+computed once per graph version (strongly connected components, linear in nodes and
+edges) and memoised on the state.
 """
 
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -31,7 +52,6 @@ from warden.provenance.model import (
     Intent,
     Node,
     Trust,
-    least,
 )
 
 #: Steps whose content comes from outside the agent (where untrusted content "enters").
@@ -46,6 +66,11 @@ INPUT_STEPS = frozenset(
 )
 INTENT_STEPS = ("steps/sessionStart", "steps/agentTrigger")
 _ENTERED = frozenset({"allow", "modify"})
+#: Ids Warden assigns; a client may reference them but not introduce one.
+WARDEN_PREFIX = "warden:"
+#: Inference: a tool-output token at least this long is matched inside arguments.
+TOKEN_MIN = 8
+_TOKEN_STRIP = " \t\r\n.,;:!?()[]{}<>\"'`*"
 
 
 def leaves(value: Any) -> list[str]:
@@ -67,14 +92,174 @@ def leaves(value: Any) -> list[str]:
     return out
 
 
+def normalise(text: str) -> str:
+    """``text`` for inference matching: NFKC, case-folded, without whitespace and without
+    format characters (zero-width spaces and joiners, bidi marks: Unicode category Cf)."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return "".join(ch for ch in folded if not ch.isspace() and unicodedata.category(ch) != "Cf")
+
+
+def tokens(text: str) -> frozenset[str]:
+    """The normalised whitespace-separated tokens of ``text`` (surrounding punctuation
+    stripped) of at least :data:`TOKEN_MIN` characters."""
+    out = set()
+    for raw in text.split():
+        tok = normalise(raw.strip(_TOKEN_STRIP))
+        if len(tok) >= TOKEN_MIN:
+            out.add(tok)
+    return frozenset(out)
+
+
 @dataclass(frozen=True)
 class OutputText:
-    """An earlier tool output's text, kept for inference mode."""
+    """An earlier tool output, kept for inference mode: its normalised text and tokens."""
 
     text: str
     provenance_id: str
     source_id: str
     step_id: str
+    tokens: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Override:
+    """A label Warden changed: what the client claimed and what was recorded instead."""
+
+    provenance_id: str
+    path: str
+    claimed_origin: str
+    origin: str
+    claimed_source_id: str
+    source_id: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "provenance_id": self.provenance_id,
+            "path": self.path,
+            "claimed_origin": self.claimed_origin,
+            "origin": self.origin,
+            "reason": self.reason,
+        }
+        if self.claimed_source_id or self.source_id:
+            out["claimed_source_id"] = self.claimed_source_id
+            out["source_id"] = self.source_id
+        return out
+
+
+@dataclass(frozen=True)
+class Intake:
+    """What one step would add: new nodes (in order), argument references to recorded
+    nodes, label overrides, and the first problem that makes the step unacceptable
+    (``(json pointer, message)``; the service answers ``-32602``)."""
+
+    nodes: tuple[Node, ...] = ()
+    refs: dict[str, str] = field(default_factory=dict)  # argument path -> recorded id
+    overrides: tuple[Override, ...] = ()
+    problem: tuple[str, str] | None = None
+
+
+@dataclass
+class _Analysis:
+    """Trust contribution reached and lineage depth per recorded node (one graph version)."""
+
+    reach: dict[str, Trust | None]
+    depth: dict[str, int]
+
+
+def _least(a: Trust | None, b: Trust | None) -> Trust | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a if a.rank <= b.rank else b
+
+
+def _own(node: Node, spec: ProvenanceSpec) -> Trust | None:
+    if node.origin in TRUSTED_ORIGINS:
+        return Trust.TRUSTED
+    if node.origin in UNTRUSTED_ORIGINS:
+        return Trust.TRUSTED if spec.is_trusted_source(node.source_id) else Trust.UNTRUSTED
+    if node.origin == "agent_generated":
+        return None  # only as trusted as what it derives from
+    return Trust.UNKNOWN
+
+
+def _analyse(nodes: dict[str, Node], spec: ProvenanceSpec) -> _Analysis:
+    """Tarjan's strongly connected components (iterative) over ``derived_from`` edges,
+    then one pass over the components in the order found (each after every component it
+    reaches): a component's trust is the least of its members' own contributions and of
+    the components it reaches; its depth is the longest chain of edges between
+    components (an edge to an unrecorded id counts 1; edges inside a cycle count 0)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    comp_of: dict[str, int] = {}
+    comps: list[list[str]] = []
+    counter = 0
+    for root in nodes:
+        if root in index:
+            continue
+        work: list[tuple[str, int]] = [(root, 0)]
+        while work:
+            v, i = work[-1]
+            if v not in index:
+                index[v] = low[v] = counter
+                counter += 1
+                stack.append(v)
+                on_stack.add(v)
+            parents = nodes[v].derived_from
+            descended = False
+            while i < len(parents):
+                w = parents[i]
+                i += 1
+                if w not in nodes:
+                    continue
+                if w not in index:
+                    work[-1] = (v, i)
+                    work.append((w, 0))
+                    descended = True
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            if descended:
+                continue
+            work.pop()
+            if low[v] == index[v]:
+                members: list[str] = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp_of[w] = len(comps)
+                    members.append(w)
+                    if w == v:
+                        break
+                comps.append(members)
+            if work:
+                u = work[-1][0]
+                low[u] = min(low[u], low[v])
+    reach_c: list[Trust | None] = []
+    depth_c: list[int] = []
+    for c, members in enumerate(comps):
+        value: Trust | None = None
+        depth = 0
+        for m in members:
+            node = nodes[m]
+            value = _least(value, _own(node, spec))
+            for p in node.derived_from:
+                if p not in nodes:
+                    value = _least(value, Trust.UNKNOWN)
+                    depth = max(depth, 1)
+                elif comp_of[p] != c:
+                    value = _least(value, reach_c[comp_of[p]])
+                    depth = max(depth, 1 + depth_c[comp_of[p]])
+        reach_c.append(value)
+        depth_c.append(depth)
+    return _Analysis(
+        reach={n: reach_c[comp_of[n]] for n in nodes},
+        depth={n: depth_c[comp_of[n]] for n in nodes},
+    )
 
 
 @dataclass(frozen=True)
@@ -85,31 +270,53 @@ class SessionProvenance:
     step_count: int = 0
     intent: Intent | None = None
     intent_window_closed: bool = False
-    user_texts: tuple[str, ...] = ()
+    seen_session_start: bool = False
+    seen_agent_trigger: bool = False
+    user_texts: tuple[str, ...] = ()  # normalised (see :func:`normalise`)
     outputs: tuple[OutputText, ...] = ()
+    #: Memo per bundle spec (id -> (spec, analysis)); not part of the value.
+    _memo: dict[int, tuple[ProvenanceSpec, _Analysis]] = field(
+        default_factory=dict, compare=False, repr=False, hash=False
+    )
+    _lineages: dict[str, list[str]] = field(
+        default_factory=dict, compare=False, repr=False, hash=False
+    )
 
     # -- trust and lineage -------------------------------------------------------
 
-    def own_trust(self, pid: str, spec: ProvenanceSpec) -> Trust:
-        """The trust of ``pid``'s own origin, before what it derives from."""
-        node = self.nodes.get(pid)
-        if node is None:
-            return Trust.UNKNOWN
-        if node.origin in TRUSTED_ORIGINS:
-            return Trust.TRUSTED
-        if node.origin in UNTRUSTED_ORIGINS:
-            return Trust.TRUSTED if spec.is_trusted_source(node.source_id) else Trust.UNTRUSTED
-        # agent_generated: only as trusted as what it derives from (nothing known: unknown)
-        return Trust.TRUSTED if node.derived_from else Trust.UNKNOWN
+    def _analysis(self, spec: ProvenanceSpec) -> _Analysis:
+        hit = self._memo.get(id(spec))
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        result = _analyse(self.nodes, spec)
+        self._memo[id(spec)] = (spec, result)
+        return result
 
     def trust(self, pid: str, spec: ProvenanceSpec) -> Trust:
-        """The derived trust of ``pid``: the least trusted origin in its lineage (the
-        monotonicity rule, for every origin); ``unknown`` for an id never recorded."""
-        return least([self.own_trust(p, spec) for p in self.lineage(pid)])
+        """The derived trust of ``pid`` (module docstring); ``unknown`` for an id never
+        recorded, or whose lineage reaches no recorded non-``agent_generated`` node."""
+        if pid not in self.nodes:
+            return Trust.UNKNOWN
+        return self._analysis(spec).reach[pid] or Trust.UNKNOWN
+
+    def _depths(self) -> dict[str, int]:
+        """Depth per node from any analysis already made (depth does not depend on the
+        bundle's trusted sources), else from a fresh one."""
+        for _, analysis in self._memo.values():
+            return analysis.depth
+        return self._analysis(_PLAIN).depth
+
+    def depth(self, pid: str, spec: ProvenanceSpec) -> int:
+        """Longest ``derived_from`` chain below ``pid`` (0 when it derives from nothing)."""
+        return self._analysis(spec).depth.get(pid, 0)
 
     def lineage(self, pid: str) -> list[str]:
-        """``pid`` and every id it derives from, transitively, breadth first (iterative:
-        a long or cyclic chain sent by a client cannot exhaust the stack)."""
+        """``pid`` and every id it derives from, transitively, breadth first (iterative;
+        memoised per graph version)."""
+        cache = self._lineages
+        hit = cache.get(pid)
+        if hit is not None:
+            return hit
         order: list[str] = []
         seen: set[str] = set()
         queue = deque([pid])
@@ -122,39 +329,12 @@ class SessionProvenance:
             node = self.nodes.get(p)
             if node is not None:
                 queue.extend(node.derived_from)
+        cache[pid] = order
         return order
 
-    def depths(self) -> dict[str, int]:
-        """Longest ``derived_from`` chain below each recorded node (an edge that closes
-        a cycle counts as 0); iterative, linear in nodes and edges."""
-        depth: dict[str, int] = {}
-        active: set[str] = set()
-        for root in self.nodes:
-            if root in depth:
-                continue
-            stack: list[tuple[str, int]] = [(root, 0)]
-            while stack:
-                pid, i = stack.pop()
-                node = self.nodes.get(pid)
-                parents = node.derived_from if node is not None else ()
-                if i == 0:
-                    active.add(pid)
-                if i < len(parents):
-                    stack.append((pid, i + 1))
-                    child = parents[i]
-                    if child not in depth and child not in active and child in self.nodes:
-                        stack.append((child, 0))
-                    continue
-                active.discard(pid)
-                depth[pid] = max(
-                    (
-                        1 + depth.get(c, 0) if c in depth or c not in self.nodes else 0
-                        for c in parents
-                        if c not in active
-                    ),
-                    default=0,
-                )
-        return depth
+    def depths(self, spec: ProvenanceSpec | None = None) -> dict[str, int]:
+        """Depth of every recorded node (see :func:`_analyse`)."""
+        return dict(self._analysis(spec).depth if spec is not None else self._depths())
 
     def entered(self, spec: ProvenanceSpec) -> list[Node]:
         """Nodes of untrusted content that entered through an input step, oldest first."""
@@ -176,10 +356,66 @@ class SessionProvenance:
             "entry_count": len(self.nodes),
             "entry_count_by_origin": by_origin,
             "earliest_step_id_by_origin": earliest,
-            "max_lineage_depth": max(self.depths().values(), default=0),
+            "max_lineage_depth": max(self._depths().values(), default=0),
         }
 
-    # -- one committed step ------------------------------------------------------
+    # -- intent window -----------------------------------------------------------
+
+    def may_set_intent(self, method: str) -> bool:
+        """Whether a step of ``method`` may fix the intent now: only the first
+        sessionStart or the first agentTrigger, before any other step of the session."""
+        if self.intent is not None or self.intent_window_closed:
+            return False
+        if method == "steps/sessionStart":
+            return not self.seen_session_start and not self.seen_agent_trigger
+        if method == "steps/agentTrigger":
+            return not self.seen_agent_trigger
+        return False
+
+    # -- one step ----------------------------------------------------------------
+
+    def check(self, method: str, params: dict[str, Any], spec: ProvenanceSpec) -> Intake:
+        """The step's :class:`Intake` with the bundle's limits applied: too many nodes in
+        the step or the session, a ``derived_from`` too long, or a lineage deeper than
+        allowed is a problem (nothing is recorded)."""
+        limits = spec.limits
+        taken = intake(self, method, params, derived_limit=limits.derived_from)
+        if taken.problem is not None:
+            return taken
+        if len(taken.nodes) > limits.nodes_per_step:
+            return replace(
+                taken,
+                problem=(
+                    "/params/payload",
+                    f"this step would add {len(taken.nodes)} provenance nodes; the bundle "
+                    f"allows {limits.nodes_per_step} per step (provenance.limits.nodes_per_step)",
+                ),
+            )
+        if len(self.nodes) + len(taken.nodes) > limits.nodes_per_session:
+            return replace(
+                taken,
+                problem=(
+                    "/params/payload",
+                    f"the session would hold {len(self.nodes) + len(taken.nodes)} provenance "
+                    f"nodes; the bundle allows {limits.nodes_per_session} "
+                    "(provenance.limits.nodes_per_session)",
+                ),
+            )
+        if not taken.nodes:
+            return taken
+        after = self.applied(method, params, "allow", _taken=taken)
+        deepest = max(after._analysis(spec).depth.values(), default=0)
+        before = max(self._depths().values(), default=0)
+        if deepest > limits.lineage_depth and deepest > before:
+            return replace(
+                taken,
+                problem=(
+                    "/params/payload",
+                    f"this step would make a provenance lineage {deepest} deep; the bundle "
+                    f"allows {limits.lineage_depth} (provenance.limits.lineage_depth)",
+                ),
+            )
+        return taken
 
     def applied(
         self,
@@ -187,48 +423,43 @@ class SessionProvenance:
         params: dict[str, Any],
         decision: str,
         intent_extension: dict[str, Any] | None = None,
+        *,
+        _taken: Intake | None = None,
     ) -> SessionProvenance:
         """The state after the committed step ``params`` (decided ``decision``)."""
         step_id = str(params.get("request_id", ""))
         payload = params.get("payload") or {}
-        index = self.step_count
-        nodes = dict(self.nodes)
-        user_texts = list(self.user_texts)
-        outputs = list(self.outputs)
         intent = self.intent
-        window_closed = self.intent_window_closed
         passed = decision in _ENTERED
-
-        def add(prov: Any, default_origin: str, source: str, path: str) -> str:
-            if isinstance(prov, dict) and isinstance(prov.get("provenance_id"), str):
-                pid = str(prov["provenance_id"])
-                if pid not in nodes:
-                    nodes[pid] = Node(
-                        pid,
-                        str(prov.get("origin", default_origin)),
-                        str(prov.get("source_id", source) or ""),
-                        tuple(str(p) for p in prov.get("derived_from") or ()),
-                        step_id,
-                        index,
-                        method,
-                    )
-                return pid
-            pid = f"warden:{step_id}:{path}"
-            if pid not in nodes:
-                nodes[pid] = Node(pid, default_origin, source, (), step_id, index, method, True)
-            return pid
-
+        nodes = self.nodes
+        user_texts = self.user_texts
+        outputs = self.outputs
         if passed:
+            taken = _taken if _taken is not None else intake(self, method, params)
+            if taken.nodes:
+                nodes = dict(self.nodes)
+                for node in taken.nodes:
+                    nodes.setdefault(node.provenance_id, node)
+            new_users = list(user_texts)
+            new_outputs = list(outputs)
             for item in _data_fields(method, payload):
-                pid = add(item.prov, item.origin, item.source, item.path)
+                text = "\n".join(leaves(item.value))
                 if item.kind == "user":
-                    user_texts.append("\n".join(leaves(item.value)))
+                    new_users.append(normalise(text))
                 elif item.kind == "output":
-                    node = nodes[pid]
-                    outputs.append(
-                        OutputText("\n".join(leaves(item.value)), pid, node.source_id, step_id)
+                    pid = taken.refs.get(item.path) or _pid_of(item, step_id)
+                    got = nodes.get(pid)
+                    new_outputs.append(
+                        OutputText(
+                            normalise(text),
+                            pid,
+                            got.source_id if got else item.source,
+                            step_id,
+                            tokens(text),
+                        )
                     )
-            if method in INTENT_STEPS and not window_closed and intent is None:
+            user_texts, outputs = tuple(new_users), tuple(new_outputs)
+            if self.may_set_intent(method):
                 declared = payload.get("intent")
                 if isinstance(declared, dict):
                     intent = Intent.from_payload(declared, step_id)
@@ -237,28 +468,152 @@ class SessionProvenance:
                     intent,
                     extensions=(*intent.extensions, Capability.from_json(intent_extension)),
                 )
-        if method == "steps/agentTrigger":
-            window_closed = True
-        return SessionProvenance(
+        closed = self.intent_window_closed or intent is not None
+        if method == "steps/sessionStart":
+            closed = closed or self.seen_session_start or self.seen_agent_trigger
+        elif method == "steps/agentTrigger":
+            closed = True
+        else:
+            closed = True
+        same_graph = nodes is self.nodes
+        state = SessionProvenance(
             nodes=nodes,
-            step_count=index + 1,
+            step_count=self.step_count + 1,
             intent=intent,
-            intent_window_closed=window_closed,
-            user_texts=tuple(user_texts),
-            outputs=tuple(outputs),
+            intent_window_closed=closed,
+            seen_session_start=self.seen_session_start or method == "steps/sessionStart",
+            seen_agent_trigger=self.seen_agent_trigger or method == "steps/agentTrigger",
+            user_texts=user_texts,
+            outputs=outputs,
         )
+        if same_graph:
+            # Same graph version: trust, depth and lineage carry over.
+            state._memo.update(self._memo)
+            state._lineages.update(self._lineages)
+        return state
+
+
+_PLAIN = ProvenanceSpec()
 
 
 @dataclass(frozen=True)
 class DataField:
-    """One data-bearing field of a step: its provenance (if sent) and Warden's default."""
+    """One data-bearing field of a step: its provenance (if sent) and Warden's default.
+
+    ``kind``: ``user`` (a user message: any claimed origin is kept), ``output`` (tool
+    output or retrieval result: at most untrusted, source from the hook), ``agent``
+    (agent-side content: no fresh trusted origin) or ``argument`` (a tool argument: as
+    ``agent``, and it may reference a recorded id)."""
 
     value: Any
     prov: Any
     origin: str
     source: str
     path: str
-    kind: str  # "user", "output" or "other"
+    kind: str
+
+
+def _pid_of(item: DataField, step_id: str) -> str:
+    if isinstance(item.prov, dict) and isinstance(item.prov.get("provenance_id"), str):
+        return str(item.prov["provenance_id"])
+    return f"{WARDEN_PREFIX}{step_id}:{item.path}"
+
+
+def _ptr(path: str) -> str:
+    head, _, rest = path.partition("/")
+    rest = rest.replace("~", "~0").replace("/", "~1")
+    return f"/params/payload/{head}" + (f"/{rest}" if rest else "")
+
+
+def intake(
+    state: SessionProvenance,
+    method: str,
+    params: dict[str, Any],
+    derived_limit: int | None = None,
+) -> Intake:
+    """What step ``params`` adds to ``state`` (module docstring), with label overrides
+    and the first problem: a reused or reserved ``provenance_id``, or a ``derived_from``
+    longer than ``derived_limit``."""
+    step_id = str(params.get("request_id", ""))
+    payload = params.get("payload") or {}
+    index = state.step_count
+    new: dict[str, Node] = {}
+    refs: dict[str, str] = {}
+    overrides: list[Override] = []
+    problem: tuple[str, str] | None = None
+    for item in _data_fields(method, payload):
+        prov = item.prov
+        if not (isinstance(prov, dict) and isinstance(prov.get("provenance_id"), str)):
+            pid = f"{WARDEN_PREFIX}{step_id}:{item.path}"
+            if pid not in state.nodes and pid not in new:
+                new[pid] = Node(pid, item.origin, item.source, (), step_id, index, method, True)
+            continue
+        pid = str(prov["provenance_id"])
+        claimed_origin = str(prov.get("origin", item.origin))
+        claimed_source = str(prov.get("source_id", "") or "")
+        derived = tuple(str(p) for p in prov.get("derived_from") or ())
+        pointer = _ptr(item.path) + "/provenance"
+        recorded = state.nodes.get(pid)
+        if item.kind == "argument" and recorded is not None:
+            refs[item.path] = pid
+            if claimed_origin != recorded.origin or (
+                claimed_source and claimed_source != recorded.source_id
+            ):
+                overrides.append(
+                    Override(
+                        pid,
+                        item.path,
+                        claimed_origin,
+                        recorded.origin,
+                        claimed_source,
+                        recorded.source_id,
+                        "the provenance_id was recorded earlier with another label; "
+                        "the recorded one stands",
+                    )
+                )
+            continue
+        if problem is None and (recorded is not None or pid in new):
+            problem = (
+                pointer + "/provenance_id",
+                f"provenance_id {pid!r} is already used in this session "
+                + (f"(step {recorded.step_id})" if recorded else "(earlier in this step)")
+                + "; ids are unique within a session (ACS §9)",
+            )
+            continue
+        if problem is None and pid.startswith(WARDEN_PREFIX):
+            problem = (
+                pointer + "/provenance_id",
+                f"provenance_id {pid!r} uses the prefix {WARDEN_PREFIX!r}, reserved for "
+                "labels Warden assigns",
+            )
+            continue
+        if problem is None and derived_limit is not None and len(derived) > derived_limit:
+            problem = (
+                pointer + "/derived_from",
+                f"derived_from names {len(derived)} ids; the bundle allows "
+                f"{derived_limit} (provenance.limits.derived_from)",
+            )
+            continue
+        origin, source, reason = claimed_origin, claimed_source, ""
+        if item.kind == "output":
+            source = item.source
+            if claimed_origin not in UNTRUSTED_ORIGINS:
+                origin = item.origin
+                reason = f"content arriving on {method} is at most {item.origin}"
+            elif claimed_source and claimed_source != item.source:
+                reason = f"the source of content arriving on {method} is the hook's"
+        elif item.kind in ("agent", "argument") and claimed_origin in TRUSTED_ORIGINS:
+            origin = "agent_generated"
+            reason = (
+                "agent-side content cannot introduce a trusted origin Warden never saw; "
+                "it is as trusted as what it derives from"
+            )
+        if reason:
+            overrides.append(
+                Override(pid, item.path, claimed_origin, origin, claimed_source, source, reason)
+            )
+        new[pid] = Node(pid, origin, source, derived, step_id, index, method)
+    return Intake(tuple(new.values()), refs, tuple(overrides), problem)
 
 
 def _data_fields(method: str, payload: dict[str, Any]) -> Iterable[DataField]:
@@ -274,7 +629,7 @@ def _data_fields(method: str, payload: dict[str, Any]) -> Iterable[DataField]:
     elif method == "steps/agentResponse":
         for i, c in enumerate(payload.get("content") or ()):
             yield DataField(
-                c.get("value"), c.get("provenance"), "agent_generated", "", f"content/{i}", "other"
+                c.get("value"), c.get("provenance"), "agent_generated", "", f"content/{i}", "agent"
             )
     elif method == "steps/toolCallResult":
         for i, o in enumerate(payload.get("outputs") or ()):
@@ -295,7 +650,7 @@ def _data_fields(method: str, payload: dict[str, Any]) -> Iterable[DataField]:
                     "agent_generated",
                     "",
                     f"arguments/{name}",
-                    "other",
+                    "argument",
                 )
     elif method == "steps/knowledgeRetrieval":
         source = payload.get("source") if isinstance(payload.get("source"), dict) else {}
@@ -303,7 +658,7 @@ def _data_fields(method: str, payload: dict[str, Any]) -> Iterable[DataField]:
         q = payload.get("query")
         if isinstance(q, dict):
             yield DataField(
-                q.get("value"), q.get("provenance"), "agent_generated", "", "query", "other"
+                q.get("value"), q.get("provenance"), "agent_generated", "", "query", "agent"
             )
         for i, r in enumerate(payload.get("results") or ()):
             yield DataField(
@@ -325,13 +680,13 @@ def _data_fields(method: str, payload: dict[str, Any]) -> Iterable[DataField]:
         c = payload.get("content")
         if isinstance(c, dict):
             yield DataField(
-                c.get("value"), c.get("provenance"), "agent_generated", "", "content", "other"
+                c.get("value"), c.get("provenance"), "agent_generated", "", "content", "agent"
             )
     elif method in ("steps/postCompact", "steps/subagentStop", "steps/turnEnd"):
         s = payload.get("summary")
         if isinstance(s, dict) and isinstance(s.get("provenance"), dict):
             yield DataField(
-                s.get("value"), s["provenance"], "agent_generated", "", "summary", "other"
+                s.get("value"), s["provenance"], "agent_generated", "", "summary", "agent"
             )
 
 

@@ -1,10 +1,11 @@
 """Origins, trust and Intent (specs/acs.md §9; ACS ``provenance.json``).
 
-Trust is derived, never sent: ``user_input`` and ``system`` are trusted;
-``tool_output``, ``retrieved``, ``a2a_inbound`` and ``external`` untrusted (unless the
-bundle names their ``source_id`` a trusted source); ``agent_generated`` is the least
-trusted of what it derives from (the monotonicity rule), and ``unknown`` when it derives
-from nothing Warden knows.
+Trust is derived from the recorded origin, never sent as a label: ``user_input`` and
+``system`` are trusted; ``tool_output``, ``retrieved``, ``a2a_inbound`` and ``external``
+untrusted (unless the bundle names their ``source_id`` a trusted source);
+``agent_generated`` is the least trusted of what its lineage reaches (the monotonicity
+rule), and ``unknown`` when it reaches no recorded node of another origin. The recorded
+origin is the client's claim checked against the hook (see :mod:`.graph`).
 """
 
 from __future__ import annotations

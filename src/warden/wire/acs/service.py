@@ -464,6 +464,19 @@ class AcsService:
                 if isinstance(refusal, ProtocolError):
                     raise refusal
                 return self._sign(key, refusal)
+            spec = self.guardian.engine.bundle.provenance
+            if spec is not None:
+                # Reused provenance ids and steps over the bundle's graph limits are bad
+                # input: -32602, nothing recorded in the chain.
+                prior = yield Offload(partial(self.provenance.state, session))
+                taken = yield Offload(partial(prior.check, msg["method"], params, spec))
+                if taken.problem is not None:
+                    self.store.record_replay(sid, replay)
+                    raise InvalidParams(
+                        f"{msg['method']} provenance refused: {taken.problem[1]}",
+                        pointer=taken.problem[0],
+                        method=msg["method"],
+                    )
             after: list[SessionProvenance] = []
             pending = yield from self._decide(
                 msg, info, session, replay, key, fast, gate, approval, after
