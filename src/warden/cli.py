@@ -145,10 +145,19 @@ def serve(
         str | None,
         typer.Option(
             envvar="WARDEN_PUBLIC_URL",
-            help="The URL approvers reach this Warden at, for task links "
-            "(default http://<host>:<port>).",
+            help="The URL approvers reach this Warden at, for task links, and the `iss` of "
+            "AdCP governance tokens (default http://<host>:<port>).",
         ),
     ] = None,
+    adcp_test_controller: Annotated[
+        bool,
+        typer.Option(
+            "--adcp-test-controller",
+            envvar="WARDEN_ADCP_TEST_CONTROLLER",
+            help="Serve AdCP's comply_test_controller (the compliance runner's seeding "
+            "hook, which overwrites the caller's plans). For compliance testing only.",
+        ),
+    ] = False,
     idempotency_ttl_seconds: Annotated[
         int,
         typer.Option(
@@ -202,6 +211,7 @@ def serve(
         budgets=budgets,
         webhooks=webhooks,
         public_url=public_url,
+        adcp_test_controller=adcp_test_controller,
         idempotency_ttl_seconds=idempotency_ttl_seconds,
         signing_key_file=signing_key_file,
         kla_keys=kla_keys,
@@ -328,6 +338,19 @@ def export(
         err_console.print(f"wrote {n} records to {out}")
 
 
+def _provenance_line(spec: Any) -> str:
+    """One line for ``policy check``: whether provenance is on, which gates, how unknown
+    trust is treated."""
+    if spec is None:
+        return "provenance: off"
+    gates = spec.enabled_gates()
+    return (
+        f"provenance: on; gates: {', '.join(gates) if gates else 'none'}; "
+        f"unknown_trust: {spec.unknown_trust}; inference: {'on' if spec.inference else 'off'}; "
+        f"{len(spec.consequential_tools)} consequential tool pattern(s)"
+    )
+
+
 @policy_app.command("check")
 def policy_check(
     files: Annotated[list[Path], typer.Argument(help="Bundle YAML file(s).")],
@@ -348,7 +371,9 @@ def policy_check(
             continue
         console.print(
             f"[green]OK[/green] {escape(bundle.ref.id)}@{escape(bundle.ref.version)}: "
-            f"{len(bundle.rules)} rules, default {bundle.default.value}, {bundle.ref.digest}"
+            f"{len(bundle.rules)} rules, default {bundle.default.value}, {bundle.ref.digest}; "
+            f"{escape(_provenance_line(bundle.provenance))}",
+            soft_wrap=True,
         )
     if failed:
         raise typer.Exit(EXIT_BAD_INPUT)

@@ -124,6 +124,7 @@ class Runtime:
                 replay_ttl_seconds=settings.idempotency_ttl_seconds,
             ),
             Idempotency(settings.idempotency_ttl_seconds),
+            test_controller=settings.adcp_test_controller,
         )
         desk.effects[TaskKind.ADCP_CHECK] = adcp.checks.on_approved
         desk.listeners[TaskKind.ADCP_CHECK] = adcp.checks.on_transition

@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     #: The URL approvers reach this Warden at (task links in asks and notifications);
     #: default ``http://<host>:<port>``.
     public_url: str | None = None
+    #: Serve AdCP's ``comply_test_controller`` (the compliance runner's seeding hook,
+    #: which overwrites the caller's plans): for compliance testing only, off by default.
+    adcp_test_controller: bool = False
 
     @field_validator("public_url")
     @classmethod

@@ -216,10 +216,12 @@ def run_storyboard(
     on_reply: Callable[[str, dict[str, Any]], None] | None = None,
     skip: frozenset[str] = frozenset(),
     context: dict[str, Any] | None = None,
+    reviewer: Rest | None = None,
 ) -> Run:
     """Execute every step of the storyboard at ``rel`` (see the module docstring).
     Tasks in ``skip`` are left out, as the official runner leaves out tools an agent
-    does not list; ``context`` presets context values (a seeded media buy id)."""
+    does not list; ``context`` presets context values (a seeded media buy id);
+    ``reviewer`` (the buyer's own key) reviews adjustments the ``warden`` key reported."""
     story = load(rel)
     run = Run(context={**(story.get("context") or {}), **(context or {})})
     run.context["seller_agent_url"] = SELLER_URL
@@ -232,7 +234,8 @@ def run_storyboard(
             agent = step.get("agent", story.get("default_agent"))
             ours = agent == "governance" or (agent is None and task in WARDEN_TASKS)
             if ours:
-                reply = warden.call(task, req)
+                review = task == "report_plan_adjustment" and req.get("action") == "review"
+                reply = (reviewer if review and reviewer is not None else warden).call(task, req)
                 body = reply.body
                 failed = reply.failed
             else:

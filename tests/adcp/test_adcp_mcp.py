@@ -17,7 +17,7 @@ from warden.runtime import Runtime
 
 
 def test_tasks_over_mcp(make_runtime: Callable[..., Runtime]) -> None:
-    rt = make_runtime()
+    rt = make_runtime(adcp_test_controller=True)
     with live(rt) as srv:
 
         async def go() -> dict[str, Any]:

@@ -104,6 +104,7 @@ def test_governance_delivery_monitor(srv: Live) -> None:
         None,
         skip=frozenset({"create_media_buy", "get_media_buy_delivery"}),
         context={"media_buy_id": "mb_acme_q2_2026"},
+        reviewer=srv.rest(srv.key("buyer-agent", "agent")),  # maker-checker: another key
     )
     drift = run.replies["check_governance_drift"]
     assert drift["verdict"] == "approved" and drift["check_type"] == "execution"

@@ -18,11 +18,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from conftest import ROOT, Server
+import pytest
+from conftest import DEFAULT_POLICY, ROOT, Server, start_server
 
 from warden.wire.adcp.mcp import PATH as MCP_PATH  # where serve answers AdCP over MCP
 
@@ -63,9 +65,19 @@ def make_agent_key(srv: Server, principal: str) -> str:
     return token
 
 
+@pytest.fixture
+def controller_server(tmp_path: Path) -> Iterator[Server]:
+    """``warden serve --adcp-test-controller``: the runner seeds plans through
+    comply_test_controller, which is off unless the operator turns it on."""
+    srv = start_server(tmp_path / "srv", DEFAULT_POLICY, "--adcp-test-controller")
+    yield srv
+    srv.stop()
+
+
 def test_official_runner_leaves_only_the_known_false_failures(
-    server: Server, tmp_path: Path
+    controller_server: Server, tmp_path: Path
 ) -> None:
+    server = controller_server
     assert RUNNER_BIN.exists(), (
         f"the AdCP runner is not installed: run `scripts/adcp-compliance install` "
         f"(npm ci in {RUNNER_DIR}); .ci/run does this"

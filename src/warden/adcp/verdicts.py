@@ -5,7 +5,10 @@ is left of the plan's budget in, an :class:`Evaluation` out. The order is fixed:
 
 1. **denied** when any critical finding stands: the plan's flight is over or the
    action's ``start_time``/``end_time`` fall outside it, the
-   commitment's currency is not the plan's, the commitment exceeds what is left of the
+   commitment's currency is not the plan's, an intent check states no commitment at all
+   (every governed action is treated as monetary: a token must carry
+   ``authorized_commitment``, §1.7; ``0`` for a no-cost action), the payload commits more
+   than the ``proposed_commitment``, the commitment exceeds what is left of the
    budget, or the target seller is not among ``approved_sellers``;
 2. **conditions** (intent checks only) when a ``must`` custom policy is not yet
    acknowledged in ``payload.ext.governance_policy_acknowledgements``: the condition
@@ -49,6 +52,9 @@ class CheckInput:
     currency: str | None
     target_agent: str | None
     phase: str = "purchase"
+    #: What the intent's ``payload`` itself commits (its ``total_budget``, else the sum
+    #: of its ``packages[].budget``), None when it states nothing.
+    payload_amount: Decimal | None = None
 
 
 @dataclass
@@ -155,6 +161,37 @@ def evaluate(plan: Plan, check: CheckInput, remaining: Decimal, now: datetime) -
                 "explanation": f"The commitment is in {check.currency}; the plan's budget is "
                 f"in {plan.currency}.",
                 "details": {"plan_currency": plan.currency},
+            }
+        )
+    elif check.check_type == "intent" and check.amount is None:
+        findings.append(
+            {
+                "category_id": "budget_authority",
+                "severity": "critical",
+                "explanation": "The check states no commitment: send proposed_commitment "
+                "(amount 0 for an action that costs nothing), or a payload total_budget or "
+                "packages[].budget. Warden authorizes no action without a ceiling.",
+                "details": {"field": "proposed_commitment"},
+            }
+        )
+    elif (
+        check.check_type == "intent"
+        and check.amount is not None
+        and check.payload_amount is not None
+        and check.payload_amount > check.amount
+    ):
+        findings.append(
+            {
+                "category_id": "budget_authority",
+                "severity": "critical",
+                "explanation": f"The payload commits {check.payload_amount} {plan.currency}, "
+                f"more than the proposed commitment of {check.amount}; the commitment must "
+                "cover the payload.",
+                "details": {
+                    "proposed": _wire_number(check.amount),
+                    "payload": _wire_number(check.payload_amount),
+                    "currency": plan.currency,
+                },
             }
         )
     elif check.amount is not None and check.amount > remaining:

@@ -123,7 +123,9 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
     if runtime.adcp is not None:
         # One idempotency store and one set of rules for both wires (issue 9 item 4).
         runtime.adcp.idempotency = idem
-        mcp_endpoint = AdcpMcpEndpoint(runtime.adcp, runtime.api_keys)
+        mcp_endpoint = AdcpMcpEndpoint(
+            runtime.adcp, runtime.api_keys, max_body_bytes=runtime.settings.max_body_bytes
+        )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

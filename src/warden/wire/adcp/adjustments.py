@@ -8,6 +8,14 @@ comes back (a decommitment, refund, credit or makegood) and the plan owner revie
   anything else is ``REFERENCE_NOT_FOUND``, the same for absent and another caller's.
   Cumulative reported adjustments of an outcome may not exceed what it committed
   (``VALIDATION_ERROR``), nor may the currency differ.
+- Who: every call acts on the caller's own plans, so the seller reports with the API
+  key the buyer issued it for the plan (AdCP's sync_governance credential: a key of the
+  buyer's principal) and the buyer reviews with its own key. ``seller_reference`` must
+  be the one the completed outcome reported (``REFERENCE_NOT_FOUND`` otherwise).
+- Maker-checker: the key that reported a headroom-restoring adjustment may not accept
+  it (``PERMISSION_DENIED``), except in compliance-testing mode
+  (``--adcp-test-controller``, where the runner holds one key; recorded as
+  ``self_reviewed``).
 - ``action: review`` with ``decision: accept`` verifies it — refused with ``CONFLICT``
   while the action's latest delivery observation for some open period is disputed
   (:func:`warden.wire.adcp.delivery.blocking_dispute`) — and, for the types that
@@ -61,6 +69,16 @@ def _report(st: AdcpState, call: Call, tx: Any, row: Any) -> Answer:
             f"the adjustment is in {req['amount']['currency']}; the plan is in {plan.currency}",
             field="amount.currency",
         )
+    retained = ((done.record.get("request") or {}).get("seller_response") or {}).get(
+        "seller_reference"
+    )
+    if req["seller_reference"] != retained:
+        # The schema: it "must exactly match the reference retained on the source outcome".
+        raise AdcpError(
+            "REFERENCE_NOT_FOUND",
+            "seller_reference does not match the reference the completed outcome reported",
+            field="seller_reference",
+        )
     committed = Decimal(str(done.record.get("committed_budget") or 0))
     earlier = sum(
         (
@@ -85,6 +103,7 @@ def _report(st: AdcpState, call: Call, tx: Any, row: Any) -> Answer:
         "outcome_id": done.outcome_id,
         "request": {k: v for k, v in req.items() if k != "context"},
         "reported_by": call.who.principal,
+        "reported_key_id": call.who.key_id,
         "created_at": rfc3339(call.now),
     }
     rows.insert_adjustment(
@@ -138,6 +157,16 @@ def _review(st: AdcpState, call: Call, tx: Any, row: Any) -> Answer:
             )
         state = "verified"
         if restores(plan, str(adj.record["adjustment_type"])):
+            if adj.record.get("reported_key_id") == call.who.key_id:
+                if not st.compliance_mode:
+                    raise AdcpError(
+                        "PERMISSION_DENIED",
+                        "the API key that reported this adjustment may not accept it: "
+                        "accepting gives budget back, so another key of the plan's "
+                        "owner (the buyer's, not the seller's) must review it",
+                        field="adjustment_id",
+                    )
+                record["self_reviewed"] = True  # compliance-testing mode only
             restored = to_decimal(adj.record["amount"]["amount"])
     else:
         state = "disputed"

@@ -62,9 +62,14 @@ class CheckAnswers:
         aud: str | None = None,
         media_buy_id: str | None = None,
         modern: bool = True,
+        binding: tuple[str, str] | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Hold the commitment (intent) and sign the token; a hold refused by the ledger
-        (a concurrent commitment took the room) turns the verdict into ``denied``."""
+        (a concurrent commitment took the room) turns the verdict into ``denied``.
+
+        ``binding``: the ``(authorized_task, authorized_payload_hash)`` an execution
+        token carries over from the intent's token (the seller commits that request), so
+        every token Warden issues passes a seller's step 12 (§1.7)."""
         st = self.st
         plan = Plan.from_record(plan_row.record)
         currency = check.currency or plan.currency
@@ -79,12 +84,13 @@ class CheckAnswers:
                     hold_seconds=MAX_HOLD_SECONDS,
                     meta={"wire": "adcp", "check_id": check_id, "plan_id": plan.plan_id},
                 )
-            except BudgetExceeded as exc:
+            except BudgetExceeded:
+                # The ledger's message names its internal budget id: not for the wire.
                 finding = {
                     "category_id": "budget_authority",
                     "severity": "critical",
                     "explanation": f"The plan's budget no longer has room for {check.amount} "
-                    f"{currency}: {exc.message}",
+                    f"{currency}: other commitments took it since the check was made.",
                 }
                 denied = Evaluation(
                     "denied",
@@ -105,6 +111,12 @@ class CheckAnswers:
         ttl = MAX_INTENT_TTL_SECONDS if phase == "intent" else 30 * 24 * 3600
         exp = iat + ttl
         payload = req.get("payload")
+        task: str | None = None
+        payload_hash: str | None = None
+        if binding is not None:
+            task, payload_hash = binding
+        elif isinstance(payload, dict) and check.tool:
+            task, payload_hash = check.tool, authorized_payload_hash(payload)
         decisions = [PolicyDecision(p, "pass") for p in ev.policies_evaluated] or [
             PolicyDecision("warden:plan", "pass")
         ]
@@ -122,10 +134,8 @@ class CheckAnswers:
             authorized_commitment=None
             if check.amount is None
             else Commitment(check.amount, currency),
-            authorized_task=check.tool if isinstance(payload, dict) and check.tool else None,
-            authorized_payload_hash=authorized_payload_hash(payload)
-            if isinstance(payload, dict) and check.tool
-            else None,
+            authorized_task=task,
+            authorized_payload_hash=payload_hash,
             policy_decisions=decisions,
         )
         body: dict[str, Any] = {

@@ -82,6 +82,7 @@ class Checks(Reviews, Executions):
             currency=currency or plan.currency,
             target_agent=req.get("target_agent"),
             phase=str(req.get("phase") or "purchase"),
+            payload_amount=commitment_of({"payload": payload})[0],
         )
         ev = evaluate(plan, check, remaining, call.now)
         ev, verdict = self._policy(ev, plan, check, req, who.principal)

@@ -34,6 +34,16 @@ class Executions(CheckAnswers):
                 "no governed action for this governance_context",
                 field="governance_context",
             )
+        if req.get("caller") != claims.get("aud"):
+            # The token authorizes one seller (its aud, the intent's target_agent, checked
+            # against the plan's approved_sellers below). Warden has no map from an API
+            # key's principal to a seller URL, so the caller must at least be that seller;
+            # anything else is answered exactly as an unknown token (nothing disclosed).
+            raise AdcpError(
+                "REFERENCE_NOT_FOUND",
+                "no governed action for this governance_context",
+                field="governance_context",
+            )
         intent = origin
         if origin.check_type == "execution":
             found = st.rows(tx).check(str(origin.record.get("intent_check_id")))
@@ -121,12 +131,54 @@ class Executions(CheckAnswers):
                 reserve=False,
                 aud=str(claims.get("aud")),
                 media_buy_id=planned.get("media_buy_id") if phase != "purchase" else None,
+                binding=_binding(claims),
             )
         else:
+            if call.who.principal != origin.principal:
+                ev = _redacted(ev)  # a seller's key: the buyer's plan figures stay private
             body, extra = self._refuse(check_id, plan.plan_id, "execution", ev), {}
         record.update(extra, response=body)
         self._store(tx, plan_row, check_id, "execution", body, record, extra)
         return Answer(body)
+
+
+#: What a denial tells a caller that does not own the plan, per finding category.
+REDACTED = {
+    "budget_authority": "The planned commitment is not within what this governance_context "
+    "authorizes.",
+    "flight": "The action falls outside the plan's flight.",
+    "seller_authorization": "This seller is not authorized by the plan.",
+    "authorization": "The governance_context no longer authorizes this action.",
+}
+
+
+def _redacted(ev: Evaluation) -> Evaluation:
+    """``ev`` without the buyer's figures (totals, remaining, currency details): each
+    finding keeps its category and severity and gets a generic explanation."""
+    findings = [
+        {
+            "category_id": f["category_id"],
+            "severity": f["severity"],
+            "explanation": REDACTED.get(
+                str(f["category_id"]), "The plan does not allow this action."
+            ),
+        }
+        for f in ev.findings
+    ]
+    return replace(
+        ev,
+        explanation=" ".join(dict.fromkeys(f["explanation"] for f in findings))
+        or "The plan does not allow this action.",
+        findings=findings,
+    )
+
+
+def _binding(claims: dict[str, Any]) -> tuple[str, str] | None:
+    """The intent token's task and payload binding, carried into the execution token."""
+    task, digest = claims.get("authorized_task"), claims.get("authorized_payload_hash")
+    if isinstance(task, str) and isinstance(digest, str):
+        return task, digest
+    return None
 
 
 def _drift(req: dict[str, Any]) -> list[dict[str, Any]]:

@@ -23,9 +23,12 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
 from warden import __version__
+from warden.crypto.canonical import parse_strict_json
+from warden.errors import ParseError
 from warden.identity.api_keys import ApiKeys
 from warden.wire.adcp.envelope import AdcpError, failure
 from warden.wire.adcp.rest import authenticate
+from warden.wire.adcp.schemas import bundled_request_schema
 from warden.wire.adcp.service import AdcpService, Reply
 
 PATH = "/mcp"
@@ -61,7 +64,11 @@ def build_server(service: AdcpService, keys: ApiKeys) -> Server[Any]:
     ) -> types.ListToolsResult:
         return types.ListToolsResult(
             tools=[
-                types.Tool(name=t, description=DESCRIPTIONS.get(t, t), input_schema=OPEN_OBJECT)
+                types.Tool(
+                    name=t,
+                    description=DESCRIPTIONS.get(t, t),
+                    input_schema=bundled_request_schema(t) or OPEN_OBJECT,
+                )
                 for t in service.tasks
             ]
         )
@@ -73,7 +80,9 @@ def build_server(service: AdcpService, keys: ApiKeys) -> Server[Any]:
             headers = ctx.request.headers if ctx.request is not None else {}
             who = authenticate(keys, headers)
         except AdcpError as exc:
-            return tool_result(Reply(failure(exc, context_id="ctx_mcp"), True, exc.http_status))
+            raw_id = (params.arguments or {}).get("context_id")
+            cid = raw_id if isinstance(raw_id, str) and raw_id else "ctx_mcp"
+            return tool_result(Reply(failure(exc, context_id=cid), True, exc.http_status))
         arguments = dict(params.arguments or {})
         reply = await anyio.to_thread.run_sync(service.call, params.name, arguments, who)
         return tool_result(reply)
@@ -87,11 +96,21 @@ def build_server(service: AdcpService, keys: ApiKeys) -> Server[Any]:
 
 
 class AdcpMcpEndpoint:
-    """The ``/mcp`` ASGI app: API-key check first, then the stateless MCP transport.
-    :meth:`run` must be entered for the app's lifetime (the SDK's session manager)."""
+    """The ``/mcp`` ASGI app: the body read (at most ``max_body_bytes``) and parsed
+    strictly, the API key checked, then the stateless MCP transport.
+    :meth:`run` must be entered for the app's lifetime (the SDK's session manager).
 
-    def __init__(self, service: AdcpService, keys: ApiKeys) -> None:
+    What the SDK would take or answer in its own way is answered here in AdCP's error
+    format, as on REST: a body over the limit (413), a body that is not strict JSON
+    (duplicate keys, ``NaN``/``Infinity``: 400, or inside a ``tools/call`` its
+    JSON-RPC result with ``isError``), ``tools/call`` arguments that are not an object,
+    and any method but POST (405)."""
+
+    def __init__(
+        self, service: AdcpService, keys: ApiKeys, *, max_body_bytes: int = 1 << 20
+    ) -> None:
         self.keys = keys
+        self.max_body_bytes = max_body_bytes
         self.manager = StreamableHTTPSessionManager(
             build_server(service, keys), stateless=True, json_response=True
         )
@@ -102,19 +121,121 @@ class AdcpMcpEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
+            raw = await _read(receive, headers, self.max_body_bytes)
+        except AdcpError as exc:
+            await _fail(send, 413, exc, "ctx_mcp")
+            return
+        lenient = _lenient(raw)
+        context_id = _context_id(lenient)
+        try:
             await anyio.to_thread.run_sync(authenticate, self.keys, headers)
         except AdcpError as exc:
-            body = json.dumps(
-                failure(exc, context_id="ctx_mcp"), ensure_ascii=False, separators=(",", ":")
-            ).encode("utf-8")
-            await _respond(send, 401, body, [(b"www-authenticate", b'Bearer realm="warden"')])
+            await _fail(
+                send, 401, exc, context_id, [(b"www-authenticate", b'Bearer realm="warden"')]
+            )
             return
         if scope["method"] != "POST":
             # Stateless JSON: no server-to-client stream (GET) and no session to end
             # (DELETE); clients such as the AdCP runner cope with 405.
-            await _respond(send, 405, b'{"detail":"Method Not Allowed"}', [(b"allow", b"POST")])
+            err = AdcpError("UNSUPPORTED_FEATURE", f"{scope['method']} is not served; POST")
+            await _fail(send, 405, err, context_id, [(b"allow", b"POST")])
             return
-        await self.manager.handle_request(scope, receive, send)
+        problem: AdcpError | None = None
+        try:
+            parse_strict_json(raw)
+        except ParseError as exc:
+            problem = AdcpError("INVALID_REQUEST", f"the body is not strict JSON: {exc.message}")
+        call = (
+            lenient if isinstance(lenient, dict) and lenient.get("method") == "tools/call" else None
+        )
+        if call is not None and problem is None:
+            params = call.get("params")
+            arguments = params.get("arguments") if isinstance(params, dict) else None
+            if arguments is not None and not isinstance(arguments, dict):
+                problem = AdcpError(
+                    "INVALID_REQUEST", "tools/call arguments must be one JSON object"
+                )
+        if problem is not None:
+            if call is not None and "id" in call:
+                body = failure(problem, context_id=context_id)
+                result = tool_result(Reply(body, True, problem.http_status))
+                answer = {
+                    "jsonrpc": "2.0",
+                    "id": call["id"],
+                    "result": result.model_dump(mode="json", by_alias=True, exclude_none=True),
+                }
+                data = json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
+                await _respond(send, 200, data.encode("utf-8"), [])
+            else:
+                await _fail(send, 400, problem, context_id)
+            return
+        await self.manager.handle_request(scope, _replay(raw), send)
+
+
+async def _read(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
+    """The whole request body; ``INVALID_REQUEST`` past ``limit`` bytes."""
+    too_big = AdcpError("INVALID_REQUEST", f"the body is larger than {limit} bytes")
+    length = headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise too_big
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise too_big
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(raw: bytes) -> Receive:
+    """A ``receive`` that hands the already-read body to the transport once."""
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    return receive
+
+
+def _lenient(raw: bytes) -> Any:
+    """The body as plain ``json`` reads it (last duplicate wins), or None."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def _context_id(message: Any) -> str:
+    """The caller's ``context_id`` in a ``tools/call``'s arguments, when there is one."""
+    params = message.get("params") if isinstance(message, dict) else None
+    args = params.get("arguments") if isinstance(params, dict) else None
+    value = args.get("context_id") if isinstance(args, dict) else None
+    return value if isinstance(value, str) and value else "ctx_mcp"
+
+
+async def _fail(
+    send: Send,
+    status: int,
+    err: AdcpError,
+    context_id: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    body = json.dumps(
+        failure(err, context_id=context_id), ensure_ascii=False, separators=(",", ":")
+    ).encode("utf-8")
+    await _respond(send, status, body, headers or [])
 
 
 async def _respond(

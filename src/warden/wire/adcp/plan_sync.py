@@ -11,11 +11,12 @@ A plan's currency never changes (its ledger budget cannot).
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from typing import Any
 
 from warden.adcp.plan_hash import plan_hash
-from warden.adcp.plans import Plan
+from warden.adcp.plans import Plan, parse_time
 from warden.errors import InputRejected
 from warden.spend.money import parse_amount
 from warden.store.adcp_sql import PlanRow
@@ -23,15 +24,88 @@ from warden.wire.adcp.envelope import AdcpError
 from warden.wire.adcp.plan_money import apply_cap, plan_money
 from warden.wire.adcp.state import AdcpState, Answer, Call, budget_id_for, rfc3339
 
+#: At most this many plans in one sync_plans request (each counts as one write against
+#: the rate limiter).
+MAX_PLANS = 100
+MAX_PLAN_ID = 255
+PLAN_ID = re.compile(r"[A-Za-z0-9_.:-]+")
+CURRENCY = re.compile(r"[A-Z]{3}")
+
+
+def check_plans(request: dict[str, Any]) -> None:
+    """What the schema leaves open, checked before anything is counted or stored:
+    at most :data:`MAX_PLANS` plans, each ``plan_id`` 1..255 characters of
+    ``[A-Za-z0-9_.:-]`` and unique in the request, ``budget.currency`` an ISO 4217 code
+    (three upper-case letters), ``flight.end`` after ``flight.start``. Raises
+    ``INVALID_REQUEST`` naming the field."""
+    plans = request["plans"]
+    if len(plans) > MAX_PLANS:
+        raise AdcpError(
+            "INVALID_REQUEST",
+            f"{len(plans)} plans in one request; send at most {MAX_PLANS} per sync_plans",
+            field="plans",
+        )
+    seen: set[str] = set()
+    for i, item in enumerate(plans):
+        plan_id = item["plan_id"]
+        if not 1 <= len(plan_id) <= MAX_PLAN_ID or not PLAN_ID.fullmatch(plan_id):
+            raise AdcpError(
+                "INVALID_REQUEST",
+                f"plans[{i}].plan_id must be 1 to {MAX_PLAN_ID} characters of letters, "
+                "digits and _ . : -",
+                field=f"plans[{i}].plan_id",
+            )
+        if plan_id in seen:
+            raise AdcpError(
+                "INVALID_REQUEST",
+                f"plan {plan_id} appears more than once in this request; send each plan once",
+                field=f"plans[{i}].plan_id",
+            )
+        seen.add(plan_id)
+        currency = item["budget"]["currency"]
+        if not CURRENCY.fullmatch(currency):
+            raise AdcpError(
+                "INVALID_REQUEST",
+                f"plans[{i}].budget.currency {currency[:16]!r} is not an ISO 4217 code "
+                "(three upper-case letters, e.g. USD)",
+                field=f"plans[{i}].budget.currency",
+            )
+        try:
+            start, end = (parse_time(item["flight"][k]) for k in ("start", "end"))
+            ordered = end > start
+        except (ValueError, TypeError) as exc:
+            raise AdcpError(
+                "INVALID_REQUEST",
+                f"plans[{i}].flight needs RFC 3339 date-times with an offset",
+                field=f"plans[{i}].flight",
+            ) from exc
+        if not ordered:
+            raise AdcpError(
+                "INVALID_REQUEST",
+                f"plans[{i}].flight.end must be after flight.start",
+                field=f"plans[{i}].flight.end",
+            )
+
 
 def sync_plans(st: AdcpState, call: Call, tx: Any) -> Answer:
-    """Upsert every plan of the request; all or nothing (one transaction)."""
+    """Upsert every plan of the request; all or nothing (one transaction). A re-sync
+    may not lower ``budget.total`` below what the plan already commits."""
+    check_plans(call.request)
     who = call.who.principal
     rows = st.rows(tx)
     out: list[dict[str, Any]] = []
     for i, item in enumerate(call.request["plans"]):
         plan = Plan.from_record(item)
         old = rows.plan(who, plan.plan_id)
+        if old is not None and old.record["budget"] != item["budget"]:
+            committed = plan_money(st, tx, old).ledger_committed
+            if plan.total < committed:
+                raise AdcpError(
+                    "INVALID_REQUEST",
+                    f"plan {plan.plan_id} already commits {committed} {plan.currency} "
+                    f"(held and settled); its budget.total cannot go below that",
+                    field=f"plans[{i}].budget.total",
+                )
         if old is not None and old.record["budget"]["currency"] != plan.currency:
             raise AdcpError(
                 "INVALID_REQUEST",

@@ -45,9 +45,10 @@ class InsertRateLimiter:
         self._buckets: dict[tuple[str, str], _Bucket] = {}
         self._lock = threading.Lock()
 
-    def take(self, scope: str, task: str) -> None:
-        """Count one cache insert of ``task`` in ``scope``; ``RATE_LIMITED`` when the
-        bucket is empty (``retry_after``: whole seconds until one token is back)."""
+    def take(self, scope: str, task: str, cost: int = 1) -> None:
+        """Count one cache insert of ``task`` in ``scope`` as ``cost`` writes (a
+        sync_plans counts each plan); ``RATE_LIMITED`` when the bucket lacks them
+        (``retry_after``: whole seconds until they are back)."""
         kind = "read" if task in READ_TASKS else "write"
         rate, size = self.limits[kind]
         now = self._clock()
@@ -59,10 +60,10 @@ class InsertRateLimiter:
                 bucket = self._buckets[(scope, kind)] = _Bucket(size, now)
             bucket.tokens = min(size, bucket.tokens + (now - bucket.at) * rate)
             bucket.at = now
-            if bucket.tokens >= 1:
-                bucket.tokens -= 1
+            if bucket.tokens >= cost:
+                bucket.tokens -= cost
                 return
-            wait = (1 - bucket.tokens) / rate
+            wait = (cost - bucket.tokens) / rate
         raise AdcpError(
             "RATE_LIMITED",
             f"too many new {kind} requests for this agent and account; retry later",

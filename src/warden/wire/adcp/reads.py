@@ -12,10 +12,10 @@ from decimal import Decimal
 from typing import Any
 
 from warden import __version__
-from warden.adcp.plans import Plan
+from warden.adcp.plans import Plan, to_decimal
 from warden.store.adcp_sql import AdjustmentRow, CheckRow, OutcomeRow, PlanRow
 from warden.wire.adcp.envelope import AdcpError
-from warden.wire.adcp.plan_money import plan_money
+from warden.wire.adcp.plan_money import plan_money, restores
 from warden.wire.adcp.state import AdcpState, Answer, Call, rfc3339, wire_number
 
 MAJOR_VERSIONS = [3]
@@ -90,24 +90,7 @@ def _plan_log(
                     "approved_by_human" if c.verdict == "approved" else "rejected_by_human"
                 )
             escalations.append(esc)
-    settled_ids = {o.settles for o in outcomes if o.settles is not None}
-    actions = []
-    for c in checks:
-        if c.check_type != "intent" or c.jti is None:  # only authorizing checks
-            continue
-        token = (c.record.get("response") or {}).get("governance_context")
-        if not token:
-            continue
-        actions.append(
-            {
-                "governance_context": token,
-                "purchase_type": str(c.record["request"].get("purchase_type") or "media_buy"),
-                "status": "completed" if c.check_id in settled_ids else "active",
-                "committed": wire_number(_decimal(c.record.get("amount"))),
-                "check_count": 1
-                + sum(1 for x in checks if x.record.get("intent_check_id") == c.check_id),
-            }
-        )
+    actions = _actions(plan, checks, outcomes, adjustments)
     log: dict[str, Any] = {
         "plan_id": row.plan_id,
         "plan_version": row.version,
@@ -147,6 +130,66 @@ def _plan_log(
         entries.sort(key=lambda e: (e["timestamp"], e["id"]))
         log["entries"] = entries
     return log
+
+
+def _actions(
+    plan: Plan,
+    checks: list[CheckRow],
+    outcomes: list[OutcomeRow],
+    adjustments: list[AdjustmentRow],
+) -> list[dict[str, Any]]:
+    """``governed_actions``: one per authorizing intent check. ``committed`` is what the
+    action's terminal outcome settled (``completed``: its committed budget; ``failed``:
+    0, the hold was released), else the amount held; the adjustments reported on that
+    outcome give the action's ``adjustments_*``, ``headroom_restored``, ``net_cost`` and
+    ``net_committed`` with the plan-level arithmetic (:mod:`.plan_money`)."""
+    terminal = {o.settles: o for o in outcomes if o.settles is not None}
+    action_of_outcome = {o.outcome_id: o.settles for o in outcomes if o.settles is not None}
+    out = []
+    for c in checks:
+        if c.check_type != "intent" or c.jti is None:  # only authorizing checks
+            continue
+        token = (c.record.get("response") or {}).get("governance_context")
+        if not token:
+            continue
+        settled = terminal.get(c.check_id)
+        if settled is None:
+            committed = _decimal(c.record.get("amount"))
+        elif settled.outcome == "completed":
+            committed = _decimal(settled.record.get("committed_budget"))
+        else:
+            committed = Decimal(0)
+        mine = [a for a in adjustments if action_of_outcome.get(a.outcome_id) == c.check_id]
+        reported = sum((_adj(a) for a in mine if a.state != "disputed"), Decimal(0))
+        verified = [a for a in mine if a.state == "verified"]
+        verified_sum = sum((_adj(a) for a in verified), Decimal(0))
+        restored = sum(
+            (_adj(a) for a in verified if restores(plan, a.record["adjustment_type"])),
+            Decimal(0),
+        )
+        action: dict[str, Any] = {
+            "governance_context": token,
+            "purchase_type": str(c.record["request"].get("purchase_type") or "media_buy"),
+            "status": "completed" if settled is not None else "active",
+            "committed": wire_number(committed),
+            "adjustments_reported": wire_number(reported),
+            "adjustments_verified": wire_number(verified_sum),
+            "net_cost": wire_number(max(committed - verified_sum, Decimal(0))),
+            "headroom_restored": wire_number(restored),
+            "net_committed": wire_number(committed - restored),
+            "check_count": 1
+            + sum(1 for x in checks if x.record.get("intent_check_id") == c.check_id),
+        }
+        if settled is not None:
+            ref = (settled.record.get("request") or {}).get("seller_response") or {}
+            if isinstance(ref.get("seller_reference"), str):
+                action["seller_reference"] = ref["seller_reference"]
+        out.append(action)
+    return out
+
+
+def _adj(a: AdjustmentRow) -> Decimal:
+    return to_decimal(a.record["amount"]["amount"])
 
 
 def _decimal(value: Any) -> Decimal:

@@ -11,6 +11,7 @@ answer splices in the exact text the request carried.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -83,8 +84,9 @@ def adcp_router(
     async def run_task(task: str, request: Request) -> Response:
         context_id = "ctx_rest"
         try:
-            who = authenticate(keys, request.headers)
             raw_bytes = await _body(request, max_body_bytes)
+            context_id = _context_id(raw_bytes) or context_id
+            who = authenticate(keys, request.headers)
             try:
                 text = raw_bytes.decode("utf-8")
                 parsed = parse_strict_json(text) if text.strip() else {}
@@ -97,7 +99,27 @@ def adcp_router(
         reply = await run_in_threadpool(service.call, task, parsed, who)
         return render(reply, text if isinstance(parsed, dict) else None)
 
+    @router.api_route(
+        PREFIX + "/{task}", methods=["GET", "PUT", "PATCH", "DELETE"], include_in_schema=False
+    )
+    def wrong_method(task: str, request: Request) -> Response:
+        err = AdcpError("UNSUPPORTED_FEATURE", f"{request.method} is not served; POST the task")
+        response = render(Reply(failure(err, context_id="ctx_rest"), True, 405))
+        response.headers["Allow"] = "POST"
+        return response
+
     return router
+
+
+def _context_id(raw: bytes) -> str | None:
+    """The caller's top-level ``context_id`` if the body is readable JSON (for errors
+    raised before the request is parsed strictly)."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    cid = value.get("context_id") if isinstance(value, dict) else None
+    return cid if isinstance(cid, str) and cid else None
 
 
 async def _body(request: Request, limit: int) -> bytes:

@@ -44,6 +44,11 @@ ENVELOPE = "core/protocol-envelope.json"
 #: The answer to an async submission (``status: submitted``), whatever the task.
 SUBMITTED = "core/compact-task-submitted.json"
 MAX_ISSUES = 10
+#: A readable message for a top-level ``anyOf`` miss (the validator's names no field).
+ANY_OF_HINTS = {
+    "get_plan_audit_logs": "send at least one of plan_ids, portfolio_plan_ids or "
+    "governance_contexts",
+}
 
 
 @cache
@@ -75,6 +80,8 @@ def check_request(task: str, request: dict[str, Any]) -> None:
         if len(issues) >= MAX_ISSUES:
             break
     first = issues[0]
+    if first["keyword"] == "any_of" and not first["pointer"] and task in ANY_OF_HINTS:
+        first["message"] = ANY_OF_HINTS[task]
     field = _jsonpath(first["pointer"]) if first["pointer"] else None
     missing = _missing_property(first)
     if missing is not None and field is None:
@@ -119,3 +126,75 @@ def response_errors(task: str, body: dict[str, Any]) -> list[str]:
         for err in schemas.validator(path).iter_errors(body):
             out.append(f"{path}: {list(err.instance_path)}: {err.message}")
     return out
+
+
+PREFIX = "https://adcontextprotocol.org/schemas/3.2.0-beta.0/"
+
+
+@cache
+def bundled_request_schema(task: str) -> dict[str, Any] | None:
+    """``task``'s request schema as one self-contained JSON Schema (draft-07), for an
+    MCP tool's ``inputSchema``: every schema it references is inlined under
+    ``definitions`` and every ``$ref`` rewritten to point there, so a client needs no
+    registry. None for a task without a request schema."""
+    path = TASK_SCHEMAS[task][0] if task in TASK_SCHEMAS else None
+    if path is None:
+        return None
+    docs = adcp_schemas().docs
+    keys: dict[str, str] = {}
+    pending = [path]
+    while pending:
+        rel = pending.pop()
+        if rel in keys:
+            continue
+        keys[rel] = rel.removesuffix(".json").replace("/", "__")
+        pending.extend(_refs(docs[rel]))
+
+    def rewrite(node: Any, base: str | None) -> Any:
+        if isinstance(node, dict):
+            out = {}
+            for k, v in node.items():
+                if k in ("$id", "$schema"):
+                    continue
+                if k == "$ref" and isinstance(v, str):
+                    out[k] = _local(v, base, keys)
+                else:
+                    out[k] = rewrite(v, base)
+            return out
+        if isinstance(node, list):
+            return [rewrite(v, base) for v in node]
+        return node
+
+    root: dict[str, Any] = rewrite(docs[path], None)
+    definitions = dict(root.get("definitions") or {})
+    for rel, key in keys.items():
+        if rel != path:
+            definitions[key] = rewrite(docs[rel], key)
+    root["definitions"] = definitions
+    root["$schema"] = "http://json-schema.org/draft-07/schema#"
+    return root
+
+
+def _refs(node: Any) -> list[str]:
+    out: list[str] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "$ref" and isinstance(v, str) and v.startswith(PREFIX):
+                out.append(v[len(PREFIX) :].split("#")[0])
+            else:
+                out.extend(_refs(v))
+    elif isinstance(node, list):
+        for v in node:
+            out.extend(_refs(v))
+    return out
+
+
+def _local(ref: str, base: str | None, keys: dict[str, str]) -> str:
+    """A ``$ref`` inside the bundle: another file's ``#/definitions/<key>`` (plus its
+    fragment), or a fragment of the current file (``base``; the root keeps its own)."""
+    if ref.startswith(PREFIX):
+        rel, _, fragment = ref[len(PREFIX) :].partition("#")
+        return f"#/definitions/{keys[rel]}" + fragment
+    if ref.startswith("#") and base is not None:
+        return f"#/definitions/{base}" + ref[1:]
+    return ref

@@ -25,6 +25,7 @@ this is where a call is checked and run, in this order:
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from warden.wire.adcp.controller import ControllerError, comply_test_controller
 from warden.wire.adcp.envelope import AdcpError, envelope, failure
 from warden.wire.adcp.idempotency import cacheable, key_of, request_hash, scope_of
 from warden.wire.adcp.outcomes import report_plan_outcome
-from warden.wire.adcp.plan_sync import sync_plans
+from warden.wire.adcp.plan_sync import check_plans, sync_plans
 from warden.wire.adcp.rate_limit import InsertRateLimiter
 from warden.wire.adcp.reads import capabilities, get_plan_audit_logs, get_task_status
 from warden.wire.adcp.schemas import TASK_SCHEMAS, check_request
@@ -75,6 +76,8 @@ class AdcpService:
         state: AdcpState,
         idempotency: Idempotency,
         rate_limiter: InsertRateLimiter | None = None,
+        *,
+        test_controller: bool = False,
     ) -> None:
         self.state = state
         self.idempotency = idempotency
@@ -91,8 +94,12 @@ class AdcpService:
             "get_task_status": lambda c, tx: get_task_status(st, c, tx),
         }
         assert set(self.handlers) == set(TASK_SCHEMAS)
-        #: The compliance runner's seeding hook (sandbox accounts only; no schema).
-        self.handlers[CONTROLLER] = lambda c, tx: comply_test_controller(st, c, tx)
+        state.compliance_mode = test_controller
+        if test_controller:
+            #: The compliance runner's seeding hook (sandbox accounts only; no schema),
+            #: served only when the operator turns it on (``--adcp-test-controller``):
+            #: otherwise it is neither listed nor routed (``UNSUPPORTED_FEATURE``).
+            self.handlers[CONTROLLER] = lambda c, tx: comply_test_controller(st, c, tx)
 
     @property
     def tasks(self) -> list[str]:
@@ -102,7 +109,8 @@ class AdcpService:
         """Run ``task`` for ``who`` (see the module docstring); never raises for a
         request's fault: every failure is a :class:`Reply` with ``failed`` set."""
         req = request if isinstance(request, dict) else {}
-        context = req.get("context")
+        # Only an object is echoed (core/context.json); any other is refused below.
+        context = req.get("context") if isinstance(req.get("context"), dict) else None
         raw_id = req.get("context_id")
         context_id = raw_id if isinstance(raw_id, str) and raw_id else f"ctx_{uuid.uuid4().hex}"
         try:
@@ -180,8 +188,15 @@ class AdcpService:
             # AdCP 6.x SDK injects them); the token is the binding (decisions.md).
             stated_plan = req.get("plan_id")
             req = {k: v for k, v in req.items() if k not in LEGACY_EXECUTION_EXTRAS}
+        if "context" in req and not isinstance(req["context"], dict):
+            raise AdcpError(
+                "INVALID_REQUEST", "context must be a JSON object when sent", field="context"
+            )
+        number_problem(req)
         if task != CONTROLLER:
             check_request(task, req)
+        if task == "sync_plans":
+            check_plans(req)  # before anything is counted or claimed
         key = None if task in ("get_adcp_capabilities", CONTROLLER) else key_of(req)
         st = self.state
         if task == "get_task_status":
@@ -196,7 +211,8 @@ class AdcpService:
                 if stored is None:
                     # A new cache entry: counted, and refused (rolled back, so never
                     # cached) over the per-(agent, account) rate (§1.5 rule 8).
-                    self.rate_limiter.take(scope, task)
+                    cost = len(req["plans"]) if task == "sync_plans" else 1
+                    self.rate_limiter.take(scope, task, cost)
                 if stored is not None:
                     body = _stored(stored.body)
                     return Reply(
@@ -246,6 +262,50 @@ def legacy_execution(req: dict[str, Any]) -> bool:
     major, _, rest = version.partition(".")
     minor = rest.split("-")[0].split(".")[0]
     return major == "3" and minor.isdigit() and int(minor) < 2
+
+
+#: The largest magnitude a request number may have: JSON's interoperable range and
+#: RFC 8785's (token payload hashes), far above any amount of money.
+MAX_NUMBER = 2**53 - 1
+
+
+def number_problem(value: Any, pointer: str = "") -> None:
+    """``INVALID_REQUEST`` naming the first number of ``value`` that is not finite
+    (``NaN``/``Infinity``, which MCP's JSON parser lets through, or an overflow such as
+    ``1e400``) or beyond ±(2^53 − 1); the number itself is not echoed."""
+    stack: list[tuple[Any, str]] = [(value, pointer)]
+    while stack:
+        v, at = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((x, f"{at}/{_escape(str(k))}") for k, x in v.items())
+        elif isinstance(v, list):
+            stack.extend((x, f"{at}/{i}") for i, x in enumerate(v))
+        elif isinstance(v, float) and math.isnan(v):
+            raise AdcpError(
+                "INVALID_REQUEST", f"NaN at {at or '/'} is not a JSON number", field=_path(at)
+            )
+        elif isinstance(v, float) and math.isinf(v):
+            raise AdcpError(
+                "INVALID_REQUEST",
+                f"the number at {at or '/'} is infinite or too large for a double (e.g. 1e400)",
+                field=_path(at),
+            )
+        elif isinstance(v, int | float) and not isinstance(v, bool) and abs(v) > MAX_NUMBER:
+            raise AdcpError(
+                "INVALID_REQUEST",
+                f"the number at {at or '/'} is too large: at most {MAX_NUMBER} in magnitude",
+                field=_path(at),
+            )
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _path(pointer: str) -> str | None:
+    from warden.wire.adcp.schemas import _jsonpath
+
+    return _jsonpath(pointer) if pointer else None
 
 
 def _stored(text: str) -> dict[str, Any]:

@@ -111,6 +111,9 @@ class AdcpState:
         self.desk = desk
         self.signer = signer
         self.replay_ttl_seconds = replay_ttl_seconds
+        #: Compliance-testing mode (``--adcp-test-controller``): the one API key the
+        #: AdCP runner holds may also accept the adjustments it reported.
+        self.compliance_mode = False
         self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
         self.chain = WardenChain(
             ledger,
