@@ -153,20 +153,33 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _client_proc(port: int, threads: int, per_thread: int, q: Any) -> None:
-    """One client process: ``threads`` sessions, each on its own keep-alive connection."""
+def _client_proc(
+    ports: int | list[int],
+    threads: int,
+    per_thread: int,
+    q: Any,
+    mode: str = "sticky",
+    offset: int = 0,
+) -> None:
+    """One client process: ``threads`` sessions, each on keep-alive connections to
+    ``ports`` (one Warden, or several replicas). ``sticky``: thread ``t`` keeps to
+    replica ``(offset + t) % n``; ``round-robin``: each request goes to the next one."""
     import threading
 
+    port_list = [ports] if isinstance(ports, int) else ports
     results: list[tuple[int, list[float], int]] = []
     lock = threading.Lock()
 
-    def run() -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port)
+    def run(t: int) -> None:
+        conns = [http.client.HTTPConnection("127.0.0.1", p) for p in port_list]
+        turn = [offset + t]
 
         def send(body: bytes) -> dict[str, Any]:
+            conn = conns[turn[0] % len(conns)]
+            if mode == "round-robin":
+                turn[0] += 1
             conn.request("POST", "/acs", body, {"content-type": "application/json"})
-            resp = conn.getresponse()
-            parsed: dict[str, Any] = json.loads(resp.read())
+            parsed: dict[str, Any] = json.loads(conn.getresponse().read())
             return parsed
 
         client = AcsClient(send, IKM, track_chain=False)
@@ -196,7 +209,7 @@ def _client_proc(port: int, threads: int, per_thread: int, q: Any) -> None:
             results.append((len(bodies), lat, ok))
 
     barrier = threading.Barrier(threads + 1)
-    ts = [threading.Thread(target=run) for _ in range(threads)]
+    ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
     for t in ts:
         t.start()
     barrier.wait()

@@ -25,7 +25,6 @@ import multiprocessing as mp
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,11 +32,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from acs_decision import IKM, _free_port, bundle_100_rules, percentiles, write_key
+from acs_decision import _client_proc, _free_port, bundle_100_rules, percentiles, write_key
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
-
-from warden.wire.acs.client import AcsClient
 
 
 @contextmanager
@@ -111,66 +108,11 @@ def replicas(n: int, database_url: str, data: Path, policy: Path) -> Iterator[li
             p.wait(15)
 
 
-def _client_proc(
-    ports: list[int], offset: int, threads: int, per_thread: int, mode: str, q: Any
-) -> None:
-    results: list[tuple[list[float], int]] = []
-    lock = threading.Lock()
-
-    def run(t: int) -> None:
-        conns = [http.client.HTTPConnection("127.0.0.1", p) for p in ports]
-        turn = [offset + t]
-
-        def send(body: bytes) -> dict[str, Any]:
-            i = turn[0] % len(conns)
-            if mode == "round-robin":
-                turn[0] += 1
-            conns[i].request("POST", "/acs", body, {"content-type": "application/json"})
-            parsed: dict[str, Any] = json.loads(conns[i].getresponse().read())
-            return parsed
-
-        client = AcsClient(send, IKM, track_chain=False)
-        client.hello()
-        bodies = [
-            json.dumps(
-                client.envelope(
-                    "steps/toolCallRequest",
-                    {
-                        "tool": {"name": "read_file"},
-                        "arguments": {"path": {"value": f"/srv/{uuid.uuid4()}"}},
-                    },
-                )
-            ).encode()
-            for _ in range(per_thread)
-        ]
-        barrier.wait()
-        lat, ok = [], 0
-        for b in bodies:
-            t0 = time.perf_counter()
-            r = send(b)
-            lat.append(time.perf_counter() - t0)
-            ok += r.get("result", {}).get("decision") == "allow"
-        with lock:
-            results.append((lat, ok))
-
-    barrier = threading.Barrier(threads + 1)
-    ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
-    for t in ts:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in ts:
-        t.join()
-    q.put(
-        (time.perf_counter() - t0, [x for r in results for x in r[0]], sum(r[1] for r in results))
-    )
-
-
 def drive(ports: list[int], total: int, procs: int, threads: int, mode: str) -> dict[str, Any]:
     per_thread = total // (procs * threads)
     q: Any = mp.Queue()
     ps = [
-        mp.Process(target=_client_proc, args=(ports, i * threads, threads, per_thread, mode, q))
+        mp.Process(target=_client_proc, args=(ports, threads, per_thread, q, mode, i * threads))
         for i in range(procs)
     ]
     for p in ps:
