@@ -153,6 +153,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_ready(port: int, timeout_s: float = 60.0) -> None:
+    """Poll ``/healthz`` on ``port`` until it answers 200; OSError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            c.request("GET", "/healthz")
+            if c.getresponse().status == 200:
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def _client_proc(
     ports: int | list[int],
     threads: int,
@@ -246,17 +261,7 @@ def over_http(total: int, procs: int, threads: int, sync: str, workdir: Path) ->
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-                c.request("GET", "/healthz")
-                if c.getresponse().status == 200:
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_ready(port)
         per_thread = total // (procs * threads)
         q: Any = mp.Queue()
         ps = [

@@ -19,20 +19,25 @@ in the same run.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import multiprocessing as mp
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from acs_decision import _client_proc, _free_port, bundle_100_rules, percentiles, write_key
+from acs_decision import (
+    _client_proc,
+    _free_port,
+    bundle_100_rules,
+    percentiles,
+    wait_ready,
+    write_key,
+)
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -52,20 +57,6 @@ def pg_schema(base: str) -> Iterator[str]:
         with admin.connect() as c:
             c.execute(text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
         admin.dispose()
-
-
-def _wait(port: int) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            c.request("GET", "/healthz")
-            if c.getresponse().status == 200:
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 @contextmanager
@@ -99,7 +90,7 @@ def replicas(n: int, database_url: str, data: Path, policy: Path) -> Iterator[li
         )
     try:
         for port in ports:
-            _wait(port)
+            wait_ready(port)
         yield ports
     finally:
         for p in procs:
