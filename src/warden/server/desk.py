@@ -277,7 +277,7 @@ def _detail(task: Task, viewer: Identity, now: datetime) -> dict[str, Any]:
     pending = task.state is ApprovalState.PENDING
     own = viewer.principal in task.requester.names()
     member = viewer.in_group(task.approver_group)
-    voted = any(v.principal == viewer.principal for v in task.votes)
+    voted = any(v.principal == viewer.principal and v.void is None for v in task.votes)
     if not pending:
         why_not = ""
     elif own:
@@ -319,6 +319,7 @@ def _detail(task: Task, viewer: Identity, now: datetime) -> dict[str, Any]:
                 "decision": v.decision,
                 "reason": v.reason,
                 "at": show_time(v.at),
+                "void": v.void or "",
             }
             for v in task.votes
         ],
