@@ -131,9 +131,10 @@ REASON_CODES = {
 
 @dataclass(frozen=True)
 class AskRequest:
-    """A step that needs a human. ``timeout_s`` is how long the task stays open (and,
-    once approved, how long the grant stays usable); ``scope`` is where a grant is
-    valid (the ACS session id, ``spend:<principal>`` …)."""
+    """A step that needs a human. ``action`` is what the grant is bound to (hashed);
+    ``timeout_s`` is how long the task stays open (and, once approved, how long the
+    grant stays usable); ``scope`` is where a grant is valid (the ACS session id,
+    ``spend:<principal>`` …)."""
 
     kind: TaskKind
     wire: str
@@ -149,6 +150,10 @@ class AskRequest:
     policy: dict[str, Any] = field(default_factory=dict)
     detail: dict[str, Any] = field(default_factory=dict)
     cited_task_id: str | None = None
+    #: What the task stores and shows instead of ``action`` when they differ (values a
+    #: modify rule redacts replaced, :mod:`warden.approvals.redaction`); the grant is
+    #: still bound to ``action_hash(action)``.
+    shown_action: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -513,7 +518,7 @@ class ApprovalDesk:
             created_at=now,
             updated_at=now,
             expires_at=now + timedelta(seconds=ask.timeout_s),
-            action=ask.action,
+            action=ask.action if ask.shown_action is None else ask.shown_action,
             action_hash=digest,
             scope=ask.scope,
             requester=ask.requester,

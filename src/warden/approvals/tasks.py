@@ -23,10 +23,10 @@ vote that would decide the task (docs/decisions.md, Hardening: approvals).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 
@@ -151,12 +151,15 @@ class Vote:
 class Task:
     """One approval task.
 
-    ``action`` is ``{name, method, arguments}`` exactly as hashed into ``action_hash``
-    (64 lowercase hex); ``scope`` is what a grant is valid in (the ACS session id, or
-    ``spend:<principal>``); ``correlation`` carries the wire's ids (request id, turn
-    id …); ``policy`` is ``{bundle: {id, version, digest}, rules, reasoning,
-    reason_codes}``; ``ask`` the question, approver group, the number of approvals
-    required and the timeout disposition; ``history`` every transition with its audit
+    ``action`` is ``{name, method, arguments}`` as hashed into ``action_hash`` (64
+    lowercase hex), except that a value a modify rule redacts is stored and shown as
+    its replacement (``[REDACTED]``; the hash covers the value received); ``scope``
+    is what a grant is valid in (the ACS session id, or ``spend:<principal>``);
+    ``correlation`` carries the wire's ids (request id, turn id …); ``policy`` is
+    ``{bundle: {id, version, digest}, rules, reasoning, reason_codes[,
+    modifications]}`` (``modifications``: what a grant still applies); ``ask`` the
+    question, approver group, the number of approvals required and the timeout
+    disposition; ``history`` every transition with its audit
     entry hash; ``detail`` what the kind needs (a budget increase's budget and cap).
     """
 

@@ -5,10 +5,11 @@ the key's id and a random session id in a signed session cookie, never the token
 session lives in the database (:mod:`warden.identity.desk_sessions`): logging out
 deletes it, so a copied cookie stops working on every replica, and revoking the key
 deletes all of its sessions. Every request looks the session and the key up again, so
-a revoked key (or one whose role was lowered) is logged out at once. Pages list the approval tasks, show one task in full (action, policy,
-requester, votes and its audit trail) and let an approver approve, deny or re-route
-it through :class:`~warden.approvals.desk.ApprovalDesk`, which applies maker-checker
-and group membership itself.
+a revoked key (or one whose role was lowered) is logged out at once. Pages list the
+approval tasks, show one task in full (action, policy, requester, votes and its audit
+trail) and let an approver approve, deny or re-route it through
+:class:`~warden.approvals.desk.ApprovalDesk`, which applies maker-checker and group
+membership itself.
 
 Routes (none in the OpenAPI schema)::
 
@@ -311,6 +312,10 @@ def _detail(task: Task, viewer: Identity, now: datetime) -> dict[str, Any]:
         "bundle_digest": str(bundle.get("digest") or "") if isinstance(bundle, dict) else "",
         "decision": str(policy.get("decision") or ""),
         "reason_codes": [str(c) for c in policy.get("reason_codes") or ()],
+        # The modifications a grant still owes (redaction paths, never the values).
+        "modifications": compact_json(policy["modifications"])
+        if isinstance(policy.get("modifications"), dict)
+        else "",
         "timeout_disposition": task.timeout_disposition,
         "correlation": compact_json(task.correlation) if task.correlation else "",
         "consumed_by": compact_json(task.consumed_by) if task.consumed_by else "",
@@ -385,7 +390,9 @@ class _Desk:
         )
         # The session must still exist server-side: logging out (from any copy of the
         # cookie) or revoking the key deleted it.
-        live = fresh and isinstance(key_id, str) and self.sessions.key_of(session.get("sid")) == key_id
+        live = (
+            fresh and isinstance(key_id, str) and self.sessions.key_of(session.get("sid")) == key_id
+        )
         info = self.runtime.api_keys.get(key_id) if live and isinstance(key_id, str) else None
         identity = (
             Identity(info.key_id, info.principal, info.role, info.groups)
