@@ -92,6 +92,11 @@ def _left(expires_at: str) -> str:
     return f"{int(seconds // 60)} min" if seconds >= 60 else f"{int(seconds)} s"
 
 
+def _approvals(task: dict[str, Any]) -> int:
+    """The approve votes that count (a vote whose key was revoked is ``void``)."""
+    return sum(1 for v in task["votes"] if v["decision"] == "approve" and not v.get("void"))
+
+
 def _print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
 
@@ -115,7 +120,7 @@ def _print_task(task: dict[str, Any]) -> None:
     req = task["requester"]
     behind = f" (user {_safe(req['principal'])})" if req.get("principal") else ""
     console.print(f"requester  {_safe(req.get('agent_id'))}{behind}")
-    approvals = sum(1 for v in task["votes"] if v["decision"] == "approve")
+    approvals = _approvals(task)
     console.print(
         f"group      {_safe(task['approver_group'])}, "
         f"{approvals}/{task['approvals_required']} approvals, "
@@ -152,7 +157,7 @@ def list_tasks(
     for col in ("task", "state", "action", "requester", "group", "approvals", "left"):
         table.add_column(col)
     for t in data["tasks"]:
-        approvals = sum(1 for v in t["votes"] if v["decision"] == "approve")
+        approvals = _approvals(t)
         table.add_row(
             _safe(t["id"]),
             t["state"],

@@ -5,6 +5,7 @@ operator would run them (subprocesses, exit codes, JSON output)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,7 +24,13 @@ def warden(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
         capture_output=True,
         text=True,
         timeout=60,
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", **(env or {})},
+        # A clean environment, but the same Warden as the test (PYTHONPATH, when set).
+        env={
+            "COLUMNS": "200",
+            "PATH": "/usr/bin:/bin",
+            **{k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ},
+            **(env or {}),
+        },
     )
 
 

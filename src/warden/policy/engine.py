@@ -10,6 +10,7 @@ turns that into a signed deny (``evaluation_failed``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,6 +199,18 @@ class PolicyEngine:
         if effect is Effect.MODIFY:
             return _replace(ev, modifications=self._merge(winners, wrapped_mcp=wrapped_mcp))
         return ev
+
+    def modifications_of(
+        self, rule_ids: Iterable[str], *, wrapped_mcp: bool
+    ) -> dict[str, Any] | None:
+        """The merged ``modifications`` (ACS §6, ``modifications.json``) of the modify
+        rules among ``rule_ids`` — the rules that fired on a step whose verdict a
+        stronger effect won (an ``ask`` granted on the desk still owes them) — or None
+        when none of them modifies. Raises :class:`CouldNotDecide` when they cannot be
+        merged, as the same rules winning would."""
+        wanted = set(rule_ids)
+        modifying = [r for r in self.bundle.rules if r.id in wanted and r.effect is Effect.MODIFY]
+        return self._merge(modifying, wrapped_mcp=wrapped_mcp) if modifying else None
 
     @staticmethod
     def _merge(rules: list[Rule], *, wrapped_mcp: bool) -> dict[str, Any]:

@@ -637,7 +637,7 @@ class AcsService:
             if (
                 approval is not None
                 and approval.granted
-                and verdict.decision is Effect.ALLOW
+                and verdict.decision in (Effect.ALLOW, Effect.MODIFY)
                 and isinstance(ibac, dict)
             ):
                 # A human approved a call outside the intent: an intent_extension (§8.4).
