@@ -173,7 +173,7 @@ def test_default_allow_is_honoured() -> None:
     ev = eng.evaluate(tool_call("read_file"))
     assert (ev.effect, ev.reason_codes, ev.references, ev.default_applied, ev.reasoning) == (
         Effect.ALLOW,
-        (),
+        ("default_allow",),
         (),
         True,
         "Open by default.",

@@ -165,7 +165,10 @@ class PolicyEngine:
         b = self.bundle
         refs = tuple(PolicyReference(b.ref.id, b.ref.version, r.id, b.name) for r in fired)
         if not fired:
-            codes: tuple[str, ...] = ("no_rule_matched",) if b.default is Effect.DENY else ()
+            # A default allow is named as such (docs/decisions.md 167), as a default deny is.
+            codes: tuple[str, ...] = (
+                ("no_rule_matched",) if b.default is Effect.DENY else ("default_allow",)
+            )
             return Evaluation(
                 b.default,
                 b.default_reasoning,
