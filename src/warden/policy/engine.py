@@ -58,6 +58,7 @@ _FACTS: dict[str, Any] = {
     "payload": lambda r: r.payload,
     "metadata": lambda r: r.metadata,
     "session": lambda r: r.session,
+    "mcp": lambda r: r.mcp,
     "provenance": lambda r: r.provenance.facts() if r.provenance is not None else NO_PROVENANCE,
 }
 
