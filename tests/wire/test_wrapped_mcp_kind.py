@@ -46,6 +46,8 @@ RESPONSE = {"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "
 
 #: (message, the member the -32602 pointer names)
 DISGUISED = [
+    # A tool the bundle names nowhere: the default denies it, the disguise made it allow.
+    pytest.param(request("run_anything", result={}), "result", id="unnamed+result"),
     pytest.param(request("delete_everything", result={}), "result", id="request+result"),
     pytest.param(
         request("delete_everything", error={"code": 1, "message": "x"}), "error", id="request+error"
