@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from warden.core.modifications import ModificationConflict, check_modifications
+from warden.core.tool_names import fold
 from warden.core.types import ActionRequest, BundleRef, Effect, PolicyReference
 from warden.errors import CouldNotDecide
 from warden.policy.bundle import Bundle, Rule
@@ -52,7 +53,7 @@ class Evaluation:
 
 _FACTS: dict[str, Any] = {
     "method": lambda r: r.method,
-    "tool": lambda r: r.tool,
+    "tool": lambda r: {**r.tool, "normalized_name": fold(r.tool_name)},
     "args": lambda r: r.args,
     "raw_command": lambda r: r.raw_command,
     "payload": lambda r: r.payload,
