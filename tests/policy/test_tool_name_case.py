@@ -19,7 +19,6 @@ import pytest
 from conftest import DEFAULT_POLICY, ROOT, assert_valid_response, asset, service_client
 from test_policy_engine import mcp_call, tool_call
 
-from warden.core.tool_names import fold
 from warden.core.types import Effect
 from warden.errors import ConfigError
 from warden.policy import PolicyEngine, load_bundle, parse_bundle
@@ -220,6 +219,8 @@ def test_provenance_tightening_globs_are_caseless_and_trust_is_exact() -> None:
 
 
 def test_fold_is_nfkc_then_casefold() -> None:
+    from warden.core.tool_names import fold
+
     assert fold("dElEtE_FiLe") == "delete_file"
     assert fold("ＤＥＬＥＴＥ") == "delete"
     assert fold("Straße") == "strasse"
