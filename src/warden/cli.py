@@ -394,6 +394,7 @@ def policy_explain(
     fail-closed verdict the server would sign (deny, ``evaluation_failed``; exit 0).
     """
     from warden.core.guardian import Guardian, fit_to_hook, verdict_from_evaluation
+    from warden.core.tool_names import fold
     from warden.crypto.canonical import canonical_bytes, parse_strict_json
     from warden.errors import CouldNotDecide, InvalidParams, InvalidRequest, ProtocolError
     from warden.policy import PolicyEngine, RuleTrace, load_bundle
@@ -477,8 +478,11 @@ def policy_explain(
         fired = "error" if t.failed else "yes" if t.fired else "no"
         table.add_row(escape(t.rule_id), t.effect.value, fired, escape(t.detail))
     n_rules = len(engine.bundle.rules)
+    # Tool patterns match the folded name (warden.core.tool_names): show what they saw.
+    folded = fold(req.tool_name)
+    shown = req.tool_name + (f" (matched as {folded})" if folded != req.tool_name else "")
     console.print(
-        f"method {escape(req.method)}, tool {escape(req.tool_name or '-')}: "
+        f"method {escape(req.method)}, tool {escape(shown or '-')}: "
         + (
             f"{len(trace)} candidate rules of {n_rules}"
             if failure is None

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
+from warden.core.tool_names import fold
 from warden.core.types import ActionRequest, Effect, Verdict
 from warden.policy.bundle import TOOL_METHODS, Bundle, Charge
 from warden.policy.conditions import ConditionError, ContextPool
@@ -150,7 +151,9 @@ class SpendGate:
                 if charge.price is not None:
                     amount = charge.price
                 elif charge.prices:
-                    amount = charge.prices[request.tool_name]
+                    listed = charge.price_for(request.tool_name)  # caseless, as matches_tool
+                    assert listed is not None
+                    amount = listed
                 else:
                     assert charge.amount is not None
                     amount = to_amount(charge.amount.value(ctx))
@@ -409,7 +412,7 @@ def _result_facts(
     payload = request.payload
     facts: dict[str, Callable[[], Any]] = {
         "method": lambda: request.method,
-        "tool": lambda: request.tool,
+        "tool": lambda: {**request.tool, "normalized_name": fold(request.tool_name)},
         "outputs": lambda: [o.get("value") for o in payload.get("outputs", [])],
         "exit_status": lambda: payload.get("exit_status", ""),
         "reserved": lambda: to_wire(res.amount),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from warden.core.modifications import ModificationConflict, check_modifications
+from warden.core.tool_names import fold
 from warden.core.types import ActionRequest, BundleRef, Effect, PolicyReference
 from warden.errors import CouldNotDecide
 from warden.policy.bundle import Bundle, Rule
@@ -53,12 +54,13 @@ class Evaluation:
 
 _FACTS: dict[str, Any] = {
     "method": lambda r: r.method,
-    "tool": lambda r: r.tool,
+    "tool": lambda r: {**r.tool, "normalized_name": fold(r.tool_name)},
     "args": lambda r: r.args,
     "raw_command": lambda r: r.raw_command,
     "payload": lambda r: r.payload,
     "metadata": lambda r: r.metadata,
     "session": lambda r: r.session,
+    "mcp": lambda r: r.mcp,
     "provenance": lambda r: r.provenance.facts() if r.provenance is not None else NO_PROVENANCE,
 }
 
@@ -166,7 +168,10 @@ class PolicyEngine:
         b = self.bundle
         refs = tuple(PolicyReference(b.ref.id, b.ref.version, r.id, b.name) for r in fired)
         if not fired:
-            codes: tuple[str, ...] = ("no_rule_matched",) if b.default is Effect.DENY else ()
+            # A default allow is named as such (docs/decisions.md 167), as a default deny is.
+            codes: tuple[str, ...] = (
+                ("no_rule_matched",) if b.default is Effect.DENY else ("default_allow",)
+            )
             return Evaluation(
                 b.default,
                 b.default_reasoning,
