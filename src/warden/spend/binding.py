@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-
 #: The prefix that makes a binding entry a group rather than a principal.
 GROUP_PREFIX = "group:"
 #: At most this many entries per budget.
@@ -70,7 +69,11 @@ def is_bound(principals: Iterable[str], principal: str, groups: Iterable[str]) -
     approval desk's :meth:`Identity.in_group`), so an admin spends only on budgets bound
     to its own principal or to a group its key was created with.
     """
-    mine = {principal, *(GROUP_PREFIX + g for g in groups)}
+    # An entry starting with group: names a group only, so a principal that happens to
+    # be called "group:ops" is not a member of group ops.
+    mine = {GROUP_PREFIX + g for g in groups}
+    if not principal.startswith(GROUP_PREFIX):
+        mine.add(principal)
     return any(entry in mine for entry in principals)
 
 

@@ -33,14 +33,6 @@ from warden.spend.errors import BudgetExceeded
 from warden.spend.money import parse_amount, to_wire
 from warden.store.idempotency import Idempotency, IdempotencyKeys, request_hash
 from warden.wire.spend.auth import KeyAuth, caller
-from warden.wire.spend.ownership import (
-    concludable_reservation,
-    may_read_budget,
-    readable_path,
-    readable_reservation,
-    spendable_path,
-    undoable_receipt,
-)
 from warden.wire.spend.models import (
     BudgetData,
     BudgetDefineData,
@@ -60,6 +52,14 @@ from warden.wire.spend.models import (
     Resolution,
     TaskData,
     UndoData,
+)
+from warden.wire.spend.ownership import (
+    concludable_reservation,
+    may_read_budget,
+    readable_path,
+    readable_reservation,
+    spendable_path,
+    undoable_receipt,
 )
 from warden.wire.spend.render import (
     CURRENCY,
