@@ -17,6 +17,11 @@ agent, into ``policy_data``. Ordering (docs/decisions.md, "Spend"): the reservat
 commits in its own transaction, before the entry that records it; when that entry then
 fails to commit, :meth:`SpendStep.abandon` releases the hold, and a crash between the
 two leaves the hold to expire.
+
+Whom a call may charge is the bundle's choice (a fixed ``budget`` or ``budget_expr``
+over ``session.agent_id``); a budget's ``principals`` binding governs the spend wire
+only, and the holds taken here are owned by no principal, so no API key can conclude
+them on ``/v1`` (docs/decisions.md, "Hardening (issue 14): spend ownership", item 162).
 """
 
 from __future__ import annotations
