@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from warden import __version__
+from warden.cli_agents import agents_app
 from warden.cli_approvals import approvals_app
 from warden.cli_db import db_app
 from warden.cli_evidence import export_evidence_cmd
@@ -42,6 +43,7 @@ app.add_typer(replay_app, name="replay")
 app.add_typer(keys_app, name="keys")
 app.add_typer(approvals_app, name="approvals")
 app.add_typer(db_app, name="db")
+app.add_typer(agents_app, name="agents")
 
 from warden.cli_options import (  # noqa: E402 - after the Typer apps
     EXIT_BAD_INPUT,

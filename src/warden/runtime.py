@@ -22,6 +22,7 @@ from warden.crypto.hmac_keys import SessionKeys, ikm_fingerprint
 from warden.crypto.keystore import load_or_create_api_token, load_or_create_ikm
 from warden.gates.approval import ApprovalGate
 from warden.gates.spend import SpendGate
+from warden.identity.agents import AgentRegistry
 from warden.identity.api_keys import ApiKeys, Role, api_key_pepper
 from warden.kla.keys import KeyRegistry
 from warden.ledger.ledger import Ledger
@@ -69,6 +70,8 @@ class Runtime:
     #: The AdCP governance agent (``/adcp/<task>``, ``/mcp``), its tokens signed with the
     #: governance key (``<data-dir>/governance-signing.key``).
     adcp: AdcpService | None = None
+    #: The agent identity registry (``/v1/agents``, ``warden agents``).
+    agents: AgentRegistry | None = None
 
     @classmethod
     def start(cls, settings: Settings) -> Runtime:
@@ -129,6 +132,7 @@ class Runtime:
         desk.effects[TaskKind.ADCP_CHECK] = adcp.checks.on_approved
         desk.listeners[TaskKind.ADCP_CHECK] = adcp.checks.on_transition
         api_keys = ApiKeys(store, api_key_pepper(ikm))
+        agents = AgentRegistry(store, ikm, ledger)
         try:
             # The bootstrap token is the first administrator's key.
             api_keys.register(api_token, "admin", Role.ADMIN)
@@ -195,6 +199,7 @@ class Runtime:
             api_token_created=token_created,
             kla=kla,
             adcp=adcp,
+            agents=agents,
         )
 
     def close(self) -> None:
