@@ -184,6 +184,15 @@ def serve(
             "directory of them); without it a signed action request is refused.",
         ),
     ] = None,
+    unsafe_shared_ikm: Annotated[
+        bool,
+        typer.Option(
+            "--unsafe-shared-ikm",
+            envvar="WARDEN_UNSAFE_SHARED_IKM",
+            help="Accept ACS requests signed with the master IKM (no verified identity; "
+            "every such decision is marked unsafe_shared_ikm).",
+        ),
+    ] = False,
     log_level: Annotated[
         str, typer.Option(envvar="WARDEN_LOG_LEVEL", help="Python logging level.")
     ] = "INFO",
@@ -217,6 +226,7 @@ def serve(
         idempotency_ttl_seconds=idempotency_ttl_seconds,
         signing_key_file=signing_key_file,
         kla_keys=kla_keys,
+        unsafe_shared_ikm=unsafe_shared_ikm,
     )
     try:
         runtime = Runtime.start(settings)
@@ -230,6 +240,11 @@ def serve(
         f"{settings.resolved_key_file()}, admin API token {settings.resolved_api_token_file()}, "
         f"approval desk {settings.resolved_public_url()}/desk"
     )
+    if runtime.demo_agent_key is not None:
+        err_console.print(
+            f"[yellow]quick start:[/yellow] registered the demo agent [bold]demo-agent[/bold] "
+            f"(owner demo-owner); its ACS key file is {runtime.demo_agent_key} (mode 0600)"
+        )
     try:
         uvicorn.run(
             create_app(runtime),
@@ -547,8 +562,16 @@ def _replay_efficacy(
 def replay_agentdojo(
     url: Annotated[str, typer.Option(help="Warden's ACS endpoint.")] = "http://127.0.0.1:8787/acs",
     key_file: Annotated[
-        Path, typer.Option(help="The IKM Warden uses (the replay signs as the Observed Agent).")
+        Path, typer.Option(help="The IKM Warden uses (only for --verify afterwards).")
     ] = Path(".warden/ikm.key"),
+    agent_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--agent-key",
+            help="The registered agent the replay signs as: its key file (default: "
+            "<data-dir>/agents/demo-agent.key, written by the quick start).",
+        ),
+    ] = None,
     suite: Annotated[
         list[str] | None,
         typer.Option(help="Suites to replay (default: all four)."),
@@ -593,15 +616,15 @@ def replay_agentdojo(
 ) -> None:
     """Replay AgentDojo v1.2 ground-truth tool calls as signed ACS sessions (or, with
     --efficacy, measure the provenance gates on benign and attacked runs)."""
-    from warden.crypto.keystore import load_ikm
+    from warden.identity.agents import load_agent_key
     from warden.replay.agentdojo import replay
 
     if efficacy:
         _replay_efficacy(bundle, suite, paradigm, mode, user_tasks, attacks, markdown)
         return
     try:
-        ikm = load_ikm(key_file)
-        summary = replay(url, ikm, suites=suite, console=console)
+        credential = load_agent_key(agent_key or data_dir / "agents" / "demo-agent.key")
+        summary = replay(url, credential, suites=suite, console=console)
     except WardenError as exc:
         raise _fail(exc) from exc
     except ModuleNotFoundError as exc:

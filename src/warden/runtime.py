@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from warden.adcp.governance_token import load_governance_signer
 from warden.approvals.desk import ApprovalDesk
@@ -35,6 +36,7 @@ from warden.spend.engine import SpendEngine
 from warden.store.idempotency import Idempotency
 from warden.store.secrets_sql import bind_key_fingerprint
 from warden.store.sql import SqlStore, open_store
+from warden.wire.acs.callers import CallerKeys
 from warden.wire.acs.handshake import HandshakeConfig
 from warden.wire.acs.service import AcsService
 from warden.wire.adcp import AdcpService, AdcpState
@@ -72,6 +74,8 @@ class Runtime:
     adcp: AdcpService | None = None
     #: The agent identity registry (``/v1/agents``, ``warden agents``).
     agents: AgentRegistry | None = None
+    #: The key file of the demo agent registered on this data directory's first start.
+    demo_agent_key: Path | None = None
 
     @classmethod
     def start(cls, settings: Settings) -> Runtime:
@@ -134,6 +138,11 @@ class Runtime:
         api_keys = ApiKeys(store, api_key_pepper(ikm))
         agents = AgentRegistry(store, ikm, ledger)
         try:
+            demo_key = _first_agents(agents, settings, first_start=created)
+        except BaseException:
+            store.close()
+            raise
+        try:
             # The bootstrap token is the first administrator's key.
             api_keys.register(api_token, "admin", Role.ADMIN)
         except BaseException:
@@ -174,7 +183,14 @@ class Runtime:
             max_body_bytes=settings.max_body_bytes,
             spend_gate=gate,
             approval_gate=ApprovalGate(desk, guardian),
+            callers=CallerKeys(agents, keys, unsafe_shared_ikm=settings.unsafe_shared_ikm),
         )
+        if settings.unsafe_shared_ikm:
+            log.warning(
+                "--unsafe-shared-ikm: ACS requests signed with the master IKM are accepted; "
+                "no identity is verified for them and every decision they get is marked "
+                "unsafe_shared_ikm. Register agents (`warden agents add`) and drop the flag."
+            )
         interval = settings.spend_expiry_interval_s
         expirer = HoldExpirer(spend, interval, desk) if interval > 0 else None
         worker = None
@@ -200,6 +216,7 @@ class Runtime:
             kla=kla,
             adcp=adcp,
             agents=agents,
+            demo_agent_key=demo_key,
         )
 
     def close(self) -> None:
@@ -208,6 +225,39 @@ class Runtime:
         if self.notifier is not None:
             self.notifier.stop()
         self.store.close()
+
+
+DEMO_AGENT = "demo-agent"
+DEMO_OWNER = "demo-owner"
+
+
+def _first_agents(agents: AgentRegistry, settings: Settings, *, first_start: bool) -> Path | None:
+    """On a data directory's first start (the master IKM was just created), register the
+    quick start's ``demo-agent`` (owner ``demo-owner``) and write its key to
+    ``<data-dir>/agents/demo-agent.key`` (0600); return that path. On any other start with
+    no active agent (e.g. the first start after upgrading), log how to register one."""
+    if any(a.active for a in agents.list()):
+        return None
+    if first_start and agents.get(DEMO_AGENT) is None:
+        path = settings.data_dir / "agents" / f"{DEMO_AGENT}.key"
+        if not path.exists():
+            _, credential = agents.add(DEMO_AGENT, DEMO_OWNER, by="quick-start")
+            credential.write(path)
+            log.warning(
+                "registered the demo agent %s (owner %s) for the quick start; its ACS key "
+                "is %s (mode 0600). Register your own agents with `warden agents add`.",
+                DEMO_AGENT,
+                DEMO_OWNER,
+                path,
+            )
+            return path
+    log.warning(
+        "no agent is registered: ACS requests are refused unless signed with a registered "
+        "agent's key. Register each agent with `warden agents add ID --owner PRINCIPAL "
+        "--key-out FILE` and give it the key file (README, Identities); agent API keys: "
+        "`warden keys create --role agent --agent ID`."
+    )
+    return None
 
 
 class HoldExpirer:

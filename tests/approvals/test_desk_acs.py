@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from conftest import TEST_IKM, assert_valid_response, asset, service_client
+from conftest import TEST_IKM, agent_client, assert_valid_response, asset, service_client
 
 from warden.approvals.desk import NotPermitted, TaskConflict, desk_session_id
 from warden.approvals.tasks import ApprovalState
@@ -327,7 +327,7 @@ def test_a_restart_keeps_pending_tasks(make_runtime: Callable[..., Runtime]) -> 
         assert task is not None and task.state is ApprovalState.PENDING
         assert [t.id for t in rt2.desk.list()] == [tid]
         rt2.desk.approve(tid, approver(rt2, "alice", "operators"), "after restart")
-        again = AcsClient(rt2.acs.handle, TEST_IKM, agent_id="agent-7", session_id=agent.session_id)
+        again = agent_client(rt2.acs.handle, rt2, agent_id="agent-7", session_id=agent.session_id)
         again.chain_hash = agent.chain_hash
         assert ask(again, "delete_file", {"path": "/x"})["decision"] == "allow"
     finally:

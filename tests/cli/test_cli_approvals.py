@@ -127,9 +127,14 @@ def test_reroute_and_bad_credentials(server: Server) -> None:
 
 def test_agent_text_cannot_drive_the_approvers_terminal(server: Server) -> None:
     alice = make_key(server, "alice", "approver", "operators")
-    agent = server.client(agent_id="ansi\x1b[2J\x1b[31mRED\x1b[0m\rbob")
+    # A registered agent's id cannot carry control characters (issue 15); its claimed
+    # user_id, tool name and arguments still can.
+    agent = server.client(agent_id="bot")
     agent.hello()
-    r = agent.tool_call("delete_\x1b[32mSAFE\x1b[0m\r\nfine", {"path": "/x\u202e"})["result"]
+    claim = {"user_context": {"user_id": "ansi\x1b[2J\x1b[31mRED\x1b[0m\rbob"}}
+    r = agent.tool_call("delete_\x1b[32mSAFE\x1b[0m\r\nfine", {"path": "/x\u202e"}, metadata=claim)[
+        "result"
+    ]
     tid = r["ask_details"]["task_id"]
     for out in (approvals(server, alice, "list"), approvals(server, alice, "show", tid)):
         assert out.returncode == 0, out.stderr

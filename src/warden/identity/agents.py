@@ -33,9 +33,8 @@ from pathlib import Path
 from threading import Lock
 from typing import TYPE_CHECKING, Any
 
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
+from warden.core.types import agent_facts
+from warden.crypto.hmac_keys import AGENT_IKM_LABEL, AGENT_KEY_SCHEME, derive_agent_ikm
 from warden.crypto.keystore import _create_private, _read_private
 from warden.errors import ConfigError, StoreUnavailable, WardenError
 from warden.identity.api_keys import check_groups, check_principal
@@ -47,12 +46,10 @@ if TYPE_CHECKING:
     from warden.ledger.ledger import Ledger
     from warden.store.sql import SqlStore
 
-#: The versioned HKDF label of per-agent key material (a new scheme gets a new label).
-AGENT_IKM_LABEL = b"warden/agent-ikm/v1:"
-#: The name of that scheme as recorded in a session's ``negotiated.identity``.
-AGENT_KEY_SCHEME = "warden/agent-ikm/v1"
 AGENT_IKM_BYTES = 32
 MAX_BUDGETS = 64
+
+__all__ = ["AGENT_IKM_LABEL", "AGENT_KEY_SCHEME", "derive_agent_ikm"]
 
 _AGENT_ID = re.compile(r"^[A-Za-z0-9_.@+-][A-Za-z0-9_.:@+-]{0,127}$")
 _KEY_ID = re.compile(r"^agk_[0-9a-f]{16}$")
@@ -74,18 +71,6 @@ class AgentRevoked(WardenError):
     """The agent is revoked: it gets no new keys."""
 
     reason = "agent_revoked"
-
-
-def derive_agent_ikm(master_ikm: bytes, key_id: str) -> bytes:
-    """The 32-byte IKM of agent key ``key_id``: HKDF-SHA256(master, no salt,
-    info=``warden/agent-ikm/v1:`` + key_id)."""
-    hkdf = HKDF(
-        algorithm=hashes.SHA256(),
-        length=AGENT_IKM_BYTES,
-        salt=None,
-        info=AGENT_IKM_LABEL + key_id.encode("ascii"),
-    )
-    return hkdf.derive(master_ikm)
 
 
 def is_agent_key_id(key_id: str) -> bool:
@@ -144,13 +129,8 @@ class Agent:
         return frozenset((self.agent_id, self.owner))
 
     def facts(self) -> dict[str, Any]:
-        """The CEL ``agent`` facts: ``{id, owner, groups: [..], budgets: [..]}``."""
-        return {
-            "id": self.agent_id,
-            "owner": self.owner,
-            "groups": list(self.groups),
-            "budgets": list(self.budgets),
-        }
+        """The CEL ``agent`` facts: ``{id, owner, groups, budgets, verified: true}``."""
+        return agent_facts(self.agent_id, self.owner, self.groups, self.budgets)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: ``{agent_id, owner, groups, budgets, created_at, revoked_at, active}``."""
@@ -356,12 +336,17 @@ class AgentRegistry:
         budgets: Iterable[str] = (),
         *,
         by: str = "cli",
+        key_id: str | None = None,
     ) -> tuple[Agent, AgentCredential]:
         """Register an agent and issue its first key: ``(agent, credential)``.
 
-        Raises :class:`ConfigError` for an invalid id, owner, group or budget id and
-        :class:`AgentExists` if the id is taken (also by a revoked agent).
+        ``key_id`` (``agk_`` + 16 hex, unused) fixes the first key's id, for reproducible
+        set-ups; by default it is random. Raises :class:`ConfigError` for an invalid id,
+        owner, group, budget or key id and :class:`AgentExists` if the id is taken (also
+        by a revoked agent).
         """
+        if key_id is not None and not is_agent_key_id(key_id):
+            raise ConfigError(f"invalid agent key id {key_id!r}: agk_ and 16 lowercase hex")
         agent_id = check_agent_id(agent_id)
         owner = check_principal(owner)
         group_tuple = check_groups(groups)
@@ -377,7 +362,12 @@ class AgentRegistry:
                 now,
             ):
                 raise AgentExists(f"agent {agent_id!r} is already registered")
-            key_id = self._new_key(table, agent_id, now)
+            if key_id is None:
+                key_id = self._new_key(table, agent_id, now)
+            elif table.key(key_id) is not None:
+                raise ConfigError(f"agent key id {key_id} is already used")
+            else:
+                table.insert_key(key_id, agent_id, now)
             agent = Agent(agent_id, owner, group_tuple, budget_tuple, now)
             self._audit(tx, agent_id, "registered", {**agent.as_dict(), "key_id": key_id, "by": by})
         return agent, AgentCredential(agent_id, key_id, derive_agent_ikm(self._ikm, key_id))
