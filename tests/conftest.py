@@ -202,6 +202,17 @@ def agent_client(
     return AcsClient.for_agent(transport, cred, agent_id=claimed, **kw)
 
 
+def ensure_agent(target: Runtime | str | Path, principal: str, role: str = "agent") -> None:
+    """Register ``principal`` as an agent (test set-up, no audit event) when ``role`` is
+    ``agent``: an agent API key belongs to a registered agent (issue 15). ``target`` is a
+    runtime, a database URL, or a data directory holding ``warden.db``."""
+    if role != "agent":
+        return
+    if isinstance(target, Path):
+        target = f"sqlite:///{target / 'warden.db'}"
+    agent_credential(target, principal)
+
+
 def claiming(client: AcsClient, agent_id: str) -> AcsClient:
     """A client on ``client``'s session and key that claims another ``agent_id``."""
     other = copy.copy(client)

@@ -12,7 +12,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from conftest import TEST_IKM, agent_client, assert_valid_response, asset, service_client
+from conftest import (
+    TEST_IKM,
+    agent_client,
+    assert_valid_response,
+    asset,
+    ensure_agent,
+    service_client,
+)
 
 from warden.approvals.desk import NotPermitted, TaskConflict, desk_session_id
 from warden.approvals.tasks import ApprovalState
@@ -31,6 +38,7 @@ def result(response: dict[str, Any]) -> dict[str, Any]:
 
 
 def approver(rt: Runtime, name: str, *groups: str, role: Role = Role.APPROVER) -> Identity:
+    ensure_agent(rt, name, role)
     who, _ = rt.api_keys.create(name, role, groups)
     return who
 

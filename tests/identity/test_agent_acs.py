@@ -127,6 +127,7 @@ def test_revoked_key_fails_on_every_replica_within_one_request(
     # The same session through the second replica: its key cache is now warm.
     on_r1 = AcsClient.for_agent(r1.acs.handle, cred, session_id=on_r0.session_id)
     assert _pay(on_r1)["result"]["decision"] == "allow"
+
     def head() -> int:
         state = r0.store.load_session(on_r0.session_id, fresh=True)
         assert state is not None

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import service_client
+from conftest import ensure_agent, service_client
 from fastapi.testclient import TestClient
 
 import warden.server.desk as desk_module
@@ -38,6 +38,7 @@ def client(runtime: Runtime) -> Iterator[TestClient]:
 
 def key(rt: Runtime, principal: str, role: str, *groups: str) -> tuple[str, str]:
     """(key_id, token) of a new API key."""
+    ensure_agent(rt, principal, role)
     identity, token = rt.api_keys.create(principal, role, groups)
     return identity.key_id, token
 

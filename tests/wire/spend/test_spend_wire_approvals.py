@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import ensure_agent
 from fastapi.testclient import TestClient
 from spend_wire_helpers import Reply, assert_error, check_envelope, db_rows, tree
 
@@ -50,6 +51,7 @@ def client(rt: Runtime) -> Iterator[TestClient]:
 
 
 def key(rt: Runtime, client: TestClient, principal: str, role: Role, *groups: str) -> Caller:
+    ensure_agent(rt, principal, role)
     _, token = rt.api_keys.create(principal, role, groups)
     return Caller(client, token)
 
