@@ -87,7 +87,10 @@ def test_an_ask_files_a_task_bound_to_the_exact_action(rt: Runtime, agent: AcsCl
     }
     assert len(task.action_hash) == 64
     assert task.scope == agent.session_id
-    assert task.requester.agent_id == "agent-7" and task.requester.principal == "bob"
+    # The maker is the verified agent and its owner; the user_id is the agent's claim.
+    assert task.requester.agent_id == "agent-7"
+    assert task.requester.principal == "agent-7.owner"
+    assert task.requester.claimed_user_id == "bob"
     assert task.correlation == {
         "session_id": agent.session_id,
         "agent_id": "agent-7",
@@ -163,7 +166,7 @@ def test_a_replayed_approval_is_refused(rt: Runtime, agent: AcsClient) -> None:
         rt.desk.approve(tid, approver(rt, "carol", "operators"), "again")
 
 
-@pytest.mark.parametrize("who", ["agent-7", "bob"])
+@pytest.mark.parametrize("who", ["agent-7", "agent-7.owner"])
 def test_the_requester_cannot_approve_its_own_task(rt: Runtime, agent: AcsClient, who: str) -> None:
     r = ask(agent, "delete_file", {"path": "/x"}, metadata={"user_context": {"user_id": "bob"}})
     tid = r["ask_details"]["task_id"]
@@ -356,9 +359,9 @@ def test_a_malformed_citation_is_grant_invalid(
 
 
 def test_maker_checker_ignores_case(rt: Runtime, agent: AcsClient) -> None:
-    r = ask(agent, "delete_file", {"path": "/x"}, metadata={"user_context": {"user_id": "Bob"}})
+    r = ask(agent, "delete_file", {"path": "/x"})
     with pytest.raises(NotPermitted):
-        rt.desk.approve(r["ask_details"]["task_id"], approver(rt, "bob", "operators"), "")
+        rt.desk.approve(r["ask_details"]["task_id"], approver(rt, "Agent-7.OWNER", "operators"), "")
 
 
 @pytest.mark.parametrize("url", ["javascript:alert(1)", "not a url", "ftp://x", "http://h/?q=1"])
