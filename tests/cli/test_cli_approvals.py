@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Server, start_server
+from conftest import Server, ensure_agent, start_server
 
 WARDEN = [sys.executable, "-m", "warden"]
 
@@ -42,6 +42,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
 
 
 def make_key(srv: Server, principal: str, role: str, *groups: str) -> str:
+    ensure_agent(srv.data_dir, principal, role)
     flags = [x for g in groups for x in ("--group", g)]
     out = warden(
         "keys",

@@ -124,10 +124,6 @@ class Agent:
     def active(self) -> bool:
         return self.revoked_at is None
 
-    def makers(self) -> frozenset[str]:
-        """The principals that made an ask this agent raises: itself and its owner."""
-        return frozenset((self.agent_id, self.owner))
-
     def facts(self) -> dict[str, Any]:
         """The CEL ``agent`` facts: ``{id, owner, groups, budgets, verified: true}``."""
         return agent_facts(self.agent_id, self.owner, self.groups, self.budgets)

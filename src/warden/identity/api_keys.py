@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from warden.core.types import NO_AGENT, agent_facts
 from warden.errors import ConfigError, StoreUnavailable
 from warden.store.agents_sql import AgentRow, SqlAgents
 from warden.store.api_keys_sql import ApiKeyRow, SqlApiKeys, read_cursor
@@ -102,10 +103,12 @@ class Identity:
     budgets: tuple[str, ...] = ()
     owner: str | None = None
 
-    def makers(self) -> frozenset[str]:
-        """The principals that made what this caller asks: itself, and for an agent key,
-        the agent's owner."""
-        return frozenset(p for p in (self.principal, self.owner) if p)
+    def facts(self) -> dict[str, Any]:
+        """CEL ``agent`` for a request this key makes: the registered agent's verified
+        facts for an agent key, the unverified empty facts for any other role."""
+        if self.role is not Role.AGENT:
+            return dict(NO_AGENT)
+        return agent_facts(self.principal, self.owner or "", self.groups, self.budgets)
 
     def may(self, role: Role) -> bool:
         """True if this identity may act as ``role``: admin may everything,

@@ -119,7 +119,6 @@ def agents_router(
     @router.post(
         "",
         response_model=Success[AgentCreated],
-        status_code=201,
         summary="Register an agent; its first ACS key is returned once",
     )
     def add_agent(raw: RawBody, body: AddAgent) -> Response:
@@ -131,7 +130,7 @@ def agents_router(
             raise _refusal(exc) from exc
         data = AgentCreated(agent=view(agent), credential=Credential(**cred.as_dict()))
         return json_response(
-            201,
+            200,
             success(
                 data,
                 [

@@ -56,6 +56,7 @@ def action_request(record: dict[str, Any], who: Identity) -> ActionRequest:
         args=policy_args(record),
         raw_command="",
         session={"id": execution, "agent_id": who.principal, "step_count": 0},
+        agent=who.facts(),
     )
 
 

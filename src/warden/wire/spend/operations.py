@@ -295,6 +295,7 @@ class SpendWire:
             },
             raw_command="",
             session={"id": "", "agent_id": who.principal, "step_count": 0},
+            agent=who.facts(),
         )
         verdict = self.guardian.decide(request)
         if verdict.decision is VerdictEffect.ALLOW:
