@@ -156,8 +156,29 @@ def test_cli_agents(tmp_path: Path, make_runtime: Callable[..., Runtime]) -> Non
     assert json.loads(r.stdout)["key_id"] != cred.key_id
     r = _warden(data, "agents", "show", "bot-b", "--json", "--database-url", url)
     assert len(json.loads(r.stdout)["keys"]) == 2
+    # An agent API key belongs to a registered agent.
+    r = _warden(
+        data,
+        "keys",
+        "create",
+        "--role",
+        "agent",
+        "--agent",
+        "bot-b",
+        "--json",
+        "--database-url",
+        url,
+    )
+    assert r.returncode == 0, r.stderr
+    token = json.loads(r.stdout)["token"]
+    assert json.loads(r.stdout)["principal"] == "bot-b"
+    r = _warden(
+        data, "keys", "create", "--role", "agent", "--agent", "ghost", "--database-url", url
+    )
+    assert r.returncode == 2 and "not registered" in r.stderr
     r = _warden(data, "agents", "revoke", "bot-b", "--json", "--database-url", url)
     assert json.loads(r.stdout)["active"] is False
+    assert rt.api_keys.authenticate(token) is None  # revoking the agent revoked its key
     assert _warden(data, "agents", "show", "nope", "--database-url", url).returncode == 1
     assert (
         _warden(data, "agents", "add", "bot-a", "--owner", "x", "--database-url", url).returncode
