@@ -34,7 +34,7 @@ from threading import Lock
 from typing import TYPE_CHECKING, Any
 
 from warden.core.types import agent_facts
-from warden.crypto.hmac_keys import AGENT_IKM_LABEL, AGENT_KEY_SCHEME, derive_agent_ikm
+from warden.crypto.hmac_keys import derive_agent_ikm
 from warden.crypto.keystore import _create_private, _read_private
 from warden.errors import ConfigError, StoreUnavailable, WardenError
 from warden.identity.api_keys import check_groups, check_principal
@@ -48,8 +48,6 @@ if TYPE_CHECKING:
 
 AGENT_IKM_BYTES = 32
 MAX_BUDGETS = 64
-
-__all__ = ["AGENT_IKM_LABEL", "AGENT_KEY_SCHEME", "derive_agent_ikm"]
 
 _AGENT_ID = re.compile(r"^[A-Za-z0-9_.@+-][A-Za-z0-9_.:@+-]{0,127}$")
 _KEY_ID = re.compile(r"^agk_[0-9a-f]{16}$")
