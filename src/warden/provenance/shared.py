@@ -409,11 +409,10 @@ class GraphView(Mapping[str, Node]):
             # Same nodes, now in the graph: read there (the memo has moved on to them).
             return self._settled._values(spec)
         hit = self._deltas.get(id(spec))
-        if hit is not None and hit[0] is spec:
-            # Valid while no later step rewrote earlier values (rewrites only ever happen
-            # at a base at or beyond this view's, once it has read the memo).
-            if hit[1] is None or hit[1].rewrite_base == hit[3]:
-                return hit[1], hit[2]
+        # Valid while no later step rewrote earlier values (rewrites only ever happen at a
+        # base at or beyond this view's, once it has read the memo).
+        if hit is not None and hit[0] is spec and (hit[1] is None or hit[1].rewrite_base == hit[3]):
+            return hit[1], hit[2]
         overlay = list(self.overlay.values())
         with self.graph.lock:
             memo = self.graph.memo_at(self.n, spec, overlay)
