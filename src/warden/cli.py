@@ -116,6 +116,16 @@ def serve(
             help="Largest accepted request body; larger ones get -32600 unread.",
         ),
     ] = 1 << 20,
+    provenance_cache_bytes: Annotated[
+        int,
+        typer.Option(
+            envvar="WARDEN_PROVENANCE_CACHE_BYTES",
+            min=0,
+            help="Byte budget of this process's cache of session provenance graphs; the "
+            "least recently used sessions are evicted past it and rebuilt from their chain "
+            "when they return (default 256 MiB).",
+        ),
+    ] = 256 * 1024 * 1024,
     policy_requires_provenance: Annotated[
         bool,
         typer.Option(
@@ -207,6 +217,7 @@ def serve(
         skew_window_ms=skew_window_ms,
         sqlite_sync=sqlite_sync.upper(),
         max_body_bytes=max_body_bytes,
+        provenance_cache_bytes=provenance_cache_bytes,
         policy_requires_provenance=policy_requires_provenance,
         budgets=budgets,
         webhooks=webhooks,

@@ -44,6 +44,8 @@ from warden.provenance.model import (
 NODE_BYTES = 600
 #: Estimated bytes of one node's trust and depth entries in one spec's memo.
 MEMO_BYTES = 200
+#: Specs whose memo a graph keeps (the bundle's, and one more across a reload).
+MEMOS_KEPT = 2
 
 
 @dataclass
@@ -244,14 +246,23 @@ class SharedGraph:
         values the view holds itself)."""
         memo = self.memos.get(id(spec))
         if memo is None or memo.spec is not spec:
+            while len(self.memos) >= MEMOS_KEPT:
+                # Specs come and go with bundle reloads: keep the newest few.
+                del self.memos[next(iter(self.memos))]
             memo = SpecMemo(spec)
             full = components({node.provenance_id: node for node in self.order[:n]}, spec)
             self._settle(memo, 0, self.order[:n], full)
+            # Made from all n nodes at once: no smaller view may read it.
+            memo.rewrite_base = n - 1
             self.memos[id(spec)] = memo
             return memo
         if memo.upto < n:
-            added = self.order[memo.upto : n]
-            self._settle(memo, memo.upto, added, self.delta(memo, memo.upto, added))
+            base, added = memo.upto, self.order[memo.upto : n]
+            self._settle(memo, base, added, self.delta(memo, base, added))
+            if len(added) > 1:
+                # Several steps caught up at once: values of a view between ``base`` and
+                # ``n`` may already include later steps' forward references.
+                memo.rewrite_base = max(memo.rewrite_base, n - 1)
         elif memo.upto > n and memo.rewrite_base >= n:
             own = (
                 memo.rewrite_base == n
