@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from _bundles import write_bundle
-from conftest import assert_valid_response, service_client
+from conftest import assert_valid_response, service_client, write_key
 
 from warden.provenance.config import ProvenanceSpec
 from warden.provenance.facts import view_for
@@ -277,3 +277,53 @@ def test_the_cache_keeps_a_byte_budget_and_evicted_sessions_decide_the_same(
     assert none.acs.provenance.cached_sessions() == []
     assert _pay(c, "o-7") == expected
     assert none.acs.provenance.cached_bytes == 0
+
+
+def test_serve_passes_the_budget_and_freezes_startup_objects(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``warden serve --provenance-cache-bytes`` reaches the tracker, and the objects
+    loaded at start are out of the cyclic collector's way before the first request."""
+    import gc
+
+    import uvicorn
+    from typer.testing import CliRunner
+
+    import warden.server.app as app_module
+    from warden.cli import app
+
+    seen: dict[str, Any] = {}
+
+    def fake_create_app(runtime: Runtime, **_: Any) -> str:
+        seen["tracker"] = runtime.acs.provenance
+        return "app"
+
+    def fake_run(asgi: Any, **_: Any) -> None:
+        seen["frozen"] = gc.get_freeze_count()
+
+    monkeypatch.setattr(app_module, "create_app", fake_create_app)
+    monkeypatch.setattr(uvicorn, "run", fake_run)
+    key = write_key(tmp_path / "ikm.key")
+    bundle = write_bundle(tmp_path, gates=GATES)
+    try:
+        r = CliRunner().invoke(
+            app,
+            [
+                "serve",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--key-file",
+                str(key),
+                "--policy",
+                str(bundle),
+                "--provenance-cache-bytes",
+                "12345",
+            ],
+        )
+    finally:
+        gc.unfreeze()
+    assert r.exit_code == 0, r.output
+    assert seen["tracker"].budget_bytes == 12345
+    assert seen["frozen"] > 10_000
+    bad = CliRunner().invoke(app, ["serve", "--provenance-cache-bytes", "-1"])
+    assert bad.exit_code != 0 and "provenance-cache-bytes" in bad.output

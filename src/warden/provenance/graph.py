@@ -65,6 +65,7 @@ _ENTERED = frozenset({"allow", "modify"})
 WARDEN_PREFIX = "warden:"
 #: Inference: a tool-output token at least this long is matched inside arguments.
 TOKEN_MIN = 8
+_NO_TOKENS: frozenset[str] = frozenset()  # shared: one object fewer per short output
 _TOKEN_STRIP = " \t\r\n.,;:!?()[]{}<>\"'`*"
 
 
@@ -102,7 +103,7 @@ def tokens(text: str) -> frozenset[str]:
         tok = normalise(raw.strip(_TOKEN_STRIP))
         if len(tok) >= TOKEN_MIN:
             out.add(tok)
-    return frozenset(out)
+    return frozenset(out) if out else _NO_TOKENS
 
 
 @dataclass(frozen=True)
