@@ -13,10 +13,14 @@ provenance from the user's message, in a closed loop:
    refused at the limit and consequential calls over its full graph, until the
    ordinary sessions have run as long again.
 
-Reported: the ordinary sessions' p50/p99 latency in both phases and their ratios; the
-server CPU time (``/proc/<pid>/stat``) of each 1,000-node step, measured afterwards
-with only a fresh hostile session running (first and last step, median); the server's
-RSS growth over the hostile phase.
+3. *beside a control* for ``--seconds``: requests of the same size as the hostile's
+   steps that add no node (one argument without provenance holding the same rows), to
+   tell what graph size costs the others from what request size costs them.
+
+Reported: the ordinary sessions' p50/p99 latency in each phase and the ratios to the
+first; the server CPU time (``/proc/<pid>/stat``) of each 1,000-node step, measured
+afterwards with only a fresh hostile session running (first and last step, median); the
+server's RSS growth over the hostile phases.
 
     python bench/provenance_isolation.py --json bench/out/provenance_isolation.json
 """
@@ -190,6 +194,21 @@ def hostile_proc(port: int, stop_after: float, q: Any) -> None:
     q.put((steps, pressed))
 
 
+def bulk_proc(port: int, seconds: float, q: Any) -> None:
+    """The control: requests as large as the hostile's 1,000-node steps that add no
+    node (one tool argument without provenance holding the same 1,000 rows)."""
+    client, _ = _client(port)
+    # The hostile step's outputs, provenance and all, as one plain value (same bytes).
+    rows = _outputs(5)["outputs"]
+    payload = {"tool": {"name": "read_file"}, "arguments": {"rows": {"value": rows}}}
+    end = time.monotonic() + seconds
+    sent = 0
+    while time.monotonic() < end:
+        _send_timed(client, "steps/toolCallRequest", payload)
+        sent += 1
+    q.put(sent)
+
+
 def cpu_per_step(port: int, pid: int) -> list[float]:
     """Server CPU seconds of each 1,000-node step of a fresh session, nothing else running."""
     client, _ = _client(port)
@@ -257,18 +276,33 @@ def main() -> None:
             p.join()
             h.join()
             rss1 = server_rss_mib(server.pid)
+            # Control: the same ordinary load beside requests of the same size that add
+            # no provenance node (what request size alone costs the others).
+            bq: Any = mp.Queue()
+            b = mp.Process(target=bulk_proc, args=(port, args.seconds, bq))
+            p = mp.Process(target=ordinary_proc, args=(port, args.threads, args.seconds, q))
+            b.start()
+            p.start()
+            control, _ = q.get(timeout=900)
+            bulk_sent = bq.get(timeout=900)
+            p.join()
+            b.join()
             # Phase 3: CPU of each 1,000-node step, a fresh hostile session alone.
             cpu = cpu_per_step(port, server.pid)
             rss2 = server_rss_mib(server.pid)
         finally:
             server.terminate()
             server.wait(15)
-    a, s = percentiles(alone), percentiles(shared)
+    a, s, c = percentiles(alone), percentiles(shared), percentiles(control)
     result = {
         "ordinary_alone": a,
         "ordinary_with_hostile": s,
         "p50_ratio": s["median_us"] / a["median_us"],
         "p99_ratio": s["p99_us"] / a["p99_us"],
+        "ordinary_beside_same_size_requests_without_nodes": c,
+        "control_p50_ratio": c["median_us"] / a["median_us"],
+        "control_p99_ratio": c["p99_us"] / a["p99_us"],
+        "control_requests_sent": bulk_sent,
         "ordinary_decisions": {
             "alone": {d: dec_alone.count(d) for d in set(dec_alone)},
             "with_hostile": {d: dec_shared.count(d) for d in set(dec_shared)},

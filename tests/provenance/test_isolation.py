@@ -17,8 +17,8 @@ from conftest import assert_valid_response, service_client, write_key
 
 from warden.provenance.config import ProvenanceSpec
 from warden.provenance.facts import view_for
-from warden.provenance.graph import SessionProvenance
-from warden.provenance.model import INPUT_STEPS, ORIGINS, Trust
+from warden.provenance.graph import INPUT_STEPS, SessionProvenance
+from warden.provenance.model import ORIGINS, Trust
 from warden.runtime import Runtime
 from warden.wire.acs.client import AcsClient
 

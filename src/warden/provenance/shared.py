@@ -40,10 +40,12 @@ from warden.provenance.model import (
 
 #: Estimated bytes one recorded node holds in the process (the node, its strings' object
 #: headers, the graph's index and referrer entries), not counting its strings' characters.
-#: Measured with tracemalloc on a 20000-node session (bench/provenance_isolation.py).
-NODE_BYTES = 600
+#: tracemalloc on a 19,001-node session of tool outputs (tests/provenance/test_isolation.py
+#: ``big_session``): ~12 MB held in all, ~645 bytes per node with its output text; these
+#: constants put the estimate ~15 % above that, so a budget errs on the safe side.
+NODE_BYTES = 400
 #: Estimated bytes of one node's trust and depth entries in one spec's memo.
-MEMO_BYTES = 200
+MEMO_BYTES = 100
 #: Specs whose memo a graph keeps (the bundle's, and one more across a reload).
 MEMOS_KEPT = 2
 
