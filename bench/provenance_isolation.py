@@ -222,6 +222,43 @@ def cpu_per_step(port: int, pid: int) -> list[float]:
     return out
 
 
+def graph_bytes(trace: bool) -> tuple[int, float]:
+    """One session grown to the node limit in this process: the hostile's 19 steps
+    through check, view, apply and summary, as the service runs them. Returns the bytes
+    it keeps alive (tracemalloc; 0 unless ``trace``) and the CPU seconds of its last
+    step (meaningful without ``trace``: tracing slows allocation)."""
+    import gc
+    import tracemalloc
+
+    from warden.policy.bundle import parse_bundle
+    from warden.provenance.facts import view_for
+    from warden.provenance.graph import SessionProvenance
+
+    spec = parse_bundle(BUNDLE).provenance
+    assert spec is not None
+    gc.collect()
+    if trace:
+        tracemalloc.start()
+    start = tracemalloc.get_traced_memory()[0]
+    state = SessionProvenance()
+    last = 0.0
+    for step in range(SESSION_NODES // STEP_NODES - 1):
+        c0 = time.process_time()
+        params = {"request_id": f"r{step}", "payload": _outputs(step)}
+        method = "steps/toolCallResult"
+        assert state.check(method, params, spec).problem is None
+        view_for(state, spec, method, params, {}, {"name": "read_file"}).facts()
+        state = state.applied(method, params, "allow")
+        state.summary()
+        last = time.process_time() - c0
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - start
+    if trace:
+        tracemalloc.stop()
+    assert len(state.nodes) == SESSION_NODES - STEP_NODES
+    return held, last
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=4, help="ordinary sessions")
@@ -293,6 +330,8 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait(15)
+    held, _ = graph_bytes(trace=True)
+    _, last_step_cpu = graph_bytes(trace=False)
     a, s, c = percentiles(alone), percentiles(shared), percentiles(control)
     result = {
         "ordinary_alone": a,
@@ -315,6 +354,10 @@ def main() -> None:
             "pressing_rounds_after_limit": pressed,
         },
         "step_cpu_s": {"first": cpu[0], "last": cpu[-1], "median": statistics.median(cpu)},
+        "one_session_at_limit": {
+            "graph_mib": held / 2**20,
+            "last_step_cpu_s_in_process": last_step_cpu,
+        },
         "server_rss_mib": {
             "before_hostile": rss0,
             "after_hostile": rss1,
