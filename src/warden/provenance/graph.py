@@ -55,7 +55,7 @@ from warden.provenance.model import (
     Node,
     Trust,
 )
-from warden.provenance.shared import GraphView, components
+from warden.provenance.shared import GraphView
 
 __all__ = ["INPUT_STEPS", "GraphView", "SessionProvenance", "intake", "rebuild"]
 
@@ -153,12 +153,6 @@ class Intake:
     refs: dict[str, str] = field(default_factory=dict)  # argument path -> recorded id
     overrides: tuple[Override, ...] = ()
     problem: tuple[str, str] | None = None
-
-
-def _analyse(nodes: dict[str, Node], spec: ProvenanceSpec) -> dict[str, Trust | None]:
-    """Trust reached by every node of a whole graph, analysed from scratch (a reference
-    for tests; the states keep their values incrementally, see :mod:`.shared`)."""
-    return components(nodes, spec).reach
 
 
 @dataclass(frozen=True)
