@@ -241,8 +241,7 @@ def _as_doubles(value: Any) -> Any:
             raise ValueError("integer too large for an IEEE-754 double") from exc
         if int(double) != value:
             raise ValueError(
-                "integer is not exactly an IEEE-754 double (a JCS peer would read another "
-                "number)"
+                "integer is not exactly an IEEE-754 double (a JCS peer would read another number)"
             )
         return double
     if t is dict:
