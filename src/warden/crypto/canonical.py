@@ -198,15 +198,17 @@ def canonical_bytes(value: Any, *, known_fast: bool = False) -> bytes:
     ``known_fast`` skips the walk when the caller already checked a value that
     contains this one with :func:`is_fast_canonical`.
 
-    JCS numbers are IEEE-754 doubles (RFC 8785 §3.2.2.3): an integer beyond
-    ±(2^53 − 1) is in the domain when it is exactly a double, and is written as
-    ECMAScript writes that double (``100000000000000000000`` stays plain digits below
-    10^21, ``1e+21`` from there on); an integer no double equals (2^53 + 1) is not,
-    because every JCS peer would read another number (docs/decisions.md 192).
+    JCS numbers are IEEE-754 doubles written as ECMAScript writes them (RFC 8785
+    §3.2.2.3): below 10^21 an integral double is plain digits, so a JCS signer sends
+    ``100000000000000000000`` for 1e20. An integer beyond ±(2^53 − 1) is in the domain
+    when it is exactly that spelling of a double (its canonical text is its own
+    digits, so the number Warden evaluates is the number signed); any other
+    (``9007199254740993``, which every JCS peer reads and re-signs as ...992) is not
+    (docs/decisions.md 192).
 
     Raises :class:`~warden.errors.InvalidRequest` (reason ``jcs_domain``) when the
-    value cannot be canonicalized: non-finite floats, integers that are not exactly
-    an IEEE double, lone surrogates, or non-JSON types.
+    value cannot be canonicalized: non-finite floats, integers beyond ±(2^53 − 1)
+    that are not the RFC 8785 spelling of a double, lone surrogates, or non-JSON types.
     """
     if known_fast or is_fast_canonical(value):
         try:
@@ -228,9 +230,10 @@ def canonical_bytes(value: Any, *, known_fast: bool = False) -> bytes:
 
 
 def _as_doubles(value: Any) -> Any:
-    """``value`` with every integer beyond ±(2^53 − 1) replaced by the double it
-    equals (copies only the containers on the way to one); ValueError for an integer
-    that no double equals, or one too large for a double."""
+    """``value`` with every integer beyond ±(2^53 − 1) replaced by the double it spells
+    (copies only the containers on the way to one); ValueError for an integer whose
+    digits are not what RFC 8785 writes for that double (its canonical text would
+    differ from it), or one too large for a double."""
     t = type(value)
     if t is int:
         if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
@@ -239,9 +242,10 @@ def _as_doubles(value: Any) -> Any:
             double = float(value)
         except OverflowError as exc:
             raise ValueError("integer too large for an IEEE-754 double") from exc
-        if int(double) != value:
+        if rfc8785.dumps(double) != str(value).encode("ascii"):
             raise ValueError(
-                "integer is not exactly an IEEE-754 double (a JCS peer would read another number)"
+                "integer beyond 2^53 that is not the RFC 8785 form of a double (a JCS peer "
+                "would read and sign another number)"
             )
         return double
     if t is dict:
