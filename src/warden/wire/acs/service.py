@@ -40,8 +40,11 @@ from typing import Any
 from warden.core.guardian import Guardian
 from warden.core.types import Effect, Verdict
 from warden.crypto.canonical import (
+    MAX_REQUEST_DEPTH,
     canonical_bytes,
     is_fast_canonical,
+    lone_surrogate_at,
+    may_hold_surrogates,
     parse_strict_json,
     sha256_hex,
 )
@@ -269,7 +272,7 @@ class AcsService:
                 ),
             )
         try:
-            msg = parse_strict_json(body)
+            msg = parse_strict_json(body, max_depth=MAX_REQUEST_DEPTH)
         except ParseError as exc:
             return error_response(None, exc)
         if isinstance(msg, list):
@@ -280,6 +283,19 @@ class AcsService:
                 ),
             )
         rid = jsonrpc_id(msg)
+        if may_hold_surrogates(body):
+            # Before the schema: its validator cannot take such strings (it raised, -32603).
+            at = lone_surrogate_at(msg)
+            if at is not None:
+                return error_response(
+                    rid,
+                    InvalidRequest(
+                        f"value is outside the RFC 8785 (JCS) domain: the string at {at} "
+                        "holds a lone surrogate escape (\\uD800–\\uDFFF without its pair)",
+                        reason="jcs_domain",
+                        pointer=at,
+                    ),
+                )
         problem = self.schemas.first_error("request-envelope.json", msg)
         if problem is not None:
             pointer, text = problem
