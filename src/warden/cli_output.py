@@ -58,8 +58,16 @@ def table(*headers: str, title: str | None = None) -> Table:
     return Table(*columns, title=title)
 
 
-def _headers_width(console: Console, t: Table) -> int:
-    """Columns the headers of ``t`` need, borders and padding included."""
+def _fixed_widths(console: Console, t: Table) -> int:
+    """Fix the column widths of ``t`` so every header is whole; the width to print at.
+
+    Rich shrinks every wrappable column alike when a table is too wide, which pushes a
+    short header below its width and crops the last columns. Instead each column keeps
+    at least its header's width and the remaining room is shared in proportion to what
+    each column's widest cell wants beyond that; cells fold. When even the headers do
+    not fit, the table is as wide as they need (wider than the console).
+    """
+    unbounded = console.options.update_width(_UNBOUNDED)
     bare = Table(
         *(Column(str(c.header), min_width=c.min_width) for c in t.columns),
         box=t.box,
@@ -67,22 +75,40 @@ def _headers_width(console: Console, t: Table) -> int:
         show_edge=t.show_edge,
         pad_edge=t.pad_edge,
     )
-    return Measurement.get(console, console.options.update_width(_UNBOUNDED), bare).minimum
+    mins = [max(c.min_width or 0, len(str(c.header)), 1) for c in t.columns]
+    extra = Measurement.get(console, unbounded, bare).minimum - sum(mins)  # borders, padding
+    natural = [
+        max([low, *(Measurement.get(console, unbounded, cell).maximum for cell in c.cells)])
+        for low, c in zip(mins, t.columns, strict=True)
+    ]
+    room = console.width - extra
+    if sum(natural) <= room:
+        return console.width
+    widths = list(mins)
+    spare = room - sum(mins)
+    wants = [n - m for n, m in zip(natural, mins, strict=True)]
+    if spare > 0:
+        total = sum(wants)
+        shares = [spare * w // total for w in wants]
+        # Whole columns left over by rounding go to the columns that want the most.
+        for i in sorted(range(len(wants)), key=lambda i: -wants[i])[: spare - sum(shares)]:
+            shares[i] += 1
+        widths = [m + s for m, s in zip(mins, shares, strict=True)]
+    for column, width in zip(t.columns, widths, strict=True):
+        column.width = width
+    return max(console.width, sum(widths) + extra)
 
 
 def print_table(console: Console, t: Table) -> None:
-    """Print ``t`` at the console's width, or wider when its headers need more room.
-
-    Rich crops a table it cannot fit (headers become ``tas…``); a console as wide as the
-    headers need is used instead, and the terminal wraps the long lines.
-    """
-    need = _headers_width(console, t)
-    if need <= console.width:
+    """Print ``t`` at the console's width, or wider when its headers need more room;
+    cells fold, nothing is cut with ``…`` (see :func:`_fixed_widths`)."""
+    width = _fixed_widths(console, t)
+    if width <= console.width:
         console.print(t)
         return
     wide = Console(
         file=console.file,
-        width=need,
+        width=width,
         force_terminal=console.is_terminal,
         color_system=console.color_system,  # type: ignore[arg-type]
         no_color=console.no_color,
