@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +44,13 @@ NARROW = "40"
 PROVENANCE_POLICY = ROOT / "examples" / "policies" / "agentdojo-provenance.yaml"
 
 
+#: The schemas in the source tree (as conftest's SCHEMAS); the test below checks the
+#: installed package serves the same files.
+CLI_SCHEMAS = ROOT / "src" / "warden" / "schemas" / "cli"
+
+
 def _registry() -> Registry:
-    folder = resources.files("warden.schemas").joinpath("cli")
-    docs = [
-        json.loads(f.read_text(encoding="utf-8"))
-        for f in folder.iterdir()
-        if f.name.endswith(".json")
-    ]
+    docs = [json.loads(f.read_text(encoding="utf-8")) for f in sorted(CLI_SCHEMAS.glob("*.json"))]
     return Registry().with_resources((d["$id"], Resource.from_contents(d)) for d in docs)
 
 
@@ -98,8 +97,9 @@ def column_text(out: str, index: int) -> str:
 
 
 def test_every_schema_is_valid_and_listed() -> None:
-    folder = resources.files("warden.schemas").joinpath("cli")
-    names = sorted(f.name for f in folder.iterdir() if f.name.endswith(".json"))
+    from warden.cli_output import cli_schema
+
+    names = sorted(f.name for f in CLI_SCHEMAS.glob("*.json"))
     assert names == [
         "approvals-list.json",
         "export.json",
@@ -112,9 +112,9 @@ def test_every_schema_is_valid_and_listed() -> None:
     ]
     docs = (ROOT / "docs" / "cli-json.md").read_text(encoding="utf-8")
     for name in names:
-        Draft202012Validator.check_schema(
-            REGISTRY.contents(f"https://warden.dev/schemas/cli/{name}")
-        )
+        schema = REGISTRY.contents(f"https://warden.dev/schemas/cli/{name}")
+        Draft202012Validator.check_schema(schema)
+        assert cli_schema(name.removesuffix(".json")) == schema  # shipped as package data
         assert f"schemas/cli/{name}" in docs, name
 
 
