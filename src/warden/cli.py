@@ -7,6 +7,7 @@ message and an exit code: 0 success, 1 integrity or policy failure found,
 
 from __future__ import annotations
 
+import gc
 import logging
 from pathlib import Path
 from typing import Annotated, Any
@@ -109,6 +110,16 @@ def serve(
             help="Largest accepted request body; larger ones get -32600 unread.",
         ),
     ] = 1 << 20,
+    provenance_cache_bytes: Annotated[
+        int,
+        typer.Option(
+            envvar="WARDEN_PROVENANCE_CACHE_BYTES",
+            min=0,
+            help="Byte budget of this process's cache of session provenance graphs; the "
+            "least recently used sessions are evicted past it and rebuilt from their chain "
+            "when they return (default 256 MiB).",
+        ),
+    ] = 256 * 1024 * 1024,
     policy_requires_provenance: Annotated[
         bool,
         typer.Option(
@@ -200,6 +211,7 @@ def serve(
         skew_window_ms=skew_window_ms,
         sqlite_sync=sqlite_sync.upper(),
         max_body_bytes=max_body_bytes,
+        provenance_cache_bytes=provenance_cache_bytes,
         policy_requires_provenance=policy_requires_provenance,
         budgets=budgets,
         webhooks=webhooks,
@@ -221,9 +233,16 @@ def serve(
         f"{settings.resolved_key_file()}, admin API token {settings.resolved_api_token_file()}, "
         f"approval desk {settings.resolved_public_url()}/desk"
     )
+    app_ = create_app(runtime)
+    # Everything loaded so far (libraries, schemas, the bundle: ~130k objects) lives as
+    # long as the process: take it out of the cyclic collector's full passes, which
+    # otherwise stall every session ~0.3 s whenever one session allocates heavily
+    # (decision 198).
+    gc.collect()
+    gc.freeze()
     try:
         uvicorn.run(
-            create_app(runtime),
+            app_,
             host=settings.host,
             port=settings.port,
             log_level=log_level.lower(),

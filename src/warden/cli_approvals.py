@@ -94,6 +94,11 @@ def _left(expires_at: str) -> str:
     return f"{int(seconds // 60)} min" if seconds >= 60 else f"{int(seconds)} s"
 
 
+def _approvals(task: dict[str, Any]) -> int:
+    """The approve votes that count (a vote whose key was revoked is ``void``)."""
+    return sum(1 for v in task["votes"] if v["decision"] == "approve" and not v.get("void"))
+
+
 def _print_task(task: dict[str, Any]) -> None:
     if not isinstance(task, dict) or "action" not in task:
         err_console.print("[red]error:[/red] the answer is not an approval task")
@@ -113,7 +118,7 @@ def _print_task(task: dict[str, Any]) -> None:
     req = task["requester"]
     behind = f" (user {_safe(req['principal'])})" if req.get("principal") else ""
     console.print(f"requester  {_safe(req.get('agent_id'))}{behind}")
-    approvals = sum(1 for v in task["votes"] if v["decision"] == "approve")
+    approvals = _approvals(task)
     console.print(
         f"group      {_safe(task['approver_group'])}, "
         f"{approvals}/{task['approvals_required']} approvals, "
@@ -157,7 +162,7 @@ def list_tasks(
         title=f"{data['count']} {_safe(state)} approval task(s){more}",
     )
     for task in data["tasks"]:
-        approvals = sum(1 for v in task["votes"] if v["decision"] == "approve")
+        approvals = _approvals(task)
         listing.add_row(
             _safe(task["id"]),
             task["state"],

@@ -201,6 +201,7 @@ def policy_explain(
     fail-closed verdict the server would sign (deny, ``evaluation_failed``; exit 0).
     """
     from warden.core.guardian import Guardian, fit_to_hook, verdict_from_evaluation
+    from warden.core.tool_names import fold
     from warden.errors import CouldNotDecide, ProtocolError
     from warden.policy import PolicyEngine, RuleTrace, load_bundle
 
@@ -242,12 +243,15 @@ def policy_explain(
         for t in trace
     ]
     n_rules = len(engine.bundle.rules)
+    # Tool patterns match the folded name (warden.core.tool_names): show what they saw.
+    folded = fold(req.tool_name)
     if as_json:
         print_json(
             {
                 "ok": True,
                 "method": req.method,
-                "tool": req.tool_name,
+                "tool": req.tool_name or None,
+                "tool_matched_as": folded or None,
                 "rules_total": n_rules,
                 "candidates": candidates,
                 "verdict": {
@@ -264,9 +268,10 @@ def policy_explain(
     t = table("rule", "effect", "fired", "why")
     for c in candidates:
         t.add_row(escape(c["rule"]), c["effect"], c["fired"], escape(c["detail"]))
+    shown = req.tool_name + (f" (matched as {folded})" if folded != req.tool_name else "")
     print_line(
         console,
-        f"method {escape(req.method)}, tool {escape(req.tool_name or '-')}: "
+        f"method {escape(req.method)}, tool {escape(shown or '-')}: "
         + (
             f"{len(trace)} candidate rules of {n_rules}"
             if failure is None

@@ -24,7 +24,7 @@ def warden(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
         capture_output=True,
         text=True,
         timeout=60,
-        # A clean environment, but the same Warden as the server (a worktree's PYTHONPATH).
+        # A clean environment, but the same Warden as the test (PYTHONPATH, when set).
         env={
             "PATH": "/usr/bin:/bin",
             **{k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ},

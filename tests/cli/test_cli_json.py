@@ -271,6 +271,7 @@ def test_policy_explain_json_fired_rules_and_verdict() -> None:
     assert proc.returncode == 0, proc.stderr
     doc = json_of(proc, "policy-explain")
     assert (doc["method"], doc["tool"], doc["rules_total"]) == ("steps/toolCallRequest", "shell", 5)
+    assert doc["tool_matched_as"] == "shell"
     assert [(c["rule"], c["effect"], c["fired"]) for c in doc["candidates"]] == [
         ("tools", "allow", "yes"),
         ("destructive", "deny", "yes"),

@@ -185,6 +185,7 @@ def test_explain_unwrapped_arguments_is_the_servers_invalid_params() -> None:
 SERVER_REJECTS = [
     "request_arguments_not_wrapped.json",
     "request_mcp_wrong_method.json",
+    "request_mcp_request_with_result.json",
     "request_method_unknown.json",
     "request_not_an_envelope.json",
     "request_truncated_json.json",

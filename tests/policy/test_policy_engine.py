@@ -173,7 +173,7 @@ def test_default_allow_is_honoured() -> None:
     ev = eng.evaluate(tool_call("read_file"))
     assert (ev.effect, ev.reason_codes, ev.references, ev.default_applied, ev.reasoning) == (
         Effect.ALLOW,
-        (),
+        ("default_allow",),
         (),
         True,
         "Open by default.",
@@ -305,7 +305,8 @@ def test_effect_the_hook_does_not_permit_is_substituted(
         ("schedule_transfer", True),
         ("schedule_", True),
         ("reschedule_transfer", False),  # globs are anchored
-        ("Schedule_transfer", False),  # and case-sensitive
+        ("Schedule_transfer", True),  # and caseless (issue 14; case_sensitive opts out)
+        ("SEND_MONEY", True),
         ("send_money", True),
         ("send_money_now", False),
         ("file_a", True),

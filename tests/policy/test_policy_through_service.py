@@ -33,7 +33,7 @@ def test_condition_error_is_a_signed_deny(make_runtime: Callable[..., Runtime]) 
     over = client.tool_call("send_money", {"to": "bob", "amount": 5000})["result"]
     under = client.tool_call("send_money", {"to": "bob", "amount": 5})["result"]
     assert (over["decision"], over["reason_codes"]) == ("deny", ["transfer_over_limit"])
-    assert (under["decision"], "reason_codes" in under) == ("allow", False)
+    assert (under["decision"], under["reason_codes"]) == ("allow", ["default_allow"])
 
     entries = [r for r in rt.store.iter_records(client.session_id) if r["kind"] == "entry"]
     assert [e["entry"]["verdict"]["decision"] for e in entries] == [
@@ -49,3 +49,43 @@ def test_condition_error_is_a_signed_deny(make_runtime: Callable[..., Runtime]) 
     assert "failure" not in entries[2]["entry"]
     report = verify_records(rt.store.iter_records(), ikm=TEST_IKM)
     assert (report.sessions, report.entries) == (1, 4)
+
+
+def test_default_allow_names_itself_and_the_bundle(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """Issue 14 item 9: a bundle's `default: allow` answers with reason code
+    `default_allow` and the bundle's id, version and digest, as a default deny does."""
+    rt = make_runtime(policy=asset("policy/bundle_eval_error.yaml"))
+    ref = rt.guardian.engine.bundle.ref
+    client = service_client(rt)
+    client.hello()
+    response = client.tool_call("lookup_weather", {"city": "Oslo"})
+    assert_valid_response(response)
+    result = response["result"]
+    assert result["decision"] == "allow"
+    assert result["reason_codes"] == ["default_allow"]
+    assert result["policy_data"]["bundle"] == {
+        "id": "eval-error",
+        "version": "1",
+        "digest": ref.digest,
+    }
+    assert ref.digest.startswith("sha256:")
+    assert "policy_references" not in result
+    entries = [r for r in rt.store.iter_records(client.session_id) if r["kind"] == "entry"]
+    verdict = entries[-1]["entry"]["verdict"]
+    assert verdict["reason_codes"] == ["default_allow"]
+    assert verdict["bundle"] == ref.to_wire()
+
+
+def test_default_deny_names_the_bundle_too(make_runtime: Callable[..., Runtime]) -> None:
+    rt = make_runtime()  # the shipped default bundle: default deny
+    client = service_client(rt)
+    client.hello()
+    # No rule of the default bundle covers MCP completion requests.
+    message = {"jsonrpc": "2.0", "id": 1, "method": "completion/complete", "params": {}}
+    response = client.call("protocols/MCP/completion/complete", message)
+    assert_valid_response(response)
+    result = response["result"]
+    assert (result["decision"], result["reason_codes"]) == ("deny", ["no_rule_matched"])
+    assert result["policy_data"]["bundle"] == rt.guardian.engine.bundle.ref.to_wire()

@@ -15,7 +15,8 @@ the exact action; the desk answers, inside the caller's transaction:
 
 Approvers act through :meth:`approve`, :meth:`deny` and :meth:`reroute`
 (maker-checker: neither the requesting agent nor its principal may vote; N-of-M
-needs N distinct approvers, one deny vetoes). Each transition is one entry
+needs N distinct approvers whose keys are not revoked when the deciding vote is
+counted, one deny vetoes; re-routing clears the votes). Each transition is one entry
 ``warden/approval.<event>`` on the desk's own audit chain (a Warden-authored
 session, :mod:`warden.ledger.warden_chain`), committed with the task change and
 the webhook outbox rows, so nothing is reported that is not durable.
@@ -130,9 +131,10 @@ REASON_CODES = {
 
 @dataclass(frozen=True)
 class AskRequest:
-    """A step that needs a human. ``timeout_s`` is how long the task stays open (and,
-    once approved, how long the grant stays usable); ``scope`` is where a grant is
-    valid (the ACS session id, ``spend:<principal>`` …)."""
+    """A step that needs a human. ``action`` is what the grant is bound to (hashed);
+    ``timeout_s`` is how long the task stays open (and, once approved, how long the
+    grant stays usable); ``scope`` is where a grant is valid (the ACS session id,
+    ``spend:<principal>`` …)."""
 
     kind: TaskKind
     wire: str
@@ -148,6 +150,10 @@ class AskRequest:
     policy: dict[str, Any] = field(default_factory=dict)
     detail: dict[str, Any] = field(default_factory=dict)
     cited_task_id: str | None = None
+    #: What the task stores and shows instead of ``action`` when they differ (values a
+    #: modify rule redacts replaced, :mod:`warden.approvals.redaction`); the grant is
+    #: still bound to ``action_hash(action)``.
+    shown_action: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +174,27 @@ def _clean_reason(reason: str) -> str:
     if len(text) > MAX_REASON_CHARS:
         raise DeskError(f"the reason is longer than {MAX_REASON_CHARS} characters")
     return text
+
+
+def _shown_void(tx: DeskTx, tasks: list[Task]) -> list[Task]:
+    """``tasks`` with the votes of keys revoked since marked void (pending tasks only:
+    a decided task keeps its votes as they were counted). Nothing is written."""
+    open_ids = [t.id for t in tasks if not t.state.decided and t.votes]
+    if not open_ids:
+        return tasks
+    revoked = tx.tasks.revoked_vote_keys(open_ids)
+    return [t.with_void_keys(revoked) for t in tasks] if revoked else tasks
+
+
+def _newly_void(before: Task, after: Task) -> dict[str, Any]:
+    """``{"votes_void": [{principal, key_id}]}`` for votes void in ``after`` only."""
+    was = {(v.principal, v.key_id) for v in before.votes if v.void is not None}
+    now = [
+        {"principal": v.principal, "key_id": v.key_id}
+        for v in after.votes
+        if v.void is not None and (v.principal, v.key_id) not in was
+    ]
+    return {"votes_void": now} if now else {}
 
 
 class ApprovalDesk:
@@ -257,6 +284,7 @@ class ApprovalDesk:
                     timed_out=state is ApprovalState.EXPIRED,
                 )
             if state is ApprovalState.PENDING:
+                latest = _shown_void(tx, [latest])[0]
                 return Resolution(Outcome.PENDING, latest, self._pending_text(latest))
             if state in (ApprovalState.DENIED, ApprovalState.EXPIRED) and (
                 latest.consumed_by is None or ask.cited_task_id is not None
@@ -320,7 +348,9 @@ class ApprovalDesk:
         return self._vote(task_id, who, "deny", reason)
 
     def reroute(self, task_id: str, who: Approver, group: str, reason: str = "") -> Task:
-        """Send a pending task to another approver group (votes so far are kept)."""
+        """Send a pending task to another approver group. The votes cast so far are
+        cleared (they were cast by the old group's approvers); the chained ``rerouted``
+        entry lists them under ``votes_cleared`` (principal, key id, decision)."""
         text = _clean_reason(reason)
         group = group.strip()
         if not group or len(group) > 64:
@@ -329,14 +359,23 @@ class ApprovalDesk:
             task = self._live(tx, task_id, who)
             if group == task.approver_group:
                 raise TaskConflict(f"task {task_id} is already routed to {group!r}")
+            tx.tasks.clear_votes(task.id)
+            cleared = [
+                {"principal": v.principal, "key_id": v.key_id, "decision": v.decision}
+                for v in task.votes
+            ]
             return self._transition(
                 tx,
                 task,
-                replace(task, approver_group=group),
+                replace(task, approver_group=group, votes=()),
                 Event.REROUTED,
                 by=who,
                 reason=text,
-                extra={"from_group": task.approver_group, "to_group": group},
+                extra={
+                    "from_group": task.approver_group,
+                    "to_group": group,
+                    "votes_cleared": cleared,
+                },
             )
 
     def expire_due(self, limit: int = 100) -> int:
@@ -349,10 +388,12 @@ class ApprovalDesk:
             return len(due)
 
     def get(self, task_id: str) -> Task | None:
+        """One task (expired first if due; votes of revoked keys shown void), or None."""
         with self._transaction() as tx:
             task = tx.tasks.get(task_id)
             if task is not None:
                 task = self._expire_if_due(tx, task, self.now())
+                task = _shown_void(tx, [task])[0]
             return task
 
     def list(
@@ -363,10 +404,13 @@ class ApprovalDesk:
         wire: str | None = None,
         limit: int = 100,
     ) -> list[Task]:
-        """Tasks newest first (expired ones are expired first)."""
+        """Tasks newest first (expired ones are expired first; votes of revoked keys
+        shown void)."""
         self.expire_due()
         with self._transaction() as tx:
-            return tx.tasks.query(states=states, group=group, wire=wire, limit=limit)
+            return _shown_void(
+                tx, tx.tasks.query(states=states, group=group, wire=wire, limit=limit)
+            )
 
     # -- internals ----------------------------------------------------------------------
 
@@ -376,12 +420,22 @@ class ApprovalDesk:
             task = self._live(tx, task_id, who)
             at = self.now().isoformat()
             vote = Vote(who.principal, who.key_id, decision, text, at)
+            # Counted now, in the database: a vote whose key was revoked since is void
+            # (read before add_vote, which replaces such a vote of this principal).
+            counted = task.with_void_keys(tx.tasks.revoked_vote_keys([task.id]))
             if not tx.tasks.add_vote(task.id, vote):
                 raise TaskConflict(f"{who.principal} has already voted on task {task_id}")
-            voted = replace(task, votes=(*task.votes, vote))
+            voted = replace(counted, votes=(*counted.votes, vote))
+            voided = _newly_void(task, counted)
             if decision == "deny":
                 return self._transition(
-                    tx, task, replace(voted, state=ApprovalState.DENIED), Event.DENIED, who, text
+                    tx,
+                    task,
+                    replace(voted, state=ApprovalState.DENIED),
+                    Event.DENIED,
+                    who,
+                    text,
+                    extra=voided,
                 )
             if len(voted.approvals()) < task.approvals_required:
                 return self._transition(
@@ -394,13 +448,14 @@ class ApprovalDesk:
                     extra={
                         "approvals": len(voted.approvals()),
                         "required": task.approvals_required,
+                        **voided,
                     },
                 )
             effect = self.effects.get(task.kind)
             # The grant is usable for as long as the ask was open, counted from now.
             window = task.expires_at - task.created_at
             approved = replace(voted, state=ApprovalState.APPROVED, expires_at=self.now() + window)
-            task = self._transition(tx, task, approved, Event.APPROVED, who, text)
+            task = self._transition(tx, task, approved, Event.APPROVED, who, text, extra=voided)
             if effect is not None:
                 applied = effect(tx, task)
                 task = self._transition(
@@ -463,7 +518,7 @@ class ApprovalDesk:
             created_at=now,
             updated_at=now,
             expires_at=now + timedelta(seconds=ask.timeout_s),
-            action=ask.action,
+            action=ask.action if ask.shown_action is None else ask.shown_action,
             action_hash=digest,
             scope=ask.scope,
             requester=ask.requester,

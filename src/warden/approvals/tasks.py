@@ -8,18 +8,23 @@ Its life, every step chained on the approval desk's audit chain
 
     pending ──approve (N distinct approvers)──▶ approved ──resubmission──▶ consumed
        │ ├──deny (any one approver)──▶ denied
-       │ └──re-route──▶ pending (another approver group)
+       │ └──re-route──▶ pending (another approver group; the votes so far are cleared)
        └──timeout──▶ expired  (a resubmission is then a deny, or — where the rule's
                               timeout_disposition is allow — allowed once: consumed)
 
 ``state`` is the desk's vocabulary; ``status`` projects it on the Governed Spend
 task statuses (specs/adcp-spend-kla.md §2.5: ``input_required`` while a human is
 needed, ``completed`` once approved, ``failed`` when denied or expired).
+
+A vote counts only while the key that cast it is not revoked: a key revoked before the
+task is decided voids its votes (:attr:`Vote.void`), counted in the database at the
+vote that would decide the task (docs/decisions.md, Hardening: approvals).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
@@ -82,6 +87,10 @@ class TaskKind(StrEnum):
     ADCP_CHECK = "adcp_check"
 
 
+#: Why a vote no longer counts: its key was revoked before the task was decided.
+VOID_KEY_REVOKED = "key revoked"
+
+
 class Event(StrEnum):
     """Desk transitions, each one audit entry ``warden/approval.<event>``."""
 
@@ -112,34 +121,45 @@ class Requester:
 
 @dataclass(frozen=True)
 class Vote:
-    """One approver's answer: ``decision`` is ``approve`` or ``deny``; ``at`` RFC 3339."""
+    """One approver's answer: ``decision`` is ``approve`` or ``deny``; ``at`` RFC 3339.
+
+    ``void`` says why the vote no longer counts (``"key revoked"``: the key that cast
+    it was revoked before the task was decided); None while it counts.
+    """
 
     principal: str
     key_id: str
     decision: str
     reason: str
     at: str
+    void: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "principal": self.principal,
             "key_id": self.key_id,
             "decision": self.decision,
             "reason": self.reason,
             "at": self.at,
         }
+        if self.void is not None:
+            out["void"] = self.void
+        return out
 
 
 @dataclass(frozen=True)
 class Task:
     """One approval task.
 
-    ``action`` is ``{name, method, arguments}`` exactly as hashed into ``action_hash``
-    (64 lowercase hex); ``scope`` is what a grant is valid in (the ACS session id, or
-    ``spend:<principal>``); ``correlation`` carries the wire's ids (request id, turn
-    id …); ``policy`` is ``{bundle: {id, version, digest}, rules, reasoning,
-    reason_codes}``; ``ask`` the question, approver group, the number of approvals
-    required and the timeout disposition; ``history`` every transition with its audit
+    ``action`` is ``{name, method, arguments}`` as hashed into ``action_hash`` (64
+    lowercase hex), except that a value a modify rule redacts is stored and shown as
+    its replacement (``[REDACTED]``; the hash covers the value received); ``scope``
+    is what a grant is valid in (the ACS session id, or ``spend:<principal>``);
+    ``correlation`` carries the wire's ids (request id, turn id …); ``policy`` is
+    ``{bundle: {id, version, digest}, rules, reasoning, reason_codes[,
+    modifications]}`` (``modifications``: what a grant still applies); ``ask`` the
+    question, approver group, the number of approvals required and the timeout
+    disposition; ``history`` every transition with its audit
     entry hash; ``detail`` what the kind needs (a budget increase's budget and cap).
     """
 
@@ -170,7 +190,21 @@ class Task:
         return self.state.status
 
     def approvals(self) -> list[Vote]:
-        return [v for v in self.votes if v.decision == "approve"]
+        """The approve votes that count (not void)."""
+        return [v for v in self.votes if v.decision == "approve" and v.void is None]
+
+    def with_void_keys(self, key_ids: frozenset[str] | set[str]) -> Task:
+        """This task with the votes cast by ``key_ids`` marked void (``key revoked``);
+        a task already decided keeps its votes as they were counted."""
+        if self.state.decided or not any(
+            v.key_id in key_ids and v.void is None for v in self.votes
+        ):
+            return self
+        votes = tuple(
+            replace(v, void=VOID_KEY_REVOKED) if v.key_id in key_ids and v.void is None else v
+            for v in self.votes
+        )
+        return replace(self, votes=votes)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON record (stored, rendered by every surface, sent in notifications)."""
@@ -255,7 +289,17 @@ class TaskStore(Protocol):
         ...
 
     def add_vote(self, task_id: str, vote: Vote) -> bool:
-        """Record a vote; False if this principal already voted on this task."""
+        """Record a vote; False if this principal already voted on this task with a key
+        that is not revoked (a vote by a revoked key is replaced)."""
+        ...
+
+    def revoked_vote_keys(self, task_ids: Sequence[str]) -> set[str]:
+        """The key ids, among the votes on these tasks, of keys revoked since (read
+        from the key table in this transaction, so every replica sees the same)."""
+        ...
+
+    def clear_votes(self, task_id: str) -> None:
+        """Delete every vote on the task (it was re-routed)."""
         ...
 
     def due(self, now: datetime, limit: int = 100) -> list[Task]:

@@ -70,6 +70,8 @@ class Guardian:
 
 
 def verdict_from_evaluation(ev: Evaluation) -> Verdict:
+    """The verdict of an engine result. A bundle default cites no rule, so its verdict
+    names the bundle in ``policy_data.bundle`` (``{id, version, digest}``) instead."""
     return Verdict(
         decision=ev.effect,
         reasoning=ev.reasoning,
@@ -80,6 +82,7 @@ def verdict_from_evaluation(ev: Evaluation) -> Verdict:
         modifications=ev.modifications,
         ask_details=ev.ask_details,
         defer_details=ev.defer_details,
+        policy_data={"bundle": ev.bundle.to_wire()} if ev.default_applied else {},
     )
 
 

@@ -30,6 +30,9 @@ _STRENGTH = {Effect.ALLOW: 0, Effect.MODIFY: 1, Effect.DEFER: 2, Effect.ASK: 3, 
 
 ALL_EFFECTS = frozenset(Effect)
 
+#: ``ActionRequest.mcp`` of a step that is not a wrapped MCP message.
+NO_MCP: dict[str, str] = {"kind": "", "method": ""}
+
 
 @dataclass(frozen=True)
 class PolicyReference:
@@ -71,6 +74,9 @@ class ActionRequest:
     ``protocols/MCP/tools/call`` …); ``tool`` is ``{name, version, provider,
     operation, capability}`` with empty strings where absent; ``args`` are the
     unwrapped argument values; ``permitted`` the dispositions the hook allows.
+    ``mcp`` is ``{kind, method}`` for a wrapped MCP message: ``kind`` is ``request``,
+    ``notification`` or ``response`` as Warden classified the message, ``method`` the
+    MCP method (``tools/call``); both empty for any other step (CEL ``mcp``).
     """
 
     method: str
@@ -81,6 +87,7 @@ class ActionRequest:
     raw_command: str
     session: dict[str, Any]
     permitted: frozenset[Effect] = ALL_EFFECTS
+    mcp: dict[str, str] = field(default_factory=lambda: dict(NO_MCP))
     #: The step's :class:`~warden.provenance.facts.ProvenanceView` when the bundle has a
     #: ``provenance`` section (CEL ``provenance``; the provenance gates read it).
     provenance: Any = None

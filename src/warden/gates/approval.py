@@ -7,14 +7,19 @@ in that session and allows the step once. For a verdict that needs a human the
 gate calls :meth:`ApprovalDesk.resolve <warden.approvals.desk.ApprovalDesk.resolve>`
 and rewrites the verdict:
 
-- granted → ``allow`` with reason code ``approval_granted``;
+- granted → ``allow`` with reason code ``approval_granted``, or ``modify`` when modify
+  rules fired beside the ask: the approval grants the ask, and every modification the
+  bundle requires still applies (their ``modifications`` merged as if they had won,
+  their reason codes added);
 - pending → the ``ask``/``defer`` stands, its details naming the task
   (``task_id``, ``task_url``) and the time left;
 - denied / expired → ``deny`` (``approval_denied`` / ``approval_expired``);
 - a cited task (``params.metadata.approval_task_id``) that is not an unused grant
   for this action → ``deny`` ``grant_invalid``.
 
-``policy_data.approval`` says which task and who approved. The desk commits in its
+``policy_data.approval`` says which task and who approved. A task never stores a value
+those modify rules redact (:mod:`warden.approvals.redaction`); its policy records the
+``modifications`` that will apply once it is granted. The desk commits in its
 own transaction before the step's entry; if that entry then fails to commit, or
 the spend gate denies the granted step, :meth:`ApprovalStep.abandon` gives the
 grant back.
@@ -28,9 +33,11 @@ from typing import Any
 
 from warden.approvals.binding import action_of
 from warden.approvals.desk import ApprovalDesk, AskRequest, Outcome, Resolution
+from warden.approvals.redaction import shown_action
 from warden.approvals.tasks import Requester, TaskKind
 from warden.core.guardian import Guardian, fit_to_hook
 from warden.core.types import ActionRequest, Effect, Verdict
+from warden.errors import CouldNotDecide
 
 DEFAULT_GROUP = "approvers"
 
@@ -56,23 +63,49 @@ class ApprovalGate:
     def step(self, request_id: str) -> ApprovalStep:
         return ApprovalStep(self, request_id)
 
-    def ask_for(self, request: ActionRequest, verdict: Verdict) -> AskRequest:
-        """The desk request for a step whose verdict needs a human."""
+    def held_modifications(self, request: ActionRequest, verdict: Verdict) -> dict[str, Any] | None:
+        """The merged modifications of the modify rules that fired beside the ask (ACS
+        ``modifications.json``), or None. Raises CouldNotDecide when they conflict."""
+        return self.guardian.engine.modifications_of(
+            (r.rule_id for r in verdict.policy_references),
+            wrapped_mcp=request.method.startswith("protocols/MCP/"),
+        )
+
+    def ask_for(
+        self, request: ActionRequest, verdict: Verdict, held: dict[str, Any] | None = None
+    ) -> AskRequest:
+        """The desk request for a step whose verdict needs a human; ``held`` are the
+        modifications owed once it is granted (their redactions hide values from the
+        task)."""
         terms = ask_terms(self.guardian, verdict)
         meta = request.metadata
         user = (meta.get("user_context") or {}).get("user_id")
         cited = meta.get("approval_task_id")
+        action = action_of(request)
+        shown = (
+            shown_action(
+                action,
+                held.get("redactions") or (),
+                wrapped_mcp=request.method.startswith("protocols/MCP/"),
+            )
+            if held
+            else None
+        )
+        policy = policy_of(verdict)
+        if held:
+            policy["modifications"] = held
         return AskRequest(
             kind=TaskKind.ACTION,
             wire=self.wire,
             scope=str(request.session.get("id", "")),
-            action=action_of(request),
+            action=action,
+            shown_action=shown if shown != action else None,
             requester=Requester(
                 agent_id=str(request.session.get("agent_id", "")),
                 principal=str(user) if isinstance(user, str) and user else None,
             ),
             correlation={k: meta[k] for k in ("session_id", "agent_id", "turn_id") if meta.get(k)},
-            policy=policy_of(verdict),
+            policy=policy,
             cited_task_id=None if cited is None else _citation(cited),
             **terms,
         )
@@ -140,6 +173,7 @@ class ApprovalStep:
         self.gate = gate
         self.request_id = request_id
         self.resolution: Resolution | None = None
+        self.held: dict[str, Any] | None = None
 
     @property
     def granted(self) -> bool:
@@ -148,7 +182,13 @@ class ApprovalStep:
     def apply(self, request: ActionRequest, verdict: Verdict) -> Verdict:
         """The verdict after the desk (blocking: one database transaction)."""
         if self.resolution is None:
-            ask = self.gate.ask_for(request, verdict)
+            try:
+                self.held = self.gate.held_modifications(request, verdict)
+            except CouldNotDecide as exc:
+                # The modifications a grant would owe cannot be built: fail closed before
+                # a task is filed (as the same rules winning would).
+                return self.gate.guardian.fail_closed(request, exc.diagnostics())
+            ask = self.gate.ask_for(request, verdict, self.held)
             consumer = {
                 "wire": self.gate.wire,
                 "session_id": ask.scope,
@@ -215,6 +255,20 @@ class ApprovalStep:
                 reason_codes=codes,
                 policy_data=policy_data,
             )
+        if res.outcome is Outcome.GRANTED and self.held is not None:
+            # The approval grants the ask; the bundle's modifications still apply.
+            modifying = self._modify_rules(verdict)
+            more = [c for r in modifying for c in r.spec.reason_codes]
+            why = [r.spec.reasoning for r in modifying if r.spec.reasoning]
+            return Verdict(
+                decision=Effect.MODIFY,
+                reasoning=" ".join(dict.fromkeys([res.text, *why])),
+                reason_codes=tuple(dict.fromkeys((*codes, *more))),
+                policy_references=verdict.policy_references,
+                bundle=verdict.bundle,
+                modifications=self.held,
+                policy_data=policy_data,
+            )
         decision = Effect.ALLOW if res.outcome is Outcome.GRANTED else Effect.DENY
         return Verdict(
             decision=decision,
@@ -226,3 +280,12 @@ class ApprovalStep:
             bundle=verdict.bundle,
             policy_data=policy_data,
         )
+
+    def _modify_rules(self, verdict: Verdict) -> list[Any]:
+        """The fired modify rules of ``verdict``, in bundle order."""
+        fired = {r.rule_id for r in verdict.policy_references}
+        return [
+            r
+            for r in self.gate.guardian.engine.bundle.rules
+            if r.id in fired and r.effect is Effect.MODIFY
+        ]

@@ -17,6 +17,11 @@ agent, into ``policy_data``. Ordering (docs/decisions.md, "Spend"): the reservat
 commits in its own transaction, before the entry that records it; when that entry then
 fails to commit, :meth:`SpendStep.abandon` releases the hold, and a crash between the
 two leaves the hold to expire.
+
+Whom a call may charge is the bundle's choice (a fixed ``budget`` or ``budget_expr``
+over ``session.agent_id``); a budget's ``principals`` binding governs the spend wire
+only, and the holds taken here are owned by no principal, so no API key can conclude
+them on ``/v1`` (docs/decisions.md, "Hardening (issue 14): spend ownership", item 162).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
+from warden.core.tool_names import fold
 from warden.core.types import ActionRequest, Effect, Verdict
 from warden.policy.bundle import TOOL_METHODS, Bundle, Charge
 from warden.policy.conditions import ConditionError, ContextPool
@@ -150,7 +156,9 @@ class SpendGate:
                 if charge.price is not None:
                     amount = charge.price
                 elif charge.prices:
-                    amount = charge.prices[request.tool_name]
+                    listed = charge.price_for(request.tool_name)  # caseless, as matches_tool
+                    assert listed is not None
+                    amount = listed
                 else:
                     assert charge.amount is not None
                     amount = to_amount(charge.amount.value(ctx))
@@ -409,7 +417,7 @@ def _result_facts(
     payload = request.payload
     facts: dict[str, Callable[[], Any]] = {
         "method": lambda: request.method,
-        "tool": lambda: request.tool,
+        "tool": lambda: {**request.tool, "normalized_name": fold(request.tool_name)},
         "outputs": lambda: [o.get("value") for o in payload.get("outputs", [])],
         "exit_status": lambda: payload.get("exit_status", ""),
         "reserved": lambda: to_wire(res.amount),

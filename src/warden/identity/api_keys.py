@@ -26,7 +26,8 @@ Authentication computes the hash, selects the row by it, compares the stored
 and computed hashes in constant time, and refuses revoked keys. There is no
 in-process cache: every call reads the database (a small table), so a
 revocation from any process, e.g. ``warden keys revoke`` while the server runs,
-takes effect on the next request.
+takes effect on the next request; it also ends the key's approval-desk sessions, and
+a vote the key cast on a task not yet decided stops counting.
 
 Other tokens can be registered as keys too (:meth:`ApiKeys.register`), which is
 how the bootstrap ``<data-dir>/api.token`` becomes an admin key.
@@ -51,6 +52,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from warden.errors import ConfigError, StoreUnavailable
 from warden.store.api_keys_sql import ApiKeyRow, SqlApiKeys, read_cursor
+from warden.store.desk_sessions_sql import SqlDeskSessions
 from warden.store.driver_errors import is_integrity
 
 if TYPE_CHECKING:
@@ -416,7 +418,12 @@ class ApiKeys:
 
     def revoke(self, key_id: str) -> bool:
         """Revoke ``key_id`` from now on: True if the key exists (an already revoked
-        key keeps its first ``revoked_at``), False if there is no such key."""
+        key keeps its first ``revoked_at``), False if there is no such key. Its
+        approval-desk sessions end in the same transaction
+        (:mod:`warden.identity.desk_sessions`)."""
         revoked_at = _rfc3339(self._clock())
         with self._store._write() as cur:
-            return SqlApiKeys(cur, self._store._q).revoke(key_id, revoked_at)
+            found = SqlApiKeys(cur, self._store._q).revoke(key_id, revoked_at)
+            if found:
+                SqlDeskSessions(cur, self._store._q).delete_for_key(key_id)
+            return found

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
     ValidationError,
     field_validator,
@@ -37,6 +39,7 @@ from warden.core.hooks import (
     is_evaluated_method,
 )
 from warden.core.modifications import ModificationConflict, check_modifications
+from warden.core.tool_names import fold, fold_patterns, matches_any
 from warden.core.types import BundleRef, Effect
 from warden.crypto.canonical import canonical_bytes, sha256_hex
 from warden.errors import ConfigError, WardenError
@@ -185,6 +188,8 @@ class RuleSpec(_Strict):
     description: str | None = None
     hooks: list[str] | None = None
     tools: list[str] | None = None
+    #: Match ``tools`` with exact case (default: caseless, see warden.core.tool_names).
+    case_sensitive: StrictBool = False
     when: str | None = None
     effect: Effect
     warn: bool = False
@@ -230,6 +235,8 @@ class RuleSpec(_Strict):
             raise ValueError("`hooks` must not be empty")
         if self.tools is not None and not self.tools:
             raise ValueError("`tools` must not be empty")
+        if self.case_sensitive and self.tools is None:
+            raise ValueError("`case_sensitive` applies to `tools`; this rule has none")
         return self
 
 
@@ -286,9 +293,13 @@ class ChargeSpec(_Strict):
             return v
         if not v:
             raise ValueError("`prices` must not be empty")
+        folded: dict[str, str] = {}
         for tool, price in v.items():
             if not tool or _GLOB_CHARS.intersection(tool):
                 raise ValueError(f"prices: {tool!r} must be an exact tool name (no globs)")
+            if (other := folded.setdefault(fold(tool), tool)) != tool:
+                # Tool names match caselessly, so these would price the same calls.
+                raise ValueError(f"prices: {tool!r} and {other!r} name the same tool")
             _price(price, f"prices.{tool}")
         return v
 
@@ -377,13 +388,38 @@ class BundleSpec(_Strict):
 
 @dataclass(frozen=True, eq=False)
 class Rule:
-    """A compiled rule: its spec, its condition and its method/tool matchers."""
+    """A compiled rule: its spec, its condition and its method/tool matchers.
+
+    ``tools`` are the rule's globs as written; ``tool_patterns`` what names are
+    matched against (folded unless ``spec.case_sensitive``; warden.core.tool_names).
+    """
 
     spec: RuleSpec
     order: int
     condition: Condition | None
     hooks: tuple[str, ...]
     tools: tuple[str, ...] | None
+    tool_patterns: tuple[str, ...] = ()
+
+    @classmethod
+    def compile(
+        cls,
+        spec: RuleSpec,
+        order: int,
+        condition: Condition | None,
+        hooks: tuple[str, ...],
+        tools: tuple[str, ...] | None,
+    ) -> Rule:
+        """A rule whose tool globs are folded once, here, unless it asks for exact case."""
+        patterns = tools or ()
+        return cls(
+            spec,
+            order,
+            condition,
+            hooks,
+            tools,
+            patterns if spec.case_sensitive else fold_patterns(patterns),
+        )
 
     @property
     def id(self) -> str:
@@ -397,9 +433,11 @@ class Rule:
         return any(fnmatch.fnmatchcase(method, h) for h in self.hooks)
 
     def matches_tool(self, tool_name: str) -> bool:
+        """Whether the rule applies to ``tool_name`` (any name when it has no ``tools``;
+        caselessly unless ``case_sensitive``)."""
         if self.tools is None:
             return True
-        return bool(tool_name) and any(fnmatch.fnmatchcase(tool_name, t) for t in self.tools)
+        return matches_any(tool_name, self.tool_patterns, case_sensitive=self.spec.case_sensitive)
 
 
 @dataclass(frozen=True, eq=False)
@@ -408,7 +446,8 @@ class Charge:
 
     Exactly one of ``amount`` (CEL over the request), ``price`` or ``prices`` (per tool) is
     set; likewise ``currency``/``currency_expr`` and ``budget``/``budget_expr``. ``actual``,
-    if set, is CEL over the ``steps/toolCallResult`` that settles the reservation.
+    if set, is CEL over the ``steps/toolCallResult`` that settles the reservation. Tool
+    names match caselessly (folded ``tools`` and ``prices`` keys; warden.core.tool_names).
     """
 
     spec: ChargeSpec
@@ -438,8 +477,20 @@ class Charge:
     def hold_seconds(self) -> int:
         return self.spec.hold_seconds
 
+    @functools.cached_property
+    def _patterns(self) -> tuple[str, ...]:
+        return fold_patterns(self.tools)
+
+    @functools.cached_property
+    def _folded_prices(self) -> dict[str, Decimal]:
+        return {fold(t): p for t, p in self.prices.items()}
+
     def matches_tool(self, tool_name: str) -> bool:
-        return bool(tool_name) and any(fnmatch.fnmatchcase(tool_name, t) for t in self.tools)
+        return matches_any(tool_name, self._patterns, case_sensitive=False)
+
+    def price_for(self, tool_name: str) -> Decimal | None:
+        """The ``prices`` entry of ``tool_name`` (caseless), or None."""
+        return self._folded_prices.get(fold(tool_name))
 
 
 _CHARGE_EXPRESSIONS = ("when", "amount", "currency_expr", "budget_expr", "actual")
@@ -619,7 +670,9 @@ def parse_bundle(text: str, *, source: str = "<bundle>") -> Bundle:
                 problems.append(_problem(source, f"rule {rule.id}", f"modify: {exc}"))
         hooks = tuple(rule.hooks) if rule.hooks is not None else TOOL_METHODS
         compiled.append(
-            Rule(rule, order, cond, hooks, tuple(rule.tools) if rule.tools is not None else None)
+            Rule.compile(
+                rule, order, cond, hooks, tuple(rule.tools) if rule.tools is not None else None
+            )
         )
     charges: list[Charge] = []
     for order, charge in enumerate(spec.spend):

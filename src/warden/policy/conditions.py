@@ -24,7 +24,7 @@ import re2
 #: Variables a rule condition may use (docs/policy-bundles.md).
 CONDITION_VARIABLES = frozenset(
     {"method", "tool", "args", "raw_command", "payload", "metadata", "session", "data"}
-    | {"provenance"}
+    | {"provenance", "mcp"}
 )
 
 #: Variables a spend charge's ``actual`` expression may use: the ``steps/toolCallResult``

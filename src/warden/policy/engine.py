@@ -10,10 +10,12 @@ turns that into a signed deny (``evaluation_failed``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from warden.core.modifications import ModificationConflict, check_modifications
+from warden.core.tool_names import fold
 from warden.core.types import ActionRequest, BundleRef, Effect, PolicyReference
 from warden.errors import CouldNotDecide
 from warden.policy.bundle import Bundle, Rule
@@ -52,12 +54,13 @@ class Evaluation:
 
 _FACTS: dict[str, Any] = {
     "method": lambda r: r.method,
-    "tool": lambda r: r.tool,
+    "tool": lambda r: {**r.tool, "normalized_name": fold(r.tool_name)},
     "args": lambda r: r.args,
     "raw_command": lambda r: r.raw_command,
     "payload": lambda r: r.payload,
     "metadata": lambda r: r.metadata,
     "session": lambda r: r.session,
+    "mcp": lambda r: r.mcp,
     "provenance": lambda r: r.provenance.facts() if r.provenance is not None else NO_PROVENANCE,
 }
 
@@ -165,7 +168,10 @@ class PolicyEngine:
         b = self.bundle
         refs = tuple(PolicyReference(b.ref.id, b.ref.version, r.id, b.name) for r in fired)
         if not fired:
-            codes: tuple[str, ...] = ("no_rule_matched",) if b.default is Effect.DENY else ()
+            # A default allow is named as such (docs/decisions.md 167), as a default deny is.
+            codes: tuple[str, ...] = (
+                ("no_rule_matched",) if b.default is Effect.DENY else ("default_allow",)
+            )
             return Evaluation(
                 b.default,
                 b.default_reasoning,
@@ -198,6 +204,18 @@ class PolicyEngine:
         if effect is Effect.MODIFY:
             return _replace(ev, modifications=self._merge(winners, wrapped_mcp=wrapped_mcp))
         return ev
+
+    def modifications_of(
+        self, rule_ids: Iterable[str], *, wrapped_mcp: bool
+    ) -> dict[str, Any] | None:
+        """The merged ``modifications`` (ACS §6, ``modifications.json``) of the modify
+        rules among ``rule_ids`` — the rules that fired on a step whose verdict a
+        stronger effect won (an ``ask`` granted on the desk still owes them) — or None
+        when none of them modifies. Raises :class:`CouldNotDecide` when they cannot be
+        merged, as the same rules winning would."""
+        wanted = set(rule_ids)
+        modifying = [r for r in self.bundle.rules if r.id in wanted and r.effect is Effect.MODIFY]
+        return self._merge(modifying, wrapped_mcp=wrapped_mcp) if modifying else None
 
     @staticmethod
     def _merge(rules: list[Rule], *, wrapped_mcp: bool) -> dict[str, Any]:

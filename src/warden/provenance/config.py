@@ -28,6 +28,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from warden.core.tool_names import fold_patterns, matches_any
+
 
 class _Strict(BaseModel):
     # strict: ``enabled: "yes"`` or ``lookback_steps: "3"`` is refused, not coerced.
@@ -156,11 +158,14 @@ class ProvenanceSpec(_Strict):
         """The names of the gates switched on, in order."""
         return [n for n in ("fides", "ibac", "aarm", "camel") if getattr(self.gates, n).enabled]
 
+    # Caseless where matching more is stricter (a gate guards more calls, more sources
+    # count as confidential); exact where it would loosen (trusted sources, and CaMeL's
+    # protected_arguments, whose unlisted tools protect every argument). Decision 166.
     def is_consequential(self, tool: str) -> bool:
-        return bool(tool) and any(fnmatch.fnmatchcase(tool, p) for p in self.consequential_tools)
+        return matches_any(tool, fold_patterns(self.consequential_tools), case_sensitive=False)
 
     def is_external_sink(self, tool: str) -> bool:
-        return bool(tool) and any(fnmatch.fnmatchcase(tool, p) for p in self.external_sinks)
+        return matches_any(tool, fold_patterns(self.external_sinks), case_sensitive=False)
 
     def is_trusted_source(self, source_id: str) -> bool:
         return bool(source_id) and any(
@@ -168,6 +173,6 @@ class ProvenanceSpec(_Strict):
         )
 
     def is_confidential_source(self, source_id: str) -> bool:
-        return bool(source_id) and any(
-            fnmatch.fnmatchcase(source_id, p) for p in self.confidential_sources
+        return matches_any(
+            source_id, fold_patterns(self.confidential_sources), case_sensitive=False
         )

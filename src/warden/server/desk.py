@@ -1,12 +1,15 @@
 """The web approval desk: server-rendered pages under ``/desk`` for human approvers.
 
 An approver or admin logs in with an API key (``POST /desk/login``); the desk keeps
-only the key's id in a signed session cookie, never the token, and on every request
-looks the key up again, so a revoked key (or one whose role was lowered) is logged
-out at once. Pages list the approval tasks, show one task in full (action, policy,
-requester, votes and its audit trail) and let an approver approve, deny or re-route
-it through :class:`~warden.approvals.desk.ApprovalDesk`, which applies maker-checker
-and group membership itself.
+the key's id and a random session id in a signed session cookie, never the token. The
+session lives in the database (:mod:`warden.identity.desk_sessions`): logging out
+deletes it, so a copied cookie stops working on every replica, and revoking the key
+deletes all of its sessions. Every request looks the session and the key up again, so
+a revoked key (or one whose role was lowered) is logged out at once. Pages list the
+approval tasks, show one task in full (action, policy, requester, votes and its audit
+trail) and let an approver approve, deny or re-route it through
+:class:`~warden.approvals.desk.ApprovalDesk`, which applies maker-checker and group
+membership itself.
 
 Routes (none in the OpenAPI schema)::
 
@@ -65,6 +68,7 @@ from warden.approvals.desk import MAX_REASON_CHARS, DeskError, TaskNotFound
 from warden.approvals.display import Layout, shown
 from warden.approvals.tasks import ApprovalState, Task
 from warden.identity.api_keys import Identity, Role
+from warden.identity.desk_sessions import DeskSessionStore
 from warden.runtime import Runtime
 from warden.store.secrets_sql import server_secret
 
@@ -277,7 +281,7 @@ def _detail(task: Task, viewer: Identity, now: datetime) -> dict[str, Any]:
     pending = task.state is ApprovalState.PENDING
     own = viewer.principal in task.requester.names()
     member = viewer.in_group(task.approver_group)
-    voted = any(v.principal == viewer.principal for v in task.votes)
+    voted = any(v.principal == viewer.principal and v.void is None for v in task.votes)
     if not pending:
         why_not = ""
     elif own:
@@ -308,6 +312,10 @@ def _detail(task: Task, viewer: Identity, now: datetime) -> dict[str, Any]:
         "bundle_digest": str(bundle.get("digest") or "") if isinstance(bundle, dict) else "",
         "decision": str(policy.get("decision") or ""),
         "reason_codes": [str(c) for c in policy.get("reason_codes") or ()],
+        # The modifications a grant still owes (redaction paths, never the values).
+        "modifications": compact_json(policy["modifications"])
+        if isinstance(policy.get("modifications"), dict)
+        else "",
         "timeout_disposition": task.timeout_disposition,
         "correlation": compact_json(task.correlation) if task.correlation else "",
         "consumed_by": compact_json(task.consumed_by) if task.consumed_by else "",
@@ -319,6 +327,7 @@ def _detail(task: Task, viewer: Identity, now: datetime) -> dict[str, Any]:
                 "decision": v.decision,
                 "reason": v.reason,
                 "at": show_time(v.at),
+                "void": v.void or "",
             }
             for v in task.votes
         ],
@@ -348,6 +357,7 @@ class _Desk:
     runtime: Runtime
     env: Environment
     css: str
+    sessions: DeskSessionStore
 
     # -- session --------------------------------------------------------------------------
 
@@ -378,13 +388,19 @@ class _Desk:
         fresh = (
             isinstance(auth_at, int | float) and -60 <= time.time() - auth_at <= SESSION_MAX_AGE_S
         )
-        info = self.runtime.api_keys.get(key_id) if isinstance(key_id, str) and fresh else None
+        # The session must still exist server-side: logging out (from any copy of the
+        # cookie) or revoking the key deleted it.
+        live = (
+            fresh and isinstance(key_id, str) and self.sessions.key_of(session.get("sid")) == key_id
+        )
+        info = self.runtime.api_keys.get(key_id) if live and isinstance(key_id, str) else None
         identity = (
             Identity(info.key_id, info.principal, info.role, info.groups)
             if info is not None and info.active
             else None
         )
         if identity is None or not identity.may(Role.APPROVER):
+            self.sessions.end(session.get("sid"))
             session.clear()
             session["flash"] = "Your session has ended. Log in again."
             return None
@@ -499,9 +515,12 @@ class _Desk:
                 f"This API key has the {identity.role.value} role; only approver and admin "
                 "keys may use the approval desk.",
             )
+        # A session the browser had before is ended with it (no fixation of an old id).
+        await run_in_threadpool(self.sessions.end, request.session.get("sid"))
+        sid = await run_in_threadpool(self.sessions.start, identity.key_id, SESSION_MAX_AGE_S)
         request.session.clear()
         request.session.update(
-            key_id=identity.key_id, auth_at=time.time(), csrf=secrets.token_urlsafe(32)
+            key_id=identity.key_id, sid=sid, auth_at=time.time(), csrf=secrets.token_urlsafe(32)
         )
         return RedirectResponse(back, status_code=303, headers=SECURITY_HEADERS)
 
@@ -518,6 +537,8 @@ class _Desk:
                 "The form did not come from this desk page (missing or wrong CSRF token).",
                 None,
             )
+        # Ended in the database: a copy of this cookie is no session any more.
+        await run_in_threadpool(self.sessions.end, request.session.get("sid"))
         request.session.clear()
         request.session["flash"] = "You are logged out."
         return RedirectResponse(f"{PREFIX}/login", status_code=303, headers=SECURITY_HEADERS)
@@ -647,7 +668,7 @@ def mount_desk(app: FastAPI, runtime: Runtime) -> None:
         lstrip_blocks=True,
     )
     css = files("warden.server").joinpath("static/desk.css").read_text(encoding="utf-8")
-    desk = _Desk(runtime, env, css)
+    desk = _Desk(runtime, env, css, DeskSessionStore(runtime.store))
     router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
     @router.get("/login")

@@ -15,6 +15,7 @@ from decimal import Decimal
 from enum import StrEnum
 
 from warden.errors import InputRejected
+from warden.spend.binding import is_bound, normalized, principals_problems
 
 _BUDGET_ID = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,63}$")
 
@@ -46,7 +47,11 @@ class BudgetError(InputRejected):
 
 @dataclass(frozen=True)
 class Budget:
-    """One budget: ``cap`` in ``currency`` per ``period``; ``parent_id`` None for an org."""
+    """One budget: ``cap`` in ``currency`` per ``period``; ``parent_id`` None for an org.
+
+    ``principals`` (sorted, deduplicated) are the principals and ``group:<name>`` entries
+    that may spend it on the spend wire (:mod:`warden.spend.binding`); empty: nobody.
+    """
 
     id: str
     kind: BudgetKind
@@ -55,11 +60,27 @@ class Budget:
     period: Period
     parent_id: str | None = None
     name: str = ""
+    principals: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # One stored form (sorted, unique), so equal bindings compare and upsert equal;
+        # anything else is left for validate() to refuse.
+        if isinstance(self.principals, list | tuple) and all(
+            isinstance(p, str) for p in self.principals
+        ):
+            object.__setattr__(self, "principals", normalized(self.principals))
+
+    def spendable_by(self, principal: str, groups: tuple[str, ...]) -> bool:
+        """True if a caller ``principal`` with API key ``groups`` is bound to this budget."""
+        return is_bound(self.principals, principal, groups)
 
     def validate(self, parent: Budget | None) -> None:
-        """Raise :class:`BudgetError` unless this budget can sit under ``parent``."""
+        """Raise :class:`BudgetError` unless this budget can sit under ``parent`` and its
+        ``principals`` are valid."""
         if not _BUDGET_ID.match(self.id):
             raise BudgetError(f"budget id {self.id!r} must match {_BUDGET_ID.pattern}")
+        if problems := principals_problems(self.principals):
+            raise BudgetError(f"budget {self.id}: " + "; ".join(problems))
         if self.kind is BudgetKind.ORG:
             if self.parent_id is not None:
                 raise BudgetError(f"org budget {self.id} cannot have a parent")

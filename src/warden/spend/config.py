@@ -8,10 +8,17 @@ The file is a YAML list of budgets::
       cap: "1000.00"           # a decimal string or an integer, never a YAML float
       period: month            # day | month | none (UTC boundaries)
       name: Acme Inc.          # optional
+      principals: [cfo]        # who may spend it on the spend wire: API key principals
+                               # and group:<name> entries; omitted or []: nobody
     - id: acme.ops
       kind: team
       parent: acme             # required for team and agent budgets
       ...
+
+``principals`` binds a budget to the callers that may quote against it
+(:mod:`warden.spend.binding`): not inherited by children, and a budget without it is
+spendable by nobody (an admin key still reads it). The file is the whole truth for the
+budgets it names: loading it sets their binding as written.
 
 :func:`load_budgets` parses and checks the whole file (every problem reported at
 once); :func:`apply_budgets` then checks it against the budgets already stored
@@ -30,6 +37,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from warden.errors import ConfigError, WardenError
+from warden.spend.binding import principals_problems
 from warden.spend.budgets import Budget, BudgetError, BudgetKind, Period, budget_id_problem
 from warden.spend.engine import SpendEngine
 from warden.spend.money import parse_amount, parse_currency
@@ -48,6 +56,7 @@ class _BudgetSpec(BaseModel):
     cap: Any  # checked by parse_amount: a decimal string or an integer
     period: Period
     name: StrictStr = ""
+    principals: list[Any] = []  # each entry checked by Budget.validate
 
 
 def parse_budgets(text: str, *, source: str = "<budgets>") -> list[Budget]:
@@ -93,7 +102,10 @@ def parse_budgets(text: str, *, source: str = "<budgets>") -> list[Budget]:
                 period=spec.period,
                 parent_id=spec.parent,
                 name=spec.name,
+                principals=tuple(spec.principals),
             )
+            if problems := principals_problems(spec.principals):
+                raise BudgetError("; ".join(problems))
             if budget.id in budgets:
                 raise BudgetError(f"budget id {budget.id} is defined twice")
         except WardenError as exc:
@@ -142,7 +154,7 @@ def apply_budgets(engine: SpendEngine, budgets: list[Budget]) -> list[str]:
         ):
             problems.append(
                 f"budget {b.id} is stored as a {old.kind.value} under {old.parent_id} in "
-                f"{old.currency}; only cap, period and name can change"
+                f"{old.currency}; only cap, period, name and principals can change"
             )
             continue
         parent_id = b.parent_id

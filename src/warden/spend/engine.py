@@ -118,8 +118,8 @@ class SpendEngine:
     # -- budgets -------------------------------------------------------------------
 
     def define_budget(self, budget: Budget) -> Budget:
-        """Create or update a budget (cap, period, name; kind/parent/currency are fixed once
-        set). Raises ``BudgetError``."""
+        """Create or update a budget (cap, period, name, principals; kind/parent/currency
+        are fixed once set). Raises ``BudgetError``."""
         with self.store.spend_transaction() as tx:
             parent = tx.budget(budget.parent_id) if budget.parent_id else None
             budget.validate(parent)
@@ -133,8 +133,8 @@ class SpendEngine:
 
                 raise BudgetError(
                     f"budget {budget.id} exists as a {existing.kind.value} under "
-                    f"{existing.parent_id} in {existing.currency}; only cap, period and name "
-                    "can change"
+                    f"{existing.parent_id} in {existing.currency}; only cap, period, name and "
+                    "principals can change"
                 )
             if not tx.put_budget(budget):
                 return budget  # stored exactly so already (e.g. by another replica): no entry
@@ -151,6 +151,7 @@ class SpendEngine:
                     "currency": budget.currency,
                     "cap": to_wire(budget.cap),
                     "period": budget.period.value,
+                    "principals": list(budget.principals),
                     "updated": existing is not None,
                 },
             )
@@ -168,7 +169,7 @@ class SpendEngine:
         while current is not None:
             b = tx.budget(current)
             if b is None:
-                raise UnknownBudget(f"no budget {current!r}", budget_id=current)
+                raise UnknownBudget.of(current)
             path.append(b)
             current = b.parent_id
             if len(path) > 8:
@@ -197,9 +198,13 @@ class SpendEngine:
         action: str,
         hold_seconds: int = DEFAULT_HOLD_SECONDS,
         meta: dict[str, Any] | None = None,
+        principal: str | None = None,
     ) -> Reservation:
         """Hold ``amount`` against every budget on the path, atomically, or raise.
 
+        ``principal`` owns the hold and its receipt (None: nobody; see
+        :class:`~warden.spend.records.Reservation`). Whether the principal may spend the
+        budget is the caller's check (the spend wire's binding), not the engine's.
         Raises :class:`BudgetExceeded` (naming the tightest budget, its cap, what is
         left and what was asked), :class:`UnknownBudget`, ``MoneyError``.
         """
@@ -265,6 +270,7 @@ class SpendEngine:
                     created_at=now,
                     expires_at=now + timedelta(seconds=hold_seconds),
                     meta=dict(meta or {}),
+                    principal=principal,
                 )
                 tx.put_reservation(res)
                 self._audit(tx, root, "reserve", f"reserve:{res.id}", _hold_detail(res))
@@ -312,6 +318,7 @@ class SpendEngine:
                     amount=value,
                     created_at=now,
                     resources=resources,
+                    principal=res.principal,
                 )
                 tx.put_receipt(receipt)
                 tx.put_reservation(
@@ -353,7 +360,7 @@ class SpendEngine:
         with self.store.spend_transaction() as tx:
             receipt = tx.receipt(receipt_id)
             if receipt is None:
-                raise UnknownReceipt(f"no receipt {receipt_id!r}", receipt_id=receipt_id)
+                raise UnknownReceipt.of(receipt_id)
             if receipt.undone_at is not None:
                 raise AlreadyUndone(
                     f"receipt {receipt_id} was undone at {receipt.undone_at.isoformat()}",
@@ -388,16 +395,14 @@ class SpendEngine:
             self._expire(tx, now)
             res = tx.reservation(reservation_id)
         if res is None:
-            raise UnknownReservation(
-                f"no reservation {reservation_id!r}", reservation_id=reservation_id
-            )
+            raise UnknownReservation.of(reservation_id)
         return res
 
     def receipt(self, receipt_id: str) -> Receipt:
         with self.store.spend_transaction() as tx:
             receipt = tx.receipt(receipt_id)
         if receipt is None:
-            raise UnknownReceipt(f"no receipt {receipt_id!r}", receipt_id=receipt_id)
+            raise UnknownReceipt.of(receipt_id)
         return receipt
 
     # -- internals -----------------------------------------------------------------
@@ -409,9 +414,7 @@ class SpendEngine:
         self._expire(tx, now)
         res = tx.reservation(reservation_id)
         if res is None:
-            return None, UnknownReservation(
-                f"no reservation {reservation_id!r}", reservation_id=reservation_id
-            )
+            return None, UnknownReservation.of(reservation_id)
         if res.status is not HoldStatus.HELD:
             return None, ReservationNotHeld(reservation_id, res.status.value)
         return res, None
@@ -453,7 +456,7 @@ class _OpenTransaction:
 
 
 def _hold_detail(res: Reservation) -> dict[str, Any]:
-    return {
+    detail = {
         "reservation_id": res.id,
         "budget_id": res.budget_id,
         "path": list(res.path),
@@ -463,6 +466,9 @@ def _hold_detail(res: Reservation) -> dict[str, Any]:
         "action": res.action,
         "expires_at": res.expires_at.isoformat(),
     }
+    if res.principal is not None:  # who took the hold (absent: owned by nobody)
+        detail["principal"] = res.principal
+    return detail
 
 
 def iter_path(budgets: list[Budget], budget_id: str) -> Iterator[Budget]:

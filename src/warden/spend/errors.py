@@ -45,15 +45,31 @@ class UnknownBudget(SpendError, InputRejected):
     gate = "input:unknown_budget"
     reason = "unknown_budget"
 
+    @classmethod
+    def of(cls, budget_id: str) -> UnknownBudget:
+        """The one refusal for a budget that is absent — or not the caller's, which must
+        answer exactly alike."""
+        return cls(f"no budget {budget_id!r}", budget_id=budget_id)
+
 
 class UnknownReservation(SpendError, InputRejected):
     gate = "input:unknown_reservation"
     reason = "unknown_reservation"
 
+    @classmethod
+    def of(cls, reservation_id: str) -> UnknownReservation:
+        """The one refusal for an absent (or another principal's) reservation."""
+        return cls(f"no reservation {reservation_id!r}", reservation_id=reservation_id)
+
 
 class UnknownReceipt(SpendError, InputRejected):
     gate = "input:unknown_receipt"
     reason = "unknown_receipt"
+
+    @classmethod
+    def of(cls, receipt_id: str) -> UnknownReceipt:
+        """The one refusal for an absent (or another principal's) receipt."""
+        return cls(f"no receipt {receipt_id!r}", receipt_id=receipt_id)
 
 
 class ReservationNotHeld(SpendError):

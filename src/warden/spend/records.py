@@ -21,7 +21,12 @@ class HoldStatus(StrEnum):
 @dataclass(frozen=True)
 class Reservation:
     """A hold of ``amount`` against every budget on ``path`` (agent first, root last),
-    each in its period bucket ``buckets[i]``; released by ``expires_at`` unless settled."""
+    each in its period bucket ``buckets[i]``; released by ``expires_at`` unless settled.
+
+    ``principal`` is the API key principal that took the hold (the spend wire, an AdCP
+    plan's owner), or None: a hold taken by ACS, or one stored before owners were
+    recorded — the spend wire lets only an admin read those, and nobody conclude them.
+    """
 
     id: str
     budget_id: str
@@ -37,11 +42,13 @@ class Reservation:
     receipt_id: str | None = None
     reason: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    principal: str | None = None
 
 
 @dataclass(frozen=True)
 class Receipt:
-    """A settled spend: what was charged, and whether it was undone."""
+    """A settled spend: what was charged, and whether it was undone. ``principal`` is its
+    reservation's (None: owned by nobody, see :class:`Reservation`)."""
 
     id: str
     reservation_id: str
@@ -52,3 +59,4 @@ class Receipt:
     created_at: datetime
     undone_at: datetime | None = None
     resources: tuple[dict[str, str], ...] = ()
+    principal: str | None = None

@@ -8,7 +8,9 @@ and the unique index ``uq_entries_session_step`` (one entry per request id);
 columns on ``tasks``, ``approval_votes``, ``api_keys`` and ``webhook_deliveries``;
 0005 ``kla_records`` (AI agent action requests and the records that follow them);
 0006 the AdCP governance agent's ``adcp_plans``, ``adcp_checks``, ``adcp_outcomes`` and
-``adcp_adjustments``.
+``adcp_adjustments``; 0007 ``desk_sessions`` (approval-desk sessions kept server-side);
+0008 spend ownership: ``budgets.principals`` (who may spend a budget) and
+``reservations.principal`` / ``receipts.principal`` (who took a hold).
 """
 
 from __future__ import annotations
@@ -93,6 +95,8 @@ budgets = Table(
     Column("period", String(8), nullable=False),
     Column("name", Text, nullable=False),
     Column("updated_at", String(40), nullable=False),
+    # JSON list of principals and group:<name> entries that may spend it (0008).
+    Column("principals", Text, nullable=False, server_default=text("'[]'")),
 )
 
 budget_usage = Table(
@@ -113,6 +117,8 @@ reservations = Table(
     Column("status", String(16), nullable=False),
     Column("expires_at", String(40), nullable=False),
     Column("record", Text, nullable=False),
+    # The API key principal that took the hold; NULL: owned by nobody (0008).
+    Column("principal", String(200), nullable=True),
 )
 Index("ix_reservations_held_expiry", reservations.c.status, reservations.c.expires_at)
 
@@ -122,6 +128,7 @@ receipts = Table(
     Column("receipt_id", String(64), primary_key=True),
     Column("reservation_id", String(64), nullable=False),
     Column("record", Text, nullable=False),
+    Column("principal", String(200), nullable=True),  # its reservation's (0008)
 )
 
 idempotency_keys = Table(
@@ -214,6 +221,19 @@ server_secrets = Table(
     Column("value", Text, nullable=False),
     Column("created_at", String(40), nullable=False),
 )
+
+#: Logged-in approval-desk sessions (migration 0007): the SHA-256 of the random session
+#: id in the cookie, the key it belongs to, and when it ends (RFC 3339 UTC).
+desk_sessions = Table(
+    "desk_sessions",
+    metadata,
+    Column("session_hash", String(64), primary_key=True),
+    Column("key_id", String(64), nullable=False),
+    Column("created_at", String(40), nullable=False),
+    Column("expires_at", String(40), nullable=False),
+)
+Index("ix_desk_sessions_key", desk_sessions.c.key_id)
+Index("ix_desk_sessions_expiry", desk_sessions.c.expires_at)
 
 # -- AI agent action requests (migration 0005) ---------------------------------------
 

@@ -3,7 +3,9 @@
 Implements :class:`warden.spend.engine.SpendTx` on the store's write connection
 (SQLite ``BEGIN IMMEDIATE``: the cap check and the hold are one serialised
 step). Amounts are stored as decimal strings and read back as ``Decimal``;
-reservation and receipt records are JSON beside the columns that are queried.
+reservation and receipt records are JSON beside the columns that are queried. Who owns a
+hold is its ``principal`` column (set at insert, never updated); who may spend a budget,
+its ``principals`` column (a JSON list).
 The same transaction carries the idempotency keys and tasks tables
 (:attr:`SqlSpendTx.idempotency_keys`, :attr:`SqlSpendTx.tasks`), so a spend
 wire mutation commits together with its idempotency claim and stored answer.
@@ -55,7 +57,7 @@ def _reservation_record(r: Reservation) -> dict[str, Any]:
     }
 
 
-def _reservation(rec: dict[str, Any]) -> Reservation:
+def _reservation(rec: dict[str, Any], principal: str | None) -> Reservation:
     return Reservation(
         id=rec["id"],
         budget_id=rec["budget_id"],
@@ -71,6 +73,7 @@ def _reservation(rec: dict[str, Any]) -> Reservation:
         receipt_id=rec["receipt_id"],
         reason=rec["reason"],
         meta=rec.get("meta") or {},
+        principal=principal,
     )
 
 
@@ -88,7 +91,7 @@ def _receipt_record(r: Receipt) -> dict[str, Any]:
     }
 
 
-def _receipt(rec: dict[str, Any]) -> Receipt:
+def _receipt(rec: dict[str, Any], principal: str | None) -> Receipt:
     return Receipt(
         id=rec["id"],
         reservation_id=rec["reservation_id"],
@@ -99,6 +102,7 @@ def _receipt(rec: dict[str, Any]) -> Receipt:
         created_at=datetime.fromisoformat(rec["created_at"]),
         undone_at=datetime.fromisoformat(rec["undone_at"]) if rec["undone_at"] else None,
         resources=tuple(rec.get("resources") or ()),
+        principal=principal,
     )
 
 
@@ -111,10 +115,11 @@ def _budget(row: Any) -> Budget:
         cap=Decimal(row[4]),
         period=Period(row[5]),
         name=row[6],
+        principals=tuple(parse_strict_json(row[7])),
     )
 
 
-_BUDGET_COLUMNS = "budget_id, kind, parent_id, currency, cap, period, name"
+_BUDGET_COLUMNS = "budget_id, kind, parent_id, currency, cap, period, name, principals"
 
 
 class SqlSpendTx:
@@ -162,14 +167,16 @@ class SqlSpendTx:
         self._cur.execute(
             self._q(
                 "INSERT INTO budgets (budget_id, kind, parent_id, currency, cap, period, name, "
-                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (budget_id) DO UPDATE "
+                "principals, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (budget_id) DO UPDATE "
                 "SET kind = excluded.kind, parent_id = excluded.parent_id, "
                 "currency = excluded.currency, cap = excluded.cap, period = excluded.period, "
-                "name = excluded.name, updated_at = excluded.updated_at "
+                "name = excluded.name, principals = excluded.principals, "
+                "updated_at = excluded.updated_at "
                 "WHERE budgets.kind <> excluded.kind OR budgets.currency <> excluded.currency "
                 "OR COALESCE(budgets.parent_id, '') <> COALESCE(excluded.parent_id, '') "
                 "OR budgets.cap <> excluded.cap OR budgets.period <> excluded.period "
-                "OR budgets.name <> excluded.name"
+                "OR budgets.name <> excluded.name OR budgets.principals <> excluded.principals"
             ),
             (
                 budget.id,
@@ -179,6 +186,7 @@ class SqlSpendTx:
                 to_wire(budget.cap),
                 budget.period.value,
                 budget.name,
+                _dumps(list(budget.principals)),  # normalized by Budget: one text per set
                 _now(),
             ),
         )
@@ -218,16 +226,18 @@ class SqlSpendTx:
     # reservations and receipts
     def reservation(self, reservation_id: str) -> Reservation | None:
         row = self._one(
-            "SELECT record FROM reservations WHERE reservation_id = ?" + self._for_update,
+            "SELECT record, principal FROM reservations WHERE reservation_id = ?"
+            + self._for_update,
             (reservation_id,),
         )
-        return _reservation(parse_strict_json(row[0])) if row is not None else None
+        return _reservation(parse_strict_json(row[0]), row[1]) if row is not None else None
 
     def put_reservation(self, r: Reservation) -> None:
+        # The owner column is written once, at insert: a later update never changes it.
         self._cur.execute(
             self._q(
-                "INSERT INTO reservations (reservation_id, budget_id, status, expires_at, record) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (reservation_id) DO UPDATE "
+                "INSERT INTO reservations (reservation_id, budget_id, status, expires_at, record, "
+                "principal) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (reservation_id) DO UPDATE "
                 "SET budget_id = excluded.budget_id, status = excluded.status, "
                 "expires_at = excluded.expires_at, record = excluded.record"
             ),
@@ -237,6 +247,7 @@ class SqlSpendTx:
                 r.status.value,
                 r.expires_at.isoformat(),
                 _dumps(_reservation_record(r)),
+                r.principal,
             ),
         )
 
@@ -246,28 +257,29 @@ class SqlSpendTx:
         # settling) right now are skipped, so no hold is released twice.
         self._cur.execute(
             self._q(
-                "SELECT record FROM reservations WHERE status = 'held' AND "
+                "SELECT record, principal FROM reservations WHERE status = 'held' AND "
                 "expires_at <= ? ORDER BY expires_at"
                 + (" FOR UPDATE SKIP LOCKED" if self._row_locks else "")
             ),
             (now.isoformat(),),
         )
-        return [_reservation(parse_strict_json(r[0])) for r in self._cur.fetchall()]
+        return [_reservation(parse_strict_json(r[0]), r[1]) for r in self._cur.fetchall()]
 
     def receipt(self, receipt_id: str) -> Receipt | None:
         row = self._one(
-            "SELECT record FROM receipts WHERE receipt_id = ?" + self._for_update, (receipt_id,)
+            "SELECT record, principal FROM receipts WHERE receipt_id = ?" + self._for_update,
+            (receipt_id,),
         )
-        return _receipt(parse_strict_json(row[0])) if row is not None else None
+        return _receipt(parse_strict_json(row[0]), row[1]) if row is not None else None
 
     def put_receipt(self, r: Receipt) -> None:
         self._cur.execute(
             self._q(
-                "INSERT INTO receipts (receipt_id, reservation_id, record) VALUES (?, ?, ?) "
-                "ON CONFLICT (receipt_id) DO UPDATE "
+                "INSERT INTO receipts (receipt_id, reservation_id, record, principal) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (receipt_id) DO UPDATE "
                 "SET reservation_id = excluded.reservation_id, record = excluded.record"
             ),
-            (r.id, r.reservation_id, _dumps(_receipt_record(r))),
+            (r.id, r.reservation_id, _dumps(_receipt_record(r)), r.principal),
         )
 
     # audit chain primitives (the chaining itself is the ledger's)

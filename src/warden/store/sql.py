@@ -724,8 +724,11 @@ class SqlStore:
                 .where(entries.c.session_id == sid)
                 .order_by(entries.c.seq)
             )
-            for r in rows:
-                yield self._entry_record(sid, r)
+            # Closed even when a row is refused: an open SQLite cursor keeps its read
+            # snapshot, and the WAL checkpoint at close would wait out the busy timeout.
+            with rows:
+                for r in rows:
+                    yield self._entry_record(sid, r)
             head = self._head_record(s)
             if head is not None:
                 yield head

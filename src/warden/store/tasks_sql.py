@@ -4,12 +4,14 @@ tables (migrations 0003, 0004), inside the caller's open write transaction.
 The task is a JSON record beside the columns that are queried (kind, state,
 scope, action hash, expiry, approver group). Races between replicas are decided
 by the database: a transition is a conditional ``UPDATE … WHERE state = ?`` and a
-vote a primary key on (task, principal).
+vote a primary key on (task, principal). Whether a vote's key was revoked is read from
+``api_keys`` in the same transaction.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -98,6 +100,14 @@ class SqlTasks:
         return Task.from_dict(parse_strict_json(row[0])) if row is not None else None
 
     def add_vote(self, task_id: str, vote: Vote) -> bool:
+        # A vote cast with a key revoked since is void: its principal may vote again.
+        self._cur.execute(
+            self._q(
+                "DELETE FROM approval_votes WHERE task_id = ? AND principal = ? AND key_id IN "
+                "(SELECT key_id FROM api_keys WHERE revoked_at IS NOT NULL)"
+            ),
+            (task_id, vote.principal),
+        )
         # A savepoint keeps the transaction usable after a duplicate (PostgreSQL aborts
         # the whole transaction on an error otherwise).
         self._cur.execute("SAVEPOINT vote")
@@ -116,6 +126,25 @@ class SqlTasks:
             raise
         self._cur.execute("RELEASE SAVEPOINT vote")
         return True
+
+    def revoked_vote_keys(self, task_ids: Sequence[str]) -> set[str]:
+        if not task_ids:
+            return set()
+        marks = ", ".join("?" for _ in task_ids)
+        # PostgreSQL: the voters' key rows are share-locked, so a revocation committing
+        # meanwhile is ordered after this transaction (or seen by it), never lost between.
+        lock = " FOR SHARE OF k" if self._for_update else ""
+        self._cur.execute(
+            self._q(
+                "SELECT v.key_id, k.revoked_at FROM approval_votes v JOIN api_keys k "
+                f"ON k.key_id = v.key_id WHERE v.task_id IN ({marks})" + lock
+            ),
+            tuple(task_ids),
+        )
+        return {str(key_id) for key_id, revoked_at in self._cur.fetchall() if revoked_at}
+
+    def clear_votes(self, task_id: str) -> None:
+        self._cur.execute(self._q("DELETE FROM approval_votes WHERE task_id = ?"), (task_id,))
 
     def due(self, now: datetime, limit: int = 100) -> list[Task]:
         # expires_at is ISO 8601 UTC with a fixed offset, so text order is time order.

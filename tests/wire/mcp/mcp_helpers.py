@@ -6,6 +6,7 @@ process; the tests talk to it exactly as an MCP client would.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -55,6 +56,9 @@ async def proxied(
             *server,
         ],
         cwd=str(ROOT),
+        # The SDK passes a child only a few variables by default; keep PYTHONPATH and the
+        # rest, so the proxy runs the code under test (e.g. from a git worktree).
+        env=dict(os.environ),
     )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()

@@ -32,7 +32,7 @@ rules:
     effect: allow
   - id: results
     hooks: [protocols/MCP/tools/call]
-    when: has(payload.result) || has(payload.error)
+    when: mcp.kind == "response"
     effect: allow
   - id: end
     hooks: [steps/sessionEnd, steps/toolCallResult]

@@ -9,6 +9,8 @@ against SproutPad's stricter upstream v1 schema (tests/conformance/vectors/).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -199,16 +201,20 @@ def tree(
     currency: str = "USD",
     period: Period = Period.NONE,
     prefix: str = "acme",
+    principals: tuple[str, ...] = ("admin", "bot-1"),
 ) -> str:
-    """org ⊃ team ⊃ agent budgets defined through the engine; returns the agent budget id."""
+    """org ⊃ team ⊃ agent budgets defined through the engine, each bound to ``principals``
+    (by default the bootstrap admin key's principal and ``bot-1``); returns the agent
+    budget id."""
     team_id, agent_id = f"{prefix}.ops", f"{prefix}.ops.bot"
-    rt.spend.define_budget(Budget(prefix, BudgetKind.ORG, currency, Decimal(org), period))
-    rt.spend.define_budget(
-        Budget(team_id, BudgetKind.TEAM, currency, Decimal(team), period, parent_id=prefix)
-    )
-    rt.spend.define_budget(
-        Budget(agent_id, BudgetKind.AGENT, currency, Decimal(agent), period, parent_id=team_id)
-    )
+    for budget_id, kind, cap, parent in (
+        (prefix, BudgetKind.ORG, org, None),
+        (team_id, BudgetKind.TEAM, team, prefix),
+        (agent_id, BudgetKind.AGENT, agent, team_id),
+    ):
+        rt.spend.define_budget(
+            Budget(budget_id, kind, currency, Decimal(cap), period, parent, principals=principals)
+        )
     return agent_id
 
 
@@ -218,11 +224,26 @@ def open_api(rt: Runtime, idempotency: Idempotency | None = None) -> Iterator[Ap
 
 
 @contextmanager
-def server_api(data_dir: Path, url: str) -> Iterator[Api]:
-    """An :class:`Api` over real HTTP to a ``warden serve`` (token read from its data dir)."""
-    token = (data_dir / "api.token").read_text().strip()
+def server_api(data_dir: Path, url: str, token: str | None = None) -> Iterator[Api]:
+    """An :class:`Api` over real HTTP to a ``warden serve`` (by default with the admin
+    token read from its data dir)."""
+    token = token or (data_dir / "api.token").read_text().strip()
     with httpx.Client(base_url=url, timeout=60) as client:
         yield Api(client, token)
+
+
+def cli_key(data_dir: Path, principal: str, *groups: str, role: str = "agent") -> str:
+    """A new API key's token, made with ``warden keys create`` on a server's data dir."""
+    done = subprocess.run(
+        [sys.executable, "-m", "warden", "keys", "create", "--principal", principal]
+        + ["--role", role, "--json", "--data-dir", str(data_dir)]
+        + [a for g in groups for a in ("--group", g)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return str(json.loads(done.stdout)["token"])
 
 
 def db_rows(rt: Runtime, sql: str) -> list[Any]:

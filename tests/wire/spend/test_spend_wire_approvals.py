@@ -130,7 +130,7 @@ def test_a_budget_increase_is_applied_when_approved(rt: Runtime, client: TestCli
 
 
 def test_roles_and_maker_checker_over_rest(rt: Runtime, client: TestClient) -> None:
-    bot = tree(rt, org="5000", team="5000", agent="5000")
+    bot = tree(rt, org="5000", team="5000", agent="5000", principals=("bot-1", "boss"))
     agent = key(rt, client, "bot-1", Role.AGENT)
     fay = key(rt, client, "fay", Role.APPROVER, "finance")
     ops = key(rt, client, "olga", Role.APPROVER, "operators")

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import DEFAULT_POLICY, ROOT, Server, asset, start_server, write_key
-from spend_wire_helpers import assert_error, check_envelope, server_api
+from spend_wire_helpers import assert_error, check_envelope, cli_key, server_api
 
 DEFAULT_BUDGETS = ROOT / "examples" / "budgets" / "default.yaml"
 
@@ -53,7 +53,9 @@ def test_budgets_file_and_token_at_start(server: Server) -> None:
 
 
 def test_quote_commit_undo_over_http(server: Server) -> None:
-    with server_api(server.data_dir, server.url) as api:
+    # examples/budgets/default.yaml binds the deploy bot's budget to principal deploy-bot
+    bot_key = cli_key(server.data_dir, "deploy-bot")
+    with server_api(server.data_dir, server.url, bot_key) as api:
         q = api.quote(
             "acme.ops.deploy-bot", "19.99", action="buy_domain", key="flow-quote-000000001"
         )
@@ -94,6 +96,7 @@ def test_concurrent_reservations_from_processes_never_exceed_the_cap(tmp_path: P
     try:
         with server_api(srv.data_dir, srv.url) as api:
             org = {"kind": "org", "currency": "USD", "cap": str(CAP), "period": "none"}
+            org["principals"] = ["admin"]  # the admin key spends only where it is bound
             assert api.put("/v1/budgets/race", org).status == 201
             token = api.token
             ctx = mp.get_context("spawn")
@@ -155,7 +158,8 @@ def test_concurrent_reservations_from_processes_never_exceed_the_cap(tmp_path: P
 
 
 def test_an_expired_hold_is_released(server: Server) -> None:
-    with server_api(server.data_dir, server.url) as api:
+    bot_key = cli_key(server.data_dir, "deploy-bot")
+    with server_api(server.data_dir, server.url, bot_key) as api:
         bot = "acme.ops.deploy-bot"
         rid = api.reserve(bot, "20", extra={"holdSeconds": 1})
         assert api.budget(bot)["reserved"] == "20"
@@ -171,8 +175,10 @@ def test_a_crash_mid_flight_keeps_holds_and_idempotency_records(tmp_path: Path) 
     data = tmp_path / "srv"
     srv = start_server(data, DEFAULT_POLICY, "--budgets", str(DEFAULT_BUDGETS))
     key = "crash-test-key-000001"
+    # bound to acme.research.buyer through its group (examples/budgets/default.yaml)
+    buyer = cli_key(data, "buyer-2", "research")
     try:
-        with server_api(data, srv.url) as api:
+        with server_api(data, srv.url, buyer) as api:
             first = api.quote("acme.research.buyer", "60", key=key)
             rid = first.data["quote"]["reservation"]["reservationId"]
         srv.proc.kill()  # SIGKILL: no shutdown work at all
@@ -181,7 +187,7 @@ def test_a_crash_mid_flight_keeps_holds_and_idempotency_records(tmp_path: Path) 
         srv.stop()
     srv = start_server(data, DEFAULT_POLICY, "--budgets", str(DEFAULT_BUDGETS))
     try:
-        with server_api(data, srv.url) as api:
+        with server_api(data, srv.url, buyer) as api:
             b = api.budget("acme.research.buyer")
             assert (b["reserved"], b["remaining"]) == ("60", "40")
             assert api.get(f"/v1/reservations/{rid}").data["reservation"]["status"] == "held"

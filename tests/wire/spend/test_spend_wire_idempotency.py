@@ -273,6 +273,7 @@ def _concurrently(n: int, call: Callable[[int], Reply]) -> list[Reply]:
 
 def test_twenty_concurrent_duplicates_make_exactly_one_reservation(server: Server) -> None:
     org = {"kind": "org", "currency": "USD", "cap": "100", "period": "none"}
+    org["principals"] = ["admin"]  # the bootstrap admin key spends where it is bound
     with server_api(server.data_dir, server.url) as setup:
         assert setup.put("/v1/budgets/acme", org).status == 201
 
@@ -293,6 +294,7 @@ def test_twenty_concurrent_duplicates_make_exactly_one_reservation(server: Serve
 
 def test_concurrent_different_bodies_with_one_key_make_one_effect(server: Server) -> None:
     org = {"kind": "org", "currency": "USD", "cap": "100", "period": "none"}
+    org["principals"] = ["admin"]  # the bootstrap admin key spends where it is bound
     with server_api(server.data_dir, server.url) as setup:
         assert setup.put("/v1/budgets/acme", org).status == 201
 

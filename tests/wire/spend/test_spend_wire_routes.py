@@ -407,8 +407,8 @@ def test_the_wire_is_usd_only(rt: Runtime, api: Api) -> None:
         ),
     ):
         assert_error(reply, "input:currency_not_supported", 400, resolution=None)
-    # a EUR reservation made by ACS cannot be committed or released here
-    res = rt.spend.reserve(eur, "1", "EUR", action="send_money")
+    # a EUR reservation (owned by the caller) cannot be committed or released here
+    res = rt.spend.reserve(eur, "1", "EUR", action="send_money", principal="admin")
     for reply in (
         api.post(f"/v1/reservations/{res.id}/commit", {"actualAmount": "1"}),
         api.post(f"/v1/reservations/{res.id}/release"),
@@ -504,7 +504,7 @@ def test_define_and_update_budgets_with_a_working_undo(rt: Runtime, api: Api) ->
         (
             "/v1/budgets/acme.ops",
             {"kind": "org", "currency": "USD", "cap": "1", "period": "day"},
-            "only cap, period and name",
+            "only cap, period, name and principals",
         ),
         (
             "/v1/budgets/a2",
@@ -646,7 +646,9 @@ def test_every_route_is_in_the_openapi_document_with_response_models(api: Api) -
 
 
 def test_decimal_strings_stay_exact(rt: Runtime, api: Api) -> None:
-    rt.spend.define_budget(Budget("tiny", BudgetKind.ORG, "USD", Decimal("1"), Period.NONE))
+    rt.spend.define_budget(
+        Budget("tiny", BudgetKind.ORG, "USD", Decimal("1"), Period.NONE, principals=("admin",))
+    )
     for _ in range(3):
         r = api.quote("tiny", "0.1")
     assert r.data["budgetRemaining"] == "0.7"  # not 0.7000000000000001

@@ -1,14 +1,24 @@
-"""Wrapped MCP messages (specs/acs.md §16): checks and the tool facts rules see.
+"""Wrapped MCP messages (specs/acs.md §16): checks and the facts rules see.
 
 ``params.payload`` is the intact MCP JSON-RPC message: a request, a
-notification, or a response wrapped under the method it answers.
+notification, or a response wrapped under the method it answers. JSON-RPC 2.0
+(§4, §5) makes every message exactly one of these; one that mixes the members of
+two kinds (a ``method`` beside a ``result``) is malformed and refused, and rules
+read the kind Warden computed (CEL ``mcp.kind``), never member presence.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from warden.errors import InvalidParams
+
+#: What a wrapped MCP message is (JSON-RPC 2.0 §4, §5); CEL ``mcp.kind``.
+MessageKind = Literal["request", "notification", "response"]
+
+#: Members that only a request or notification carries, and only a response carries.
+_CALL_MEMBERS = ("method", "params")
+_RESPONSE_MEMBERS = ("result", "error")
 
 
 def check_wrapped(message: Any, mcp_method: str, method: str) -> None:
@@ -21,6 +31,16 @@ def check_wrapped(message: Any, mcp_method: str, method: str) -> None:
         raise bad("/params/payload", "must be an object")
     if message.get("jsonrpc") != "2.0":
         raise bad("/params/payload/jsonrpc", 'must be "2.0"')
+    call = [m for m in _CALL_MEMBERS if m in message]
+    answer = [m for m in _RESPONSE_MEMBERS if m in message]
+    if call and answer:
+        # Neither a request nor a response: refusing it keeps a request from posing as
+        # a response that rules allow (issue 14).
+        raise bad(
+            f"/params/payload/{answer[0]}",
+            f"a message is a request or a response, not both: it carries {call[0]!r} "
+            f"and {answer[0]!r}",
+        )
     if "method" in message:
         if message["method"] != mcp_method:
             raise bad("/params/payload/method", f"must equal {mcp_method!r}")
@@ -49,6 +69,14 @@ def check_wrapped(message: Any, mcp_method: str, method: str) -> None:
             and isinstance(err.get("message"), str)
         ):
             raise bad("/params/payload/error", "must be {code: integer, message: string}")
+
+
+def message_kind(message: dict[str, Any]) -> MessageKind:
+    """The kind of a message :func:`check_wrapped` accepted: ``request`` (a ``method``
+    and an ``id``), ``notification`` (a ``method``, no ``id``) or ``response``."""
+    if "method" not in message:
+        return "response"
+    return "request" if "id" in message else "notification"
 
 
 def tool_facts(message: dict[str, Any], mcp_method: str) -> tuple[dict[str, str], dict[str, Any]]:

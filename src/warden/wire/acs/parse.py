@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from warden.core.types import ActionRequest
+from warden.core.types import NO_MCP, ActionRequest
 from warden.store.base import SessionState
-from warden.wire.acs.mcp import tool_facts
+from warden.wire.acs.mcp import message_kind, tool_facts
 from warden.wire.acs.methods import MethodInfo
 
 _EMPTY_TOOL = {"name": "", "version": "", "provider": "", "operation": "", "capability": ""}
@@ -17,14 +17,17 @@ def action_request(
 ) -> ActionRequest:
     """Build the domain request for a schema-valid step.
 
-    Tool arguments arrive as ``{"value": v, "provenance"?: …}``; rules see ``v``.
+    Tool arguments arrive as ``{"value": v, "provenance"?: …}``; rules see ``v``. A
+    wrapped MCP message must have passed :func:`~warden.wire.acs.mcp.check_wrapped`.
     """
     payload = params["payload"]
     tool: dict[str, str] = dict(_EMPTY_TOOL)
     args: dict[str, Any] = {}
+    mcp = dict(NO_MCP)
     if info.kind == "mcp":
         assert info.mcp_method is not None
         tool, args = tool_facts(payload, info.mcp_method)
+        mcp = {"kind": message_kind(payload), "method": info.mcp_method}
     elif isinstance(payload.get("tool"), dict):
         t = payload["tool"]
         tool = {k: str(t.get(k, "")) for k in ("name", "version", "provider")}
@@ -46,4 +49,5 @@ def action_request(
             "step_count": session.head_seq + 1 if session else 0,
         },
         permitted=info.permitted,
+        mcp=mcp,
     )

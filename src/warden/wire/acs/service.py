@@ -64,7 +64,7 @@ from warden.gates.spend import SpendGate, SpendStep
 from warden.ledger.ledger import Ledger
 from warden.provenance.facts import view_for
 from warden.provenance.graph import SessionProvenance
-from warden.provenance.tracker import ProvenanceTracker
+from warden.provenance.tracker import DEFAULT_CACHE_BYTES, ProvenanceTracker
 from warden.schemas import SchemaSet
 from warden.store.base import PendingAppend, ReplayKeys, SessionState, Store
 from warden.store.group_commit import GroupCommitter
@@ -144,6 +144,7 @@ class AcsService:
         key_id: str = "warden",
         handshake: HandshakeConfig | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
+        provenance_cache_bytes: int = DEFAULT_CACHE_BYTES,
         clock: Any = _utcnow,
         spend_gate: SpendGate | None = None,
         approval_gate: ApprovalGate | None = None,
@@ -158,7 +159,7 @@ class AcsService:
         self.max_body_bytes = max_body_bytes
         self.schemas = SchemaSet("acs")
         self.ledger = Ledger(store, keys, key_id)
-        self.provenance = ProvenanceTracker(store)
+        self.provenance = ProvenanceTracker(store, provenance_cache_bytes)
         self._clock = clock
         self._thread_locks = [threading.Lock() for _ in range(64)]
         # One asyncio lock per live session; dropped when no request holds it.
@@ -637,7 +638,7 @@ class AcsService:
             if (
                 approval is not None
                 and approval.granted
-                and verdict.decision is Effect.ALLOW
+                and verdict.decision in (Effect.ALLOW, Effect.MODIFY)
                 and isinstance(ibac, dict)
             ):
                 # A human approved a call outside the intent: an intent_extension (§8.4).

@@ -83,6 +83,7 @@ class CheckAnswers:
                     action=f"adcp:{check.tool or 'check_governance'}",
                     hold_seconds=MAX_HOLD_SECONDS,
                     meta={"wire": "adcp", "check_id": check_id, "plan_id": plan.plan_id},
+                    principal=plan_row.principal,
                 )
             except BudgetExceeded:
                 # The ledger's message names its internal budget id: not for the wire.

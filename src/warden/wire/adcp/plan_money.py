@@ -109,7 +109,7 @@ def plan_money(st: AdcpState, tx: Any, row: PlanRow) -> PlanMoney:
 
 def apply_cap(st: AdcpState, tx: Any, row: PlanRow, plan: Plan, restored: Decimal) -> None:
     """Set the plan budget's cap to ``total + restored`` in the spend ledger (audited
-    there as a budget change)."""
+    there as a budget change), bound to the plan's owner alone."""
     st.engine.within(tx).define_budget(
         Budget(
             id=row.budget_id,
@@ -119,5 +119,7 @@ def apply_cap(st: AdcpState, tx: Any, row: PlanRow, plan: Plan, restored: Decima
             period=Period.NONE,
             parent_id=None,
             name=f"AdCP plan {plan.plan_id} ({row.principal})"[:200],
+            # Only the plan's owner reaches its budget, on the spend wire too.
+            principals=(row.principal,),
         )
     )

@@ -17,7 +17,6 @@ Logs go to stderr: stdout is the MCP channel.
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -105,7 +104,7 @@ def hidden_tools(bundle: Bundle, names: Sequence[str]) -> frozenset[str]:
                 and rule.condition is None
                 and rule.tools is not None
                 and rule.matches_method(TOOLS_CALL)
-                and any(fnmatch.fnmatchcase(name, t) for t in rule.tools)
+                and rule.matches_tool(name)
             ):
                 out.add(name)
                 break

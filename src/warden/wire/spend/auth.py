@@ -2,7 +2,9 @@
 
 Keys are :mod:`warden.identity.api_keys` (stored as a keyed HMAC, never the token).
 Roles: ``agent`` (spend, action requests, its own tasks), ``approver`` (the approval
-desk), ``admin`` (everything, including defining budgets). The bootstrap token
+desk), ``admin`` (everything, including defining budgets). Which budgets, reservations
+and receipts a key may touch is :mod:`.ownership`: an admin key reads all of them but
+spends only where it is bound itself. The bootstrap token
 ``<data-dir>/api.token`` is registered as an admin key at start-up.
 
 A missing, unknown or revoked token is ``401 auth:required`` with an ``authenticate``

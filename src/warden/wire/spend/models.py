@@ -24,6 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from warden.spend.binding import MAX_PRINCIPALS
 from warden.spend.budgets import BudgetKind, Period
 from warden.spend.engine import MAX_HOLD_SECONDS
 
@@ -102,6 +103,13 @@ class BudgetDefinition(_Request):
     cap: Amount
     period: Period
     name: Annotated[StrictStr, Field(max_length=200)] = ""
+    principals: list[StrictStr] | None = Field(
+        None,
+        max_length=MAX_PRINCIPALS,
+        description="Who may spend it: API key principals and group:<name> entries "
+        "(omitted: the stored binding stays, none for a new budget; []: nobody).",
+        examples=[["deploy-bot", "group:ops"]],
+    )
 
 
 class BudgetIncreaseRequest(_Request):
@@ -213,6 +221,9 @@ class BudgetView(BaseModel):
     available: str = Field(description="cap - reserved - settled of this budget alone.")
     remaining: str = Field(description="What can be reserved through it now (tightest cap).")
     remainingUsd: float
+    principals: list[str] = Field(
+        description="Who may spend it: principals and group:<name> entries ([]: nobody)."
+    )
 
 
 class TaskView(BaseModel):

@@ -53,6 +53,14 @@ from warden.wire.spend.models import (
     TaskData,
     UndoData,
 )
+from warden.wire.spend.ownership import (
+    concludable_reservation,
+    may_read_budget,
+    readable_path,
+    readable_reservation,
+    spendable_path,
+    undoable_receipt,
+)
 from warden.wire.spend.render import (
     CURRENCY,
     IRREVERSIBLE,
@@ -192,14 +200,16 @@ class SpendWire:
 
     def quote(self, tx: WireTx, eng: SpendEngine, body: QuoteRequest) -> Answer:
         amount = parse_amount(body.amount, allow_zero=False)
-        path = eng.path(body.budgetId)
+        # Ownership first: nothing (policy, desk, audit) may see another's budget.
+        path = spendable_path(eng, body.budgetId, caller())
         self.usd_only(f"budget {body.budgetId}", path[0].currency)
         if body.currency != CURRENCY:
             raise currency_not_supported("the amount", body.currency, fixable=True)
         stopped, grant = self.policy(tx, eng, body, amount)
         if stopped is not None:
             return stopped
-        meta: dict[str, Any] = {"wire": "spend", "key_id": caller().key_id}
+        who = caller()
+        meta: dict[str, Any] = {"wire": "spend", "key_id": who.key_id}
         if grant is not None:
             meta["approval_task"] = grant
         try:
@@ -210,6 +220,7 @@ class SpendWire:
                 action=body.action,
                 hold_seconds=body.holdSeconds or DEFAULT_HOLD_SECONDS,
                 meta=meta,
+                principal=who.principal,
             )
         except BudgetExceeded as exc:
             tight = next(b for b in path if b.id == exc.budget_id)
@@ -373,7 +384,7 @@ class SpendWire:
 
     def commit(self, tx: WireTx, eng: SpendEngine, rid: str, body: CommitRequest) -> Answer:
         actual = parse_amount(body.actualAmount, field="actualAmount")
-        res = eng.reservation(rid)
+        res = concludable_reservation(eng, rid, caller())
         self.usd_only(f"reservation {rid}", res.currency)
         rcpt = eng.settle(rid, actual, resources=tuple(r.model_dump() for r in body.resources))
         left = self.remaining(eng, res.budget_id)
@@ -406,7 +417,7 @@ class SpendWire:
         )
 
     def release(self, tx: WireTx, eng: SpendEngine, rid: str, body: ReasonRequest) -> Answer:
-        res = eng.reservation(rid)
+        res = concludable_reservation(eng, rid, caller())
         self.usd_only(f"reservation {rid}", res.currency)
         done = eng.release(rid, reason=body.reason or "released")
         left = self.remaining(eng, res.budget_id)
@@ -434,7 +445,7 @@ class SpendWire:
         )
 
     def undo(self, tx: WireTx, eng: SpendEngine, rcp: str, body: ReasonRequest) -> Answer:
-        original = eng.receipt(rcp)
+        original = undoable_receipt(eng, rcp, caller())
         self.usd_only(f"receipt {rcp}", original.currency)
         eng.undo(rcp, reason=body.reason or "undo")
         left = self.remaining(eng, original.budget_id)
@@ -479,6 +490,10 @@ class SpendWire:
             period=body.period,
             parent_id=body.parent,
             name=body.name,
+            # Omitted: the stored binding stays (none for a new budget); [] unbinds.
+            principals=tuple(body.principals)
+            if body.principals is not None
+            else (old.principals if old is not None else ()),
         )
         eng.define_budget(budget)
         view = self.view(tx, eng, budget)
@@ -496,6 +511,7 @@ class SpendWire:
                         "cap": to_wire(old.cap),
                         "period": old.period.value,
                         "name": old.name,
+                        "principals": list(old.principals),
                     },
                     separators=(",", ":"),
                 )
@@ -523,7 +539,7 @@ class SpendWire:
         )
 
     def request_increase(self, tx: WireTx, eng: SpendEngine, body: BudgetIncreaseRequest) -> Answer:
-        budget = eng.path(body.budgetId)[0]
+        budget = readable_path(eng, body.budgetId, caller())[0]
         self.usd_only(f"budget {budget.id}", budget.currency)
         cap = parse_amount(body.cap, field="cap")
         if cap <= budget.cap:
@@ -599,7 +615,12 @@ class SpendWire:
 
     def list_budgets(self, tx: WireTx, eng: SpendEngine, budgets: list[Budget]) -> Answer:
         eng.expire_due()
-        views = [self.view(tx, eng, b) for b in budgets if b.currency == CURRENCY]
+        who = caller()
+        views = [
+            self.view(tx, eng, b)
+            for b in budgets
+            if b.currency == CURRENCY and may_read_budget(b, who)
+        ]
         return Answer(
             200,
             success(
@@ -613,7 +634,7 @@ class SpendWire:
 
     def get_budget(self, tx: WireTx, eng: SpendEngine, bid: str) -> Answer:
         eng.expire_due()
-        path = eng.path(bid)
+        path = readable_path(eng, bid, caller())
         self.usd_only(f"budget {bid}", path[0].currency)
         view = self.view(tx, eng, path[0])
         remaining = Decimal(view.remaining)
@@ -638,7 +659,7 @@ class SpendWire:
         )
 
     def get_reservation(self, tx: WireTx, eng: SpendEngine, rid: str) -> Answer:
-        res = eng.reservation(rid)
+        res = readable_reservation(eng, rid, caller())
         self.usd_only(f"reservation {rid}", res.currency)
         steps = (
             [

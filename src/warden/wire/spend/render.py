@@ -352,6 +352,7 @@ def budget_view(
         available=to_wire(max(budget.cap - reserved - settled, Decimal(0))),
         remaining=to_wire(remaining),
         remainingUsd=usd(remaining),
+        principals=list(budget.principals),
     )
 
 

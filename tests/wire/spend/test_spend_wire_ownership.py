@@ -1,0 +1,402 @@
+"""Issue 14 item 1: the spend wire has owners. Budgets are spendable only by the principals
+they are bound to (``principals``, groups as ``group:<name>``); reservations and receipts
+belong to the principal that took the hold; another's answers exactly as a missing one
+does (the same 404 body); admin keys read everything and never spend as someone else; an
+AdCP plan's budget is reachable only by its plan's owner. Every test runs on SQLite and
+PostgreSQL (docs/decisions.md, "Hardening (issue 14): spend ownership")."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from spend_wire_helpers import Api, Reply, assert_error, db_rows
+
+from warden.identity.api_keys import Role
+from warden.runtime import Runtime
+from warden.server.app import create_app
+from warden.spend import Budget, BudgetKind, Period
+from warden.spend.binding import GROUP, PRINCIPAL
+from warden.wire.adcp.state import budget_id_for
+
+
+@pytest.fixture
+def make_runtime(make_backend_runtime: Callable[..., Runtime]) -> Callable[..., Runtime]:
+    """Every test here runs on SQLite and on PostgreSQL."""
+    return make_backend_runtime
+
+
+@pytest.fixture
+def rt(make_runtime: Callable[..., Runtime]) -> Runtime:
+    return make_runtime()
+
+
+@pytest.fixture
+def client(rt: Runtime) -> Iterator[TestClient]:
+    with TestClient(create_app(rt)) as c:
+        yield c
+
+
+def key(rt: Runtime, client: TestClient, principal: str, *groups: str, admin: bool = False) -> Api:
+    _, token = rt.api_keys.create(principal, Role.ADMIN if admin else Role.AGENT, groups)
+    return Api(client, token)
+
+
+def budgets(rt: Runtime, *specs: tuple[str, tuple[str, ...]], cap: str = "100") -> None:
+    """Org budgets ``(id, principals)``."""
+    for bid, principals in specs:
+        rt.spend.define_budget(
+            Budget(bid, BudgetKind.ORG, "USD", Decimal(cap), Period.NONE, principals=principals)
+        )
+
+
+def same_as_missing(theirs: Reply, missing: Reply, real_id: str, fake_id: str) -> None:
+    """``theirs`` is byte for byte the answer for a missing id (with the id substituted)."""
+    assert theirs.status == missing.status == 404, (theirs.body, missing.body)
+    assert json.dumps(theirs.body) == json.dumps(missing.body).replace(fake_id, real_id)
+
+
+def fake(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def usage(rt: Runtime, budget_id: str) -> tuple[str, str]:
+    rows = db_rows(
+        rt, f"SELECT reserved, settled FROM budget_usage WHERE budget_id = '{budget_id}'"
+    )
+    return (rows[0][0], rows[0][1]) if rows else ("0", "0")
+
+
+def test_anothers_reservation_and_receipt_answer_as_missing_ones(
+    rt: Runtime, client: TestClient
+) -> None:
+    budgets(rt, ("a-budget", ("alice",)), ("b-budget", ("bob",)))
+    alice, bob = key(rt, client, "alice"), key(rt, client, "bob")
+    held = alice.reserve("a-budget", "10")
+    settled = alice.reserve("a-budget", "20")
+    receipt = alice.post(f"/v1/reservations/{settled}/commit", {"actualAmount": "20"}).data[
+        "receipt"
+    ]["receiptId"]
+    before = usage(rt, "a-budget")
+    nores, norcp = fake("res"), fake("rcp")
+
+    same_as_missing(
+        bob.get(f"/v1/reservations/{held}"), bob.get(f"/v1/reservations/{nores}"), held, nores
+    )
+    same_as_missing(
+        bob.post(f"/v1/reservations/{held}/commit", {"actualAmount": "0"}),
+        bob.post(f"/v1/reservations/{nores}/commit", {"actualAmount": "0"}),
+        held,
+        nores,
+    )
+    same_as_missing(
+        bob.post(f"/v1/reservations/{held}/release"),
+        bob.post(f"/v1/reservations/{nores}/release"),
+        held,
+        nores,
+    )
+    same_as_missing(
+        bob.post(f"/v1/receipts/{receipt}/undo"),
+        bob.post(f"/v1/receipts/{norcp}/undo"),
+        receipt,
+        norcp,
+    )
+    # Nothing changed: A's hold is held, its spend stands, and A can still conclude both.
+    assert usage(rt, "a-budget") == before == ("10", "20")
+    assert alice.get(f"/v1/reservations/{held}").data["reservation"]["status"] == "held"
+    assert alice.post(f"/v1/reservations/{held}/release").status == 200
+    assert alice.post(f"/v1/receipts/{receipt}/undo").status == 200
+    # The hold and its receipt record who took them.
+    assert db_rows(rt, f"SELECT principal FROM reservations WHERE reservation_id = '{held}'") == [
+        ("alice",)
+    ]
+    assert db_rows(rt, f"SELECT principal FROM receipts WHERE receipt_id = '{receipt}'") == [
+        ("alice",)
+    ]
+
+
+def test_a_quote_against_anothers_budget_is_refused_and_holds_nothing(
+    rt: Runtime, client: TestClient
+) -> None:
+    budgets(rt, ("a-budget", ("alice",)), ("b-budget", ("bob",)))
+    bob = key(rt, client, "bob")
+    entries = len(list(rt.store.iter_records()))
+    missing = "no-such-budget"
+    same_as_missing(bob.quote("a-budget", "5"), bob.quote(missing, "5"), "a-budget", missing)
+    same_as_missing(
+        bob.get("/v1/budgets/a-budget"), bob.get(f"/v1/budgets/{missing}"), "a-budget", missing
+    )
+    ask = {"cap": "500", "reason": "more"}
+    same_as_missing(
+        bob.post("/v1/budget-requests", {"budgetId": "a-budget", **ask}),
+        bob.post("/v1/budget-requests", {"budgetId": missing, **ask}),
+        "a-budget",
+        missing,
+    )
+    assert usage(rt, "a-budget") == ("0", "0")
+    assert db_rows(rt, "SELECT count(*) FROM reservations") == [(0,)]
+    assert db_rows(rt, "SELECT count(*) FROM tasks") == [(0,)]
+    assert len(list(rt.store.iter_records())) == entries  # not even an audit entry
+    assert bob.quote("b-budget", "5").status == 200  # its own budget works
+
+
+def test_the_budget_list_shows_the_callers_budgets_and_admin_sees_all(
+    rt: Runtime, client: TestClient
+) -> None:
+    budgets(
+        rt,
+        ("a-budget", ("alice",)),
+        ("b-budget", ("bob",)),
+        ("shared", ("group:ops",)),
+        ("unbound", ()),
+    )
+    bob = key(rt, client, "bob", "ops")
+    listed = {b["budgetId"]: b for b in bob.get("/v1/budgets").data["budgets"]}
+    assert set(listed) == {"b-budget", "shared"}
+    assert listed["shared"]["principals"] == ["group:ops"]
+    admin = Api(client, rt.api_token)
+    assert {b["budgetId"] for b in admin.get("/v1/budgets").data["budgets"]} == {
+        "a-budget",
+        "b-budget",
+        "shared",
+        "unbound",
+    }
+    assert key(rt, client, "carol").get("/v1/budgets").data["budgets"] == []
+
+
+def test_admin_reads_everything_but_never_spends_as_someone_else(
+    rt: Runtime, client: TestClient
+) -> None:
+    budgets(rt, ("a-budget", ("alice",)), ("unbound", ()))
+    alice = key(rt, client, "alice")
+    admin = Api(client, rt.api_token)
+    boss = key(rt, client, "boss", "ops", admin=True)  # an admin in a group: not bound by it
+    held = alice.reserve("a-budget", "10")
+    settled = alice.reserve("a-budget", "20")
+    receipt = alice.post(f"/v1/reservations/{settled}/commit", {"actualAmount": "20"}).data[
+        "receipt"
+    ]["receiptId"]
+    for who in (admin, boss):
+        assert who.budget("a-budget")["reserved"] == "10"
+        assert who.get(f"/v1/reservations/{held}").data["reservation"]["status"] == "held"
+        assert who.budget("unbound")["principals"] == []
+        for reply in (
+            who.quote("a-budget", "1"),
+            who.quote("unbound", "1"),
+            who.post(f"/v1/reservations/{held}/commit", {"actualAmount": "0"}),
+            who.post(f"/v1/reservations/{held}/release"),
+            who.post(f"/v1/receipts/{receipt}/undo"),
+        ):
+            assert_error(reply, "auth:forbidden", 403, resolution="authenticate")
+    assert usage(rt, "a-budget") == ("10", "20")
+    assert usage(rt, "unbound") == ("0", "0")
+    assert alice.get(f"/v1/reservations/{held}").data["reservation"]["status"] == "held"
+    # An agent key is refused the unbound budget as if it did not exist.
+    assert_error(alice.quote("unbound", "1"), "input:unknown_budget", 404, resolution="retry")
+    # Binding the admin's own principal lets it spend there, as itself.
+    budgets(rt, ("admin-budget", ("admin",)))
+    assert admin.quote("admin-budget", "1").status == 200
+
+
+def test_groups_bind_and_bindings_are_not_inherited(rt: Runtime, client: TestClient) -> None:
+    rt.spend.define_budget(
+        Budget("org", BudgetKind.ORG, "USD", Decimal(100), Period.NONE, principals=("cfo",))
+    )
+    rt.spend.define_budget(
+        Budget("org.t", BudgetKind.TEAM, "USD", Decimal(50), Period.NONE, "org", "", ("group:t",))
+    )
+    rt.spend.define_budget(
+        Budget("org.t.a", BudgetKind.AGENT, "USD", Decimal(20), Period.NONE, "org.t", "", ("bot",))
+    )
+    member = key(rt, client, "tina", "t")
+    bot = key(rt, client, "bot")
+    assert member.quote("org.t", "5").status == 200  # through the group
+    assert bot.quote("org.t.a", "5").status == 200  # charges org.t and org through its own
+    assert usage(rt, "org") == ("10", "0")
+    # Not inherited either way: the bot may not quote against its team, the team's
+    # members not against the bot's budget.
+    assert_error(bot.quote("org.t", "1"), "input:unknown_budget", 404, resolution="retry")
+    assert_error(member.quote("org.t.a", "1"), "input:unknown_budget", 404, resolution="retry")
+
+
+def test_an_adcp_plan_budget_is_reachable_only_by_its_owner(
+    rt: Runtime, client: TestClient
+) -> None:
+    owner_token = rt.api_keys.create("buyer-a", "agent")[1]
+    adcp_headers = {"authorization": f"Bearer {owner_token}", "content-type": "application/json"}
+    plan = {
+        "plan_id": "q2",
+        "brand": {"domain": "acmeoutdoor.example"},
+        "objectives": "Q2 outdoor lifestyle campaign",
+        "budget": {"total": 1000, "currency": "USD", "reallocation_threshold": 1000},
+        "flight": {"start": "2020-01-01T00:00:00Z", "end": "2099-06-30T23:59:59Z"},
+        "countries": ["US"],
+    }
+    synced = client.post(
+        "/adcp/sync_plans",
+        json={"idempotency_key": str(uuid.uuid4()), "plans": [plan]},
+        headers=adcp_headers,
+    )
+    assert synced.status_code == 200, synced.text
+    intent: dict[str, Any] = {
+        "plan_id": "q2",
+        "caller": "https://pinnacle-agency.example",
+        "target_agent": "https://seller.example.com",
+        "tool": "create_media_buy",
+        "purchase_type": "media_buy",
+        "proposed_commitment": {"amount": 400, "currency": "USD"},
+        "payload": {
+            "brand": {"domain": "acmeoutdoor.example"},
+            "total_budget": {"amount": 400, "currency": "USD"},
+            "start_time": "asap",
+            "end_time": "2099-06-30T23:59:59Z",
+            "packages": [{"product_id": "p1", "budget": 400, "pricing_option_id": "cpm"}],
+            "idempotency_key": "cmb-" + "0" * 20 + "400",
+        },
+    }
+    checked = client.post("/adcp/check_governance", json=intent, headers=adcp_headers)
+    assert checked.status_code == 200 and checked.json()["verdict"] == "approved", checked.text
+    plan_budget = budget_id_for("buyer-a", "q2")
+    (hold,) = db_rows(rt, "SELECT reservation_id, principal FROM reservations")
+    assert hold[1] == "buyer-a"
+
+    other = key(rt, client, "buyer-b")
+    assert plan_budget not in {b["budgetId"] for b in other.get("/v1/budgets").data["budgets"]}
+    missing = "adcp:" + "0" * 40
+    same_as_missing(
+        other.get(f"/v1/budgets/{plan_budget}"),
+        other.get(f"/v1/budgets/{missing}"),
+        plan_budget,
+        missing,
+    )
+    same_as_missing(other.quote(plan_budget, "1"), other.quote(missing, "1"), plan_budget, missing)
+    nores = fake("res")
+    same_as_missing(
+        other.get(f"/v1/reservations/{hold[0]}"),
+        other.get(f"/v1/reservations/{nores}"),
+        hold[0],
+        nores,
+    )
+    assert usage(rt, plan_budget) == ("400", "0")
+    # Its owner sees it; the hold AdCP took is concluded by AdCP, not here.
+    owner = Api(client, owner_token)
+    assert plan_budget in {b["budgetId"] for b in owner.get("/v1/budgets").data["budgets"]}
+    assert owner.budget(plan_budget)["principals"] == ["buyer-a"]
+    assert_error(
+        owner.post(f"/v1/reservations/{hold[0]}/commit", {"actualAmount": "0"}),
+        "reservation:other_wire",
+        409,
+    )
+    assert usage(rt, plan_budget) == ("400", "0")
+
+
+def test_acs_holds_are_owned_by_nobody_on_the_spend_wire(rt: Runtime, client: TestClient) -> None:
+    budgets(rt, ("acs-budget", ("alice",)))
+    # The ACS spend gate reserves without a principal (the bundle chose the budget).
+    res = rt.spend.reserve("acs-budget", "3", "USD", action="acs:pay", meta={"wire": "acs"})
+    alice = key(rt, client, "alice")
+    nores = fake("res")
+    same_as_missing(
+        alice.post(f"/v1/reservations/{res.id}/release"),
+        alice.post(f"/v1/reservations/{nores}/release"),
+        res.id,
+        nores,
+    )
+    admin = Api(client, rt.api_token)
+    assert admin.get(f"/v1/reservations/{res.id}").data["reservation"]["status"] == "held"
+    assert_error(
+        admin.post(f"/v1/reservations/{res.id}/release"),
+        "auth:forbidden",
+        403,
+        resolution="authenticate",
+    )
+
+
+def test_put_sets_and_keeps_the_binding(rt: Runtime, client: TestClient) -> None:
+    admin = Api(client, rt.api_token)
+    body: dict[str, Any] = {"kind": "org", "currency": "USD", "cap": "10", "period": "none"}
+    created = admin.put("/v1/budgets/b", {**body, "principals": ["zed", "group:ops", "zed"]})
+    assert created.status == 201 and created.data["budget"]["principals"] == ["group:ops", "zed"]
+    kept = admin.put("/v1/budgets/b", {**body, "cap": "20"})  # omitted: the binding stays
+    assert kept.data["budget"]["principals"] == ["group:ops", "zed"]
+    assert '"principals":["group:ops","zed"]' in kept.data["undo"]["command"]
+    assert key(rt, client, "zed").quote("b", "1").status == 200
+    cleared = admin.put("/v1/budgets/b", {**body, "principals": []})
+    assert cleared.data["budget"]["principals"] == []
+    assert_error(
+        key(rt, client, "zed2").quote("b", "1"), "input:unknown_budget", 404, resolution="retry"
+    )
+    for bad in (["has space"], ["group:"], "zed", [1]):
+        r = admin.put("/v1/budgets/b", {**body, "principals": bad})
+        assert r.status == 400, r.body
+    assert admin.budget("b")["principals"] == []
+
+
+def test_binding_entries_use_the_api_key_syntax() -> None:
+    from warden.identity import api_keys
+
+    assert PRINCIPAL.pattern == api_keys._PRINCIPAL.pattern  # noqa: SLF001
+    assert GROUP.pattern == api_keys._GROUP.pattern  # noqa: SLF001
+
+
+def test_migration_0008_binds_plan_budgets_to_their_owner_and_nothing_else(
+    database_url: str,
+) -> None:
+    """Rows written before 0008: a budget is bound to nobody, except an AdCP plan's, bound
+    to its plan's owner; a reservation and its receipt are owned by nobody."""
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    from warden.store import open_store
+    from warden.store.sql import _alembic_config
+
+    engine = create_engine(database_url)
+    cfg = _alembic_config()
+    plan_budget = budget_id_for("buyer-a", "q2")
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0007")
+        for bid in ("acme", plan_budget):
+            conn.exec_driver_sql(
+                "INSERT INTO budgets (budget_id, kind, parent_id, currency, cap, period, name, "
+                f"updated_at) VALUES ('{bid}', 'org', NULL, 'USD', '10', 'none', '', 'x')"
+            )
+        conn.exec_driver_sql(
+            "INSERT INTO adcp_plans (principal, plan_id, version, status, budget_id, plan_hash, "
+            f"record, updated_at) VALUES ('buyer-a', 'q2', 1, 'active', '{plan_budget}', 'h', "
+            "'{}', 'x')"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO reservations (reservation_id, budget_id, status, expires_at, record) "
+            "VALUES ('res_old', 'acme', 'held', 'x', '{}')"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO receipts (receipt_id, reservation_id, record) "
+            "VALUES ('rcp_old', 'res_old', '{}')"
+        )
+    engine.dispose()
+    store = open_store(database_url)  # migrates to head
+    try:
+        with store.engine.connect() as conn:
+            bound = dict(
+                conn.exec_driver_sql("SELECT budget_id, principals FROM budgets").fetchall()
+            )
+            assert {k: json.loads(v) for k, v in bound.items()} == {
+                "acme": [],
+                plan_budget: ["buyer-a"],
+            }
+            assert conn.exec_driver_sql("SELECT principal FROM reservations").fetchall() == [
+                (None,)
+            ]
+            assert conn.exec_driver_sql("SELECT principal FROM receipts").fetchall() == [(None,)]
+        assert {b.id: b.principals for b in store.budgets()} == {
+            "acme": (),
+            plan_budget: ("buyer-a",),
+        }
+    finally:
+        store.close()
