@@ -100,6 +100,9 @@ def verify_chains(
         return ChainCheck(doc | {"failure": _failure(exc)})
     finally:
         if store is not None:
+            # Close the walk first: a generator suspended mid-session holds an open read
+            # snapshot, and the final WAL checkpoint would wait out the busy timeout.
+            records.close()
             store.close()
     return ChainCheck(
         doc

@@ -26,6 +26,8 @@ from rich.table import Column, Table
 
 # Far wider than any table: measuring against it gives the table's unconstrained needs.
 _UNBOUNDED = 1 << 16
+# Cells up to this many characters are kept whole (they fold only when longer).
+_SHORT = 12
 
 
 def print_json(value: Any) -> None:
@@ -63,7 +65,8 @@ def _fixed_widths(console: Console, t: Table) -> int:
 
     Rich shrinks every wrappable column alike when a table is too wide, which pushes a
     short header below its width and crops the last columns. Instead each column keeps
-    at least its header's width and the remaining room is shared in proportion to what
+    at least its header's width (and a column whose cells are all short, at most
+    ``_SHORT`` characters, keeps their width) and the remaining room is shared in proportion to what
     each column's widest cell wants beyond that; cells fold. When even the headers do
     not fit, the table is as wide as they need (wider than the console).
     """
@@ -75,12 +78,14 @@ def _fixed_widths(console: Console, t: Table) -> int:
         show_edge=t.show_edge,
         pad_edge=t.pad_edge,
     )
-    mins = [max(c.min_width or 0, len(str(c.header)), 1) for c in t.columns]
-    extra = Measurement.get(console, unbounded, bare).minimum - sum(mins)  # borders, padding
+    heads = [max(c.min_width or 0, len(str(c.header)), 1) for c in t.columns]
+    extra = Measurement.get(console, unbounded, bare).minimum - sum(heads)  # borders, padding
     natural = [
         max([low, *(Measurement.get(console, unbounded, cell).maximum for cell in c.cells)])
-        for low, c in zip(mins, t.columns, strict=True)
+        for low, c in zip(heads, t.columns, strict=True)
     ]
+    # A short value (a role, a status, a count) is never folded: it keeps its width too.
+    mins = [max(h, min(n, _SHORT)) for h, n in zip(heads, natural, strict=True)]
     room = console.width - extra
     if sum(natural) <= room:
         return console.width
