@@ -12,7 +12,6 @@ Exit codes: 0 success, 1 refused (not found, not permitted, already decided),
 from __future__ import annotations
 
 import json
-import sys
 from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -20,10 +19,10 @@ from urllib.parse import quote
 import httpx
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from warden.approvals.display import visible
 from warden.cli_options import EXIT_BAD_INPUT, EXIT_FAILURE_FOUND, console, err_console
+from warden.cli_output import print_json, print_table, table
 
 approvals_app = typer.Typer(
     help="Decide approval tasks on a running Warden (maker-checker).", no_args_is_help=True
@@ -42,7 +41,10 @@ Token = Annotated[
         show_default=False,
     ),
 ]
-AsJson = Annotated[bool, typer.Option("--json", help="Print the JSON the server returned.")]
+AsJson = Annotated[
+    bool,
+    typer.Option("--json", help="Print the server's data object as JSON (docs/cli-json.md)."),
+]
 Reason = Annotated[str, typer.Option("--reason", help="Why (recorded in the audit chain).")]
 DEFAULT_URL = "http://127.0.0.1:8787"
 
@@ -97,10 +99,6 @@ def _approvals(task: dict[str, Any]) -> int:
     return sum(1 for v in task["votes"] if v["decision"] == "approve" and not v.get("void"))
 
 
-def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
-
-
 def _print_task(task: dict[str, Any]) -> None:
     if not isinstance(task, dict) or "action" not in task:
         err_console.print("[red]error:[/red] the answer is not an approval task")
@@ -152,24 +150,31 @@ def list_tasks(
     params: dict[str, Any] = {"state": state, "limit": limit, **({"group": group} if group else {})}
     data = _call("GET", url, token, "/v1/approvals", params=params)
     if as_json:
-        _print_json(data)
+        print_json(data)
         return
     more = " (more exist: raise --limit)" if data.get("truncated") else ""
-    table = Table(title=f"{data['count']} {_safe(state)} approval task(s){more}")
-    for col in ("task", "state", "action", "requester", "group", "approvals", "left"):
-        table.add_column(col)
-    for t in data["tasks"]:
-        approvals = _approvals(t)
-        table.add_row(
-            _safe(t["id"]),
-            t["state"],
-            _safe(t["action"].get("name")),
-            _safe(t["requester"].get("agent_id")),
-            _safe(t["approver_group"]),
-            f"{approvals}/{t['approvals_required']}",
-            _left(t["expires_at"]) if t["state"] == "pending" else "",
+    listing = table(
+        "task",
+        "state",
+        "action",
+        "requester",
+        "group",
+        "approvals",
+        "left",
+        title=f"{data['count']} {_safe(state)} approval task(s){more}",
+    )
+    for task in data["tasks"]:
+        approvals = _approvals(task)
+        listing.add_row(
+            _safe(task["id"]),
+            task["state"],
+            _safe(task["action"].get("name")),
+            _safe(task["requester"].get("agent_id")),
+            _safe(task["approver_group"]),
+            f"{approvals}/{task['approvals_required']}",
+            _left(task["expires_at"]) if task["state"] == "pending" else "",
         )
-    console.print(table)
+    print_table(console, listing)
 
 
 @approvals_app.command()
@@ -177,7 +182,7 @@ def show(task_id: str, token: Token = "", url: Url = DEFAULT_URL, as_json: AsJso
     """Show one task: action, arguments, policy, requester, votes and trail."""
     data = _call("GET", url, token, _task_path(task_id))
     if as_json:
-        _print_json(data)
+        print_json(data)
     else:
         _print_task(data["task"])
 
@@ -193,7 +198,7 @@ def approve(
     """Approve a pending task (one vote; N distinct approvers when its rule needs N)."""
     data = _call("POST", url, token, _task_path(task_id, "approve"), json={"reason": reason})
     if as_json:
-        _print_json(data)
+        print_json(data)
     else:
         console.print(f"task {_safe(task_id)} is now {data['task']['state']}")
 
@@ -209,7 +214,7 @@ def deny(
     """Deny a pending task with a reason."""
     data = _call("POST", url, token, _task_path(task_id, "deny"), json={"reason": reason})
     if as_json:
-        _print_json(data)
+        print_json(data)
     else:
         console.print(f"task {_safe(task_id)} is now {data['task']['state']}")
 
@@ -232,6 +237,6 @@ def reroute(
         json={"group": group, "reason": reason},
     )
     if as_json:
-        _print_json(data)
+        print_json(data)
     else:
         console.print(f"task {_safe(task_id)} is routed to {_safe(data['task']['approver_group'])}")

@@ -11,16 +11,14 @@ configuration (including a missing database or key file).
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from warden.cli_options import (
     DataDir,
@@ -31,6 +29,7 @@ from warden.cli_options import (
     err_console,
     existing_database_url,
 )
+from warden.cli_output import print_json, print_table, table
 from warden.errors import WardenError
 
 if TYPE_CHECKING:
@@ -43,7 +42,9 @@ keys_app = typer.Typer(
 
 EXIT_NOT_FOUND = 1
 
-AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+AsJson = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document (docs/cli-json.md) on stdout.")
+]
 
 
 @contextmanager
@@ -62,10 +63,6 @@ def _api_keys(data_dir: Path, database_url: str | None, key_file: Path | None) -
         yield ApiKeys(store, api_key_pepper(ikm))
     finally:
         store.close()
-
-
-def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
 
 
 @keys_app.command()
@@ -108,7 +105,7 @@ def create(
         "(Warden keeps only a hash and cannot show it again)."
     )
     if as_json:
-        _print_json(
+        print_json(
             {
                 "key_id": identity.key_id,
                 "principal": identity.principal,
@@ -141,14 +138,14 @@ def list_keys(
     except WardenError as exc:
         raise _fail(exc) from exc
     if as_json:
-        _print_json([info.as_dict() for info in infos])
+        print_json([info.as_dict() for info in infos])
         return
     if not infos:
         console.print("no API keys")
         return
-    table = Table("key_id", "principal", "role", "groups", "created_at", "status")
+    t = table("key_id", "principal", "role", "groups", "created_at", "status")
     for info in infos:
-        table.add_row(
+        t.add_row(
             info.key_id,
             escape(info.principal),
             info.role.value,
@@ -156,7 +153,7 @@ def list_keys(
             info.created_at,
             "active" if info.revoked_at is None else f"revoked {info.revoked_at}",
         )
-    console.print(table)
+    print_table(console, t)
 
 
 @keys_app.command()

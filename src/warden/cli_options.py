@@ -11,8 +11,10 @@ from rich.markup import escape
 
 from warden.errors import ConfigError, WardenError
 
-console = Console()
-err_console = Console(stderr=True)
+# soft_wrap: Rich never inserts line breaks of its own (decision 200), so a message is one
+# line at any width, whether stdout is a terminal or a pipe; tables still fit the width.
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 EXIT_FAILURE_FOUND = 1
 EXIT_BAD_INPUT = 2

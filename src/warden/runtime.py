@@ -181,6 +181,7 @@ class Runtime:
                 policy_requires_provenance=settings.policy_requires_provenance,
             ),
             max_body_bytes=settings.max_body_bytes,
+            provenance_cache_bytes=settings.provenance_cache_bytes,
             spend_gate=gate,
             approval_gate=ApprovalGate(desk, guardian),
             callers=CallerKeys(agents, keys, unsafe_shared_ikm=settings.unsafe_shared_ikm),

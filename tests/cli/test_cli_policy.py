@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -31,8 +30,19 @@ def warden(*args: str | Path) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "COLUMNS": "1000"},
     )
+
+
+def explained(*args: str | Path) -> dict[str, Any]:
+    """``warden policy explain ARGS --json``'s document (docs/cli-json.md), exit 0."""
+    proc = warden("policy", "explain", *args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+def _candidates(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [(c["rule"], c["effect"], c["fired"]) for c in doc["candidates"]]
 
 
 @pytest.mark.parametrize("path", [DEFAULT_POLICY, AGENTDOJO_POLICY], ids=["default", "agentdojo"])
@@ -66,51 +76,42 @@ def test_check_missing_file() -> None:
     assert "/nonexistent/bundle.yaml: cannot read bundle" in proc.stderr
 
 
-def _row(rule_id: str, effect: str, fired: str) -> re.Pattern[str]:
-    return re.compile(rf"│ {re.escape(rule_id)}\s+│ {effect}\s+│ {fired}\s+│")
-
-
 def test_explain_shows_fired_rules_and_verdict() -> None:
-    proc = warden("policy", "explain", asset("policy/explain_policy.yaml"),
-                  asset("policy/request_shell_rm.json"))  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout
-    assert "method steps/toolCallRequest, tool shell: 2 candidate rules of 5" in out
-    assert _row("tools", "allow", "yes").search(out)
-    assert _row("destructive", "deny", "yes").search(out)
-    for absent in ("sessions", "recursive-delete", "payments"):
-        assert f"│ {absent} " not in out
-    assert "no condition" in out
-    assert "type(args[k]) == string && args[k].startsWith('rm ')" in out
-    assert "verdict: deny — Destructive [shell] command." in out
-    assert "reason codes: destructive_command" in out
+    doc = explained(asset("policy/explain_policy.yaml"), asset("policy/request_shell_rm.json"))
+    assert (doc["method"], doc["tool"], doc["rules_total"]) == ("steps/toolCallRequest", "shell", 5)
+    assert _candidates(doc) == [("tools", "allow", "yes"), ("destructive", "deny", "yes")]
+    tools, destructive = doc["candidates"]
+    assert tools["detail"] == "no condition"
+    assert "type(args[k]) == string && args[k].startsWith('rm ')" in destructive["detail"]
+    assert doc["verdict"] == {
+        "decision": "deny",
+        "reasoning": "Destructive [shell] command.",
+        "reason_codes": ["destructive_command"],
+        "default_applied": False,
+        "fail_closed": False,
+    }
 
 
 def test_explain_rule_that_does_not_fire() -> None:
-    proc = warden("policy", "explain", asset("policy/explain_policy.yaml"),
-                  asset("policy/request_delete_file.json"))  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout
-    assert "tool delete_file: 2 candidate rules of 5" in out
-    assert _row("tools", "allow", "yes").search(out)
-    assert _row("recursive-delete", "deny", "no").search(out)
-    assert "→ False" in out
-    assert re.search(r"^verdict: allow$", out, re.M)
-    assert "reason codes" not in out
+    doc = explained(asset("policy/explain_policy.yaml"), asset("policy/request_delete_file.json"))
+    assert (doc["tool"], doc["rules_total"]) == ("delete_file", 5)
+    assert _candidates(doc) == [("tools", "allow", "yes"), ("recursive-delete", "deny", "no")]
+    assert doc["candidates"][1]["detail"].endswith("→ False")
+    assert (doc["verdict"]["decision"], doc["verdict"]["reasoning"]) == ("allow", "")
+    assert doc["verdict"]["reason_codes"] == []
 
 
 def test_explain_no_candidates_applies_bundle_default() -> None:
-    proc = warden("policy", "explain", asset("policy/bundle_eval_error.yaml"),
-                  asset("policy/request_delete_file.json"))  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert "0 candidate rules of 2" in proc.stdout
-    assert "verdict: allow (default)" in proc.stdout
+    doc = explained(
+        asset("policy/bundle_eval_error.yaml"), asset("policy/request_delete_file.json")
+    )
+    assert (doc["candidates"], doc["rules_total"]) == ([], 2)
+    assert (doc["verdict"]["decision"], doc["verdict"]["default_applied"]) == ("allow", True)
 
 
 def test_explain_default_bundle_on_destructive_command() -> None:
-    proc = warden("policy", "explain", DEFAULT_POLICY, asset("policy/request_shell_rm.json"))
-    assert proc.returncode == 0, proc.stderr
-    assert re.search(r"^verdict: deny — ", proc.stdout, re.M)
+    doc = explained(DEFAULT_POLICY, asset("policy/request_shell_rm.json"))
+    assert doc["verdict"]["decision"] == "deny" and doc["verdict"]["reasoning"]
 
 
 def test_explain_refuses_a_non_envelope() -> None:
@@ -138,13 +139,14 @@ def test_explain_refuses_a_bad_bundle() -> None:
 def test_check_every_example_bundle_at_once() -> None:
     paths = sorted((ROOT / "examples" / "policies").glob("*.yaml"))
     assert len(paths) >= 2
-    proc = warden("policy", "check", *paths)
+    proc = warden("policy", "check", *paths, "--json")
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    assert len(lines) == len(paths)
-    for line, path in zip(lines, paths, strict=True):
-        bundle = load_bundle(path)
-        assert line.startswith(f"OK {bundle.ref.id}@{bundle.ref.version}: "), line
+    doc = json.loads(proc.stdout)
+    assert doc["ok"] is True and len(doc["files"]) == len(paths)
+    for got, path in zip(doc["files"], paths, strict=True):
+        ref = load_bundle(path).ref
+        assert (got["file"], got["ok"]) == (str(path), True)
+        assert got["bundle"] == {"id": ref.id, "version": ref.version, "digest": ref.digest}
 
 
 def test_check_several_files_one_bad() -> None:
@@ -159,26 +161,20 @@ def test_check_several_files_one_bad() -> None:
 # -- policy explain: the server's own request checks --------------------------------------
 
 
-def _rejection(stderr: str) -> tuple[int, str | None, str]:
-    """(code, pointer, message) from explain's report of a request the server rejects."""
-    head, *rest = stderr.splitlines()
-    code = re.fullmatch(r"error: Warden would reject this request with JSON-RPC error "
-                        r"(-\d+) \([a-z ]+\)", head)  # fmt: skip
-    assert code is not None, stderr
-    fields = dict(line.strip().split(": ", 1) for line in rest)
-    pointer = json.loads(fields["pointer"]) if "pointer" in fields else None
-    return int(code[1]), pointer, fields["message"]
+def _rejection(*args: str | Path) -> tuple[int, str | None, str]:
+    """(code, pointer, message) of explain's ``--json`` report of a request the server
+    rejects (exit 2)."""
+    proc = warden("policy", "explain", *args, "--json")
+    assert proc.returncode == 2, proc.stdout
+    assert "Traceback" not in proc.stderr
+    rejected = json.loads(proc.stdout)["rejected"]
+    return rejected["code"], rejected["pointer"], rejected["message"]
 
 
 def test_explain_unwrapped_arguments_is_the_servers_invalid_params() -> None:
     """Arguments not wrapped in {"value": …}: once a traceback (AttributeError), then a
     wrong `allow`; the server answers -32602, and so must explain (exit 2)."""
-    proc = warden("policy", "explain", DEFAULT_POLICY,
-                  asset("policy/request_arguments_not_wrapped.json"))  # fmt: skip
-    assert proc.returncode == 2, proc.stdout
-    assert proc.stdout == ""
-    assert "Traceback" not in proc.stderr
-    assert _rejection(proc.stderr) == (
+    assert _rejection(DEFAULT_POLICY, asset("policy/request_arguments_not_wrapped.json")) == (
         -32602,
         "/params/payload/arguments/cmd",
         'steps/toolCallRequest payload invalid at /arguments/cmd: "rm -rf /" is not of type '
@@ -201,10 +197,7 @@ def test_explain_reports_exactly_what_the_server_answers(
     name: str, make_runtime: Callable[..., Runtime]
 ) -> None:
     path = asset(f"policy/{name}")
-    proc = warden("policy", "explain", DEFAULT_POLICY, path)
-    assert proc.returncode == 2, proc.stdout
-    assert proc.stdout == ""
-    code, pointer, message = _rejection(proc.stderr)
+    code, pointer, message = _rejection(DEFAULT_POLICY, path)
 
     rt = make_runtime()
     client = service_client(rt)
@@ -245,8 +238,8 @@ def test_explain_condition_error_is_the_fail_closed_decision() -> None:
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "tool send_money: 1 candidate rules evaluated before the failure, of 2" in out
-    assert _row("transfer-limit", "deny", "error").search(out), out
-    assert "when `args.amount > 1000` → error: evaluation failed" in out
+    # The table's cells fold at the width: their text is checked through --json
+    # (tests/cli/test_cli_json.py::test_policy_explain_json_fail_closed).
     assert f"verdict: deny (fail closed) — {FAIL_CLOSED_REASONING}" in out
     assert "reason codes: evaluation_failed" in out
     assert re.search(r"^evaluation failed: rule transfer-limit: evaluation failed: ", out, re.M)
@@ -257,8 +250,7 @@ def test_explain_regex_re2_cannot_compile_is_the_fail_closed_decision(tmp_path: 
     request["params"]["payload"]["raw_command"] = "echo echo"
     path = tmp_path / "request.json"
     path.write_text(json.dumps(request))
-    proc = warden("policy", "explain", asset("policy/bundle_eval_regex_not_re2.yaml"), path)
-    assert proc.returncode == 0, proc.stderr
-    assert _row("repeated-word", "deny", "error").search(proc.stdout), proc.stdout
-    assert "verdict: deny (fail closed)" in proc.stdout
-    assert "RE2 cannot compile pattern" in proc.stdout
+    doc = explained(asset("policy/bundle_eval_regex_not_re2.yaml"), path)
+    assert ("repeated-word", "deny", "error") in _candidates(doc)
+    assert (doc["verdict"]["decision"], doc["verdict"]["fail_closed"]) == ("deny", True)
+    assert "RE2 cannot compile pattern" in doc["evaluation_failed"]

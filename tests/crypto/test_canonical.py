@@ -9,7 +9,12 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from warden.crypto.canonical import canonical_bytes, is_fast_canonical, parse_strict_json
+from warden.crypto.canonical import (
+    canonical_bytes,
+    is_fast_canonical,
+    parse_request_json,
+    parse_strict_json,
+)
 from warden.errors import InvalidRequest, ParseError
 
 json_scalars = (
@@ -65,10 +70,43 @@ def test_known_canonical_forms(value: object, expected: bytes) -> None:
     assert canonical_bytes(value) == expected
 
 
-@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 2**53, -(2**60), "\ud800"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        math.inf,
+        -math.inf,
+        math.nan,
+        2**53 + 1,  # no double: a JCS peer reads 2^53 and signs 9007199254740992
+        -(2**60),  # exactly a double, but RFC 8785 writes it -1152921504606847000
+        10**21,  # RFC 8785 writes 1e+21, never these digits
+        10**400,  # no double at all
+        "\ud800",
+    ],
+)
 def test_values_outside_the_jcs_domain_are_refused(value: object) -> None:
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(InvalidRequest, match="JCS"):
         canonical_bytes({"v": value})
+
+
+@pytest.mark.parametrize(
+    "literal",
+    [
+        "9007199254740992",  # 2^53
+        "100000000000000000000",  # 1e20
+        "-1152921504606847000",  # -2^60 as ECMAScript writes it
+        "999999999999999900000",  # the largest spelling below 1e21 with 16 digits
+        "123456789012345680000",
+    ],
+)
+def test_integers_an_rfc8785_serializer_writes_as_digits_are_accepted(literal: str) -> None:
+    """Below 10^21 RFC 8785 writes an integral double as plain digits; those digits
+    parse as a Python int, and canonicalize back to the same bytes as the double."""
+    parsed = parse_strict_json(f'{{"v":{literal}}}')
+    assert type(parsed["v"]) is int
+    expected = f'{{"v":{literal}}}'.encode()
+    assert rfc8785.dumps({"v": float(literal)}) == expected
+    assert canonical_bytes(parsed) == expected
+    assert canonical_bytes({"v": float(literal)}) == expected  # 1e+20 and the digits agree
 
 
 @pytest.mark.parametrize(
@@ -77,3 +115,36 @@ def test_values_outside_the_jcs_domain_are_refused(value: object) -> None:
 def test_strict_parse_refuses(text: str | bytes) -> None:
     with pytest.raises(ParseError):
         parse_strict_json(text)
+
+
+@pytest.mark.parametrize("depth", [129, 1000, 100_000])
+def test_request_parse_refuses_deep_nesting(depth: int) -> None:
+    text = "[" * depth + "]" * depth
+    with pytest.raises(ParseError) as info:
+        parse_request_json(text)
+    assert info.value.reason == "too_deep"
+
+
+def test_request_parse_takes_128_levels_and_brackets_in_strings() -> None:
+    assert parse_request_json("[" * 128 + "]" * 128) is not None
+    text = '{"s": "' + "[" * 500 + '\\" ' + "{" * 500 + '"}'
+    assert parse_request_json(text)["s"].startswith("[[[")
+
+
+@pytest.mark.parametrize(
+    ("text", "pointer"),
+    [
+        ('["\\ud800"]', "/0"),
+        ('{"a": {"b": "x\\uDC00y"}}', "/a/b"),
+        ('{"a": {"\\udbff": 1}}', "/a"),
+    ],
+)
+def test_request_parse_refuses_lone_surrogates(text: str, pointer: str) -> None:
+    with pytest.raises(ParseError) as info:
+        parse_request_json(text)
+    assert info.value.reason == "lone_surrogate"
+    assert f"at {pointer} " in info.value.message
+
+
+def test_request_parse_keeps_surrogate_pairs_and_escaped_backslashes() -> None:
+    assert parse_request_json('["\\ud83d\\ude00", "\\\\ud800"]') == ["\U0001f600", "\\ud800"]

@@ -13,6 +13,7 @@ strictly: SQL reads a duplicated key differently) and which entries have a sessi
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 import subprocess
@@ -313,7 +314,6 @@ def _verify_cli(data_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "COLUMNS": "1000"},
     )
 
 
@@ -336,10 +336,11 @@ def _tamper(data_dir: Path, sql: Callable[[sqlite3.Connection], Any]) -> None:
 
 def test_untouched_database_verifies(closed_db: tuple[Path, str, str]) -> None:
     data_dir, sid_a, sid_b = closed_db
-    proc = _verify_cli(data_dir)
+    proc = _verify_cli(data_dir, "--json")
     assert proc.returncode == 0, proc.stderr
-    assert "2 sessions, 9 entries, 11 signatures checked" in proc.stdout
-    assert sid_a in proc.stdout and sid_b in proc.stdout
+    doc = json.loads(proc.stdout)
+    assert (doc["sessions"], doc["entries"], doc["signatures_checked"]) == (2, 9, 11)
+    assert sorted(doc["heads"]) == sorted([sid_a, sid_b])
     store = open_store(f"sqlite:///{data_dir / 'warden.db'}", migrate=False)
     try:
         report = verify_records(store.iter_records(), ikm=TEST_IKM)
@@ -357,15 +358,19 @@ def test_tampered_database_refused(closed_db: tuple[Path, str, str], case: DbTam
             case.sql(db, sid_a, sid_b)
     finally:
         db.close()
-    proc = _verify_cli(data_dir)
+    proc = _verify_cli(data_dir, "--json")
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     session, _, seq = case.where.partition(":")
-    where = f"session {sid_a if session == 'A' else sid_b}"
-    if seq:
-        where += f" entry seq {seq}"
-    assert f"FAILED {case.reason}: {where}: " in proc.stderr
-    assert case.message in proc.stderr
-    assert proc.stdout == ""
+    sid = sid_a if session == "A" else sid_b
+    failure = json.loads(proc.stdout)["failure"]
+    assert (failure["reason"], failure["session_id"], failure["seq"]) == (
+        case.reason,
+        sid,
+        int(seq) if seq else None,
+    )
+    where = f"session {sid}" + (f" entry seq {seq}" if seq else "")
+    assert failure["message"].startswith(f"{where}: ")
+    assert case.message in failure["message"]
 
 
 def test_verify_without_database_is_bad_input(tmp_path: Path) -> None:
@@ -496,9 +501,10 @@ def _ledger_chain(data_dir: Path, steps: int = 3) -> str:
 
 def test_stored_requests_verify_and_their_edits_are_refused(tmp_path: Path) -> None:
     sid = _ledger_chain(tmp_path)
-    proc = _verify_cli(tmp_path)
+    proc = _verify_cli(tmp_path, "--json")
     assert proc.returncode == 0, proc.stderr
-    assert "1 sessions, 3 entries, 1 signatures checked" in proc.stdout
+    doc = json.loads(proc.stdout)
+    assert (doc["sessions"], doc["entries"], doc["signatures_checked"]) == (1, 3, 1)
     _tamper(
         tmp_path,
         lambda db: db.execute(

@@ -27,8 +27,16 @@ def warden(*args: str | Path, **env: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "COLUMNS": "1000", **env},
+        env={**os.environ, **env},
     )
+
+
+def verified(path: Path, key: Path) -> dict[str, object]:
+    """``warden verify PATH --json``'s document (docs/cli-json.md), exit 0 asserted."""
+    proc = warden("verify", path, "--key-file", key, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc: dict[str, object] = json.loads(proc.stdout)
+    return doc
 
 
 def _heads(records: list[dict[str, object]]) -> dict[object, object]:
@@ -59,9 +67,9 @@ def test_export_then_verify(runtime: Runtime, tmp_path: Path) -> None:
         {"session_id": sid_b, "seq": 2, "chain_hash": heads[sid_b]},
     ]
 
-    proc = warden("verify", out, "--key-file", data / "ikm.key")
-    assert proc.returncode == 0, proc.stderr
-    assert f"OK {out}: 2 sessions, 9 entries, 12 signatures checked" in proc.stdout
+    doc = verified(out, data / "ikm.key")
+    assert (doc["ok"], doc["source"], doc["sessions"], doc["entries"]) == (True, str(out), 2, 9)
+    assert (doc["signatures_checked"], doc["heads"]) == (12, heads)
 
     one = tmp_path / "b.jsonl"
     proc = warden("export", "--data-dir", data, "--session", sid_b, "-o", one)
@@ -78,10 +86,9 @@ def test_export_then_verify(runtime: Runtime, tmp_path: Path) -> None:
     ]
     assert {r["session_id"] for r in records[:-1]} == {sid_b}
     assert records[-1]["sessions"] == [{"session_id": sid_b, "seq": 2, "chain_hash": heads[sid_b]}]
-    proc = warden("verify", one, "--key-file", data / "ikm.key")
-    assert proc.returncode == 0, proc.stderr
-    assert f"OK {one}: 1 sessions, 3 entries, 5 signatures checked" in proc.stdout
-    assert sid_a not in proc.stdout
+    doc = verified(one, data / "ikm.key")
+    assert (doc["sessions"], doc["entries"], doc["signatures_checked"]) == (1, 3, 5)
+    assert doc["heads"] == {sid_b: heads[sid_b]}
 
 
 def test_session_export_cannot_pass_for_the_whole_export(runtime: Runtime, tmp_path: Path) -> None:
@@ -105,6 +112,14 @@ def test_session_export_cannot_pass_for_the_whole_export(runtime: Runtime, tmp_p
         proc.stderr
     )
     assert proc.stdout == ""
+    proc = warden("verify", spliced, "--key-file", data / "ikm.key", "--json")
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert json.loads(proc.stdout)["failure"] == {
+        "reason": "chain_mismatch",
+        "message": f"session {sid_a}: in the export but not in the manifest",
+        "session_id": sid_a,
+        "seq": None,
+    }
 
 
 def test_export_to_stdout(runtime: Runtime) -> None:
@@ -215,12 +230,17 @@ def test_verify_no_signatures_needs_no_key(runtime: Runtime) -> None:
     assert "9 entries, 0 signatures checked (signatures not checked: --no-signatures)" in (
         proc.stdout
     )
+    doc = json.loads(warden("verify", "--data-dir", data, "--no-signatures", "--json").stdout)
+    assert (doc["signatures"], doc["entries"], doc["signatures_checked"]) == (False, 9, 0)
 
 
 def test_verify_database_needs_no_manifest(runtime: Runtime) -> None:
     """``warden verify --data-dir`` walks the store's records: no manifest there."""
     produce_chain(runtime)
     runtime.close()
-    proc = warden("verify", "--data-dir", runtime.settings.data_dir)
+    data = runtime.settings.data_dir
+    proc = warden("verify", "--data-dir", data, "--json")
     assert proc.returncode == 0, proc.stderr
-    assert "2 sessions, 9 entries, 11 signatures checked" in proc.stdout
+    doc = json.loads(proc.stdout)
+    assert (doc["source"], doc["sessions"], doc["entries"]) == (str(data / "warden.db"), 2, 9)
+    assert doc["signatures_checked"] == 11

@@ -16,7 +16,6 @@ import copy
 import hashlib
 import hmac
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -64,7 +63,6 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "COLUMNS": "1000"},
     )
 
 
@@ -122,16 +120,18 @@ def test_cli_verifies_clean_export(
     live: tuple[list[Line], list[str], Path], key_file: Path
 ) -> None:
     _, sids, path = live
-    proc = _run_cli("verify", str(path), "--key-file", str(key_file))
+    proc = _run_cli("verify", str(path), "--key-file", str(key_file), "--json")
     assert proc.returncode == 0, proc.stderr
-    assert f"OK {path}: 2 sessions, 9 entries, 12 signatures checked" in proc.stdout
-    assert all(sid in proc.stdout for sid in sids)
+    doc = json.loads(proc.stdout)
+    assert (doc["ok"], doc["source"], doc["sessions"], doc["entries"]) == (True, str(path), 2, 9)
+    assert doc["signatures_checked"] == 12 and sorted(doc["heads"]) == sorted(sids)
 
 
 def test_cli_verifies_clean_asset(key_file: Path) -> None:
-    proc = _run_cli("verify", str(asset(CLEAN_ASSET)), "--key-file", str(key_file))
+    proc = _run_cli("verify", str(asset(CLEAN_ASSET)), "--key-file", str(key_file), "--json")
     assert proc.returncode == 0, proc.stderr
-    assert "2 sessions, 9 entries, 12 signatures checked" in proc.stdout
+    doc = json.loads(proc.stdout)
+    assert (doc["sessions"], doc["entries"], doc["signatures_checked"]) == (2, 9, 12)
 
 
 # -- hostile exports ------------------------------------------------------------------------
@@ -164,17 +164,21 @@ def test_recipe_on_live_chain_refused(
 
 @pytest.mark.parametrize("case", TAMPERS, ids=[t.asset for t in TAMPERS])
 def test_cli_refuses_hostile_asset(case: Tamper, key_file: Path, clean_records: list[Line]) -> None:
-    proc = _run_cli("verify", str(asset(case.path)), "--key-file", str(key_file))
+    proc = _run_cli("verify", str(asset(case.path)), "--key-file", str(key_file), "--json")
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
-    assert f"FAILED {case.reason.value}: " in proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["ok"] is False and "heads" not in doc
+    failure = doc["failure"]
     sid = case.session_id(session_ids(clean_records))
+    assert (failure["reason"], failure["session_id"], failure["seq"]) == (
+        case.reason.value,
+        sid,
+        case.seq,
+    )
     if sid is not None:
-        where = f"session {sid}"
-        if case.seq is not None:
-            where += f" entry seq {case.seq}"
-        assert where + ":" in proc.stderr
-    assert case.message in proc.stderr
-    assert "OK" not in proc.stdout
+        where = f"session {sid}" + (f" entry seq {case.seq}" if case.seq is not None else "")
+        assert failure["message"].startswith(where + ":")
+    assert case.message in failure["message"]
 
 
 def test_content_edit_detected_without_key(clean_records: list[Line], tmp_path: Path) -> None:

@@ -5,8 +5,7 @@ transfers are governed by the budgets of examples/budgets/agentdojo.yaml."""
 
 from __future__ import annotations
 
-import os
-import re
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +19,8 @@ from warden.replay.agentdojo_tasks import load_task_runs
 
 AGENTDOJO_BUDGETS = ROOT / "examples" / "budgets" / "agentdojo.yaml"
 
+#: The counts of `warden replay agentdojo --json`, in the order of PINNED's tuples.
+COUNTS = ("tasks", "calls", "allow", "warn", "modify", "ask", "defer", "deny", "budget", "errors")
 #: suite → (tasks, calls, allow, warn, modify, ask, defer, deny, budget, errors);
 #: budget = the denies with reason code budget_exceeded (counted in deny too).
 PINNED = {
@@ -74,24 +75,24 @@ def test_replay_all_suites_then_verify(dojo_server: Server) -> None:
             str(data / "ikm.key"),
             "--data-dir",
             str(data),
+            "--json",
         ],
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "COLUMNS": "200"},
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = {}
-    for line in proc.stdout.splitlines():
-        cells = [c.strip() for c in re.split(r"[│┃]", line) if c.strip()]
-        if cells and cells[0] in PINNED and len(cells) == 11:
-            rows[cells[0]] = tuple(int(c) for c in cells[1:])
-    assert rows == PINNED, proc.stdout
-    summary = re.search(
-        r"OK \S+: (\d+) sessions, (\d+) entries, (\d+) signatures checked", proc.stdout
+    doc = json.loads(proc.stdout)  # the final summary (docs/cli-json.md); progress on stderr
+    rows = {suite: tuple(c[k] for k in COUNTS) for suite, c in doc["suites"].items()}
+    rows["all"] = tuple(doc["all"][k] for k in COUNTS)
+    assert rows == PINNED, doc
+    assert (doc["ok"], doc["errors"], doc["verify"]["ok"]) == (True, 0, True)
+    verified = doc["verify"]
+    sessions, entries, signatures = (
+        verified["sessions"],
+        verified["entries"],
+        verified["signatures_checked"],
     )
-    assert summary is not None, proc.stdout
-    sessions, entries, signatures = map(int, summary.groups())
     # 132 ACS sessions, plus the spend chain of the agentdojo budget tree, the
     # approval desk's chain and the demo agent's registration chain.
     assert sessions == 132 + 1 + 1 + 1
@@ -108,7 +109,6 @@ def test_replay_all_suites_then_verify(dojo_server: Server) -> None:
 def test_replay_transfers_are_governed_by_the_budget(dojo_server: Server) -> None:
     """After the replay (previous test): each transfer the rules allowed was held against
     the agent budget and settled by its result, or refused; the entries carry it."""
-    import json
     import sqlite3
 
     db = sqlite3.connect(f"file:{dojo_server.data_dir / 'warden.db'}?mode=ro", uri=True)
@@ -175,12 +175,15 @@ def test_verify_detects_a_tampered_replay_database(dojo_server: Server, tmp_path
     dst.commit()
     dst.close()
     proc = subprocess.run(
-        [sys.executable, "-m", "warden", "verify", "--data-dir", str(copy)],
+        [sys.executable, "-m", "warden", "verify", "--data-dir", str(copy), "--json"],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "COLUMNS": "300"},
     )
     assert proc.returncode == 1
-    assert "record_hash_mismatch" in proc.stderr
-    assert f"session {row[0]} entry seq {row[1]}" in " ".join(proc.stderr.split())
+    failure = json.loads(proc.stdout)["failure"]
+    assert (failure["reason"], failure["session_id"], failure["seq"]) == (
+        "record_hash_mismatch",
+        row[0],
+        row[1],
+    )

@@ -10,7 +10,10 @@ batch or an oversized body) and the store's row counts must not move.
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
+import hmac
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import rfc8785
 from conftest import start_server
 from wire_targets import InProcess, OverHttp, Target
 
@@ -91,6 +95,14 @@ def _slot(token: str) -> Callable[[dict[str, Any], str], bytes]:
     return lambda _env, text: text.replace(SLOT, token).encode()
 
 
+def _replace(old: str, new: str) -> Callable[[dict[str, Any], str], bytes]:
+    def make(_env: dict[str, Any], text: str) -> bytes:
+        assert old in text
+        return text.replace(old, new, 1).encode()
+
+    return make
+
+
 CASES: tuple[Bad, ...] = (
     # -32700: not strict JSON; the id cannot be known.
     Bad("not_json", lambda _e, t: t[: len(t) // 2].encode(), -32700, False, "invalid_json"),
@@ -132,9 +144,86 @@ CASES: tuple[Bad, ...] = (
     Bad("infinity_token", _slot("Infinity"), -32700, False, "non_standard_number"),
     Bad("negative_infinity_token", _slot("-Infinity"), -32700, False, "non_standard_number"),
     # -32600: parses, but outside the JCS domain (id known, so echoed).
+    # -32700: nested deeper than the request limit (128), before anything else reads it.
+    Bad("nesting_129", _slot("[" * 129 + "]" * 129), -32700, False, "too_deep"),
+    Bad("nesting_1000", _slot("[" * 1000 + "]" * 1000), -32700, False, "too_deep"),
+    Bad("nesting_bare_1000", lambda _e, _t: b"[" * 1000 + b"]" * 1000, -32700, False, "too_deep"),
     Bad("float_1e400", _slot("1e400"), -32600, True, "jcs_domain"),
+    # Exactly 2^60, but RFC 8785 writes that double 1152921504606847000 (decisions.md 192).
     Bad("integer_2_pow_60", _slot(str(2**60)), -32600, True, "jcs_domain"),
+    Bad("integer_2_pow_53_plus_1", _slot(str(2**53 + 1)), -32600, True, "jcs_domain"),
     Bad("lone_surrogate", _slot('"\\ud800"'), -32600, True, "jcs_domain"),
+    # A lone surrogate anywhere, also where the envelope schema looks first (was -32603).
+    Bad(
+        "lone_surrogate_in_method",
+        _replace('"steps/toolCallRequest"', '"steps/toolCallRequest\\ud800"'),
+        -32600,
+        True,
+        "jcs_domain",
+        "/method",
+    ),
+    Bad(
+        "lone_surrogate_in_request_id",
+        lambda e, t: t.replace(
+            f'"request_id": "{e["params"]["request_id"]}"', '"request_id": "\\udc00"'
+        ).encode(),
+        -32600,
+        True,
+        "jcs_domain",
+        "/params/request_id",
+    ),
+    Bad(
+        "lone_surrogate_in_session_id",
+        lambda e, t: t.replace(
+            f'"session_id": "{e["params"]["metadata"]["session_id"]}"', '"session_id": "\\ud800"'
+        ).encode(),
+        -32600,
+        True,
+        "jcs_domain",
+        "/params/metadata/session_id",
+    ),
+    Bad(
+        "lone_surrogate_in_timestamp",
+        lambda e, t: t.replace(
+            f'"timestamp": "{e["params"]["timestamp"]}"', '"timestamp": "\\uDBFF"'
+        ).encode(),
+        -32600,
+        True,
+        "jcs_domain",
+        "/params/timestamp",
+    ),
+    Bad(
+        "lone_surrogate_in_signature_algorithm",
+        _replace('"algorithm": "HMAC-SHA256"', '"algorithm": "\\ud800"'),
+        -32600,
+        True,
+        "jcs_domain",
+        "/params/signature/algorithm",
+    ),
+    Bad(
+        "lone_surrogate_in_signature_key_id",
+        _replace('"key_id": "client"', '"key_id": "\\ud800"'),
+        -32600,
+        True,
+        "jcs_domain",
+        "/params/signature/key_id",
+    ),
+    Bad(
+        "lone_surrogate_member_name",
+        _replace('{"jsonrpc": "2.0"', '{"x\\ud800": 1, "jsonrpc": "2.0"'),
+        -32600,
+        True,
+        "jcs_domain",
+        "/",
+    ),
+    Bad(
+        "lone_surrogate_in_id",  # an id that cannot be echoed is answered with id null
+        lambda e, t: t.replace(f'"id": "{e["id"]}"', '"id": "\\ud800"', 1).encode(),
+        -32600,
+        False,
+        "jcs_domain",
+        "/id",
+    ),
     # -32600: not a valid request envelope.
     Bad(
         "method_number",
@@ -383,6 +472,64 @@ def test_bad_signature_refused_unsigned_and_nothing_written(
     response = target.send(_dumps(env).encode())
     _assert_plain_error(response, code=-32004, rid=env["id"], reason="signature_invalid")
     assert target.counts() == before
+
+
+def _with_trailing_bits(value: str) -> str:
+    """The same 32 bytes in base64 with the two unused bits of the last character set
+    (RFC 4648 §3.5): decoders that ignore them read the same MAC."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    assert len(value) == 44 and value.endswith("=")
+    last = alphabet.index(value[42])
+    assert last & 0b11 == 0
+    return value[:42] + alphabet[last | 0b11] + "="
+
+
+def test_non_canonical_base64_signature_is_refused(target: Target, session: AcsClient) -> None:
+    env = session.envelope(
+        "steps/toolCallRequest", {"tool": {"name": "read_file"}, "arguments": {}}
+    )
+    value = env["params"]["signature"]["value"]
+    twin = _with_trailing_bits(value)
+    assert base64.b64decode(twin) == base64.b64decode(value)  # what a lax decoder sees
+    env["params"]["signature"]["value"] = twin
+    before = target.counts()
+    response = target.send(_dumps(env).encode())
+    _assert_plain_error(response, code=-32004, rid=env["id"], reason="signature_invalid")
+    assert target.counts() == before
+    env["params"]["signature"]["value"] = value  # control: the canonical text verifies
+    assert target.send(_dumps(env).encode())["result"]["decision"] == "allow"
+
+
+@pytest.mark.parametrize(
+    "literal",
+    ["100000000000000000000", "9007199254740992", "-1152921504606847000", "999999999999999900000"],
+)
+def test_integers_a_jcs_signer_writes_as_digits_are_accepted(
+    target: Target, session: AcsClient, literal: str
+) -> None:
+    """A double beyond 2^53 written as ECMAScript (and so every RFC 8785 serializer)
+    writes it: plain digits below 10^21. The signature is made the way such a client
+    makes it, with the rfc8785 library over the double."""
+    env = session.envelope(
+        "steps/toolCallRequest",
+        {"tool": {"name": "read_file"}, "arguments": {"path": {"value": float(literal)}}},
+        sign=False,
+    )
+    signed = rfc8785.dumps(env)
+    assert literal.encode() in signed  # the serializer writes the digits
+    mac = hmac.new(session.key, signed, hashlib.sha256).digest()
+    env["params"]["signature"] = {
+        "algorithm": "HMAC-SHA256",
+        "value": base64.b64encode(mac).decode(),
+        "key_id": session.key_id,
+    }
+    body = _dumps(env).replace(f"{float(literal)!r}", literal)
+    assert f'"value": {literal}}}' in body
+    before = target.counts()
+    response = target.send(body.encode())
+    assert response["result"]["decision"] == "allow", response
+    assert verify_response(response, session.key)
+    assert target.counts()["entries"] == before["entries"] + 1
 
 
 def test_signed_unknown_method_writes_nothing(target: Target, session: AcsClient) -> None:

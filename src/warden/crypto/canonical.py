@@ -4,13 +4,17 @@ ACS signs and hashes the JCS form of envelopes (spec §10, §8.2), so every byte
 string Warden hashes comes from :func:`canonical_bytes`. Input is parsed strictly
 (:func:`parse_strict_json`): duplicate keys, ``NaN``/``Infinity`` tokens and
 invalid UTF-8 are refused, because two parties that read the same bytes
-differently cannot agree on a signature.
+differently cannot agree on a signature. Request bodies are read with
+:func:`parse_request_json`, which also refuses nesting deeper than
+:data:`MAX_REQUEST_DEPTH` and lone surrogate escapes (docs/decisions.md 185–186).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
+from itertools import accumulate
 from typing import Any
 
 import rfc8785
@@ -31,14 +35,108 @@ def _no_constants(token: str) -> Any:
     raise ParseError(f"non-standard JSON token {token}", reason="non_standard_number")
 
 
-def parse_strict_json(raw: bytes | str) -> Any:
+#: The deepest nesting of arrays and objects a request body may have. Far above any
+#: envelope, plan or tool argument seen (single digits), far below what breaks the
+#: parser (Python's recursion limit, ~1000) or the schema validator (jsonschema-rs
+#: gives up past 255); serde_json's default limit too (docs/decisions.md 185).
+MAX_REQUEST_DEPTH = 128
+
+# A JSON string token (escapes included), to blank strings out before counting brackets.
+_STRING_TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+# A \uD800–\uDFFF escape: the only way a JSON text can carry a surrogate code point.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def nesting_exceeds(raw: bytes, limit: int) -> bool:
+    """True when the JSON text ``raw`` nests arrays/objects deeper than ``limit``.
+
+    Counted on the bytes, before parsing, so a hostile body never reaches the
+    recursive parser: strings are blanked out, then brackets are counted. Linear
+    in ``len(raw)``; a body with at most ``limit`` opening brackets is not scanned.
+    """
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    brackets = _STRING_TOKEN.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    return max(accumulate(_STEP[b] for b in brackets), default=0) > limit
+
+
+def lone_surrogate_at(value: Any) -> str | None:
+    """The RFC 6901 pointer of the first string or member name of ``value`` that holds
+    a lone surrogate (``"\\ud800"`` decodes to one), or None.
+
+    Valid surrogate pairs are joined by the parser, so any surrogate left is lone:
+    such a string is not Unicode text (RFC 8259 §8.2, RFC 7493 §2.1), cannot be
+    written as UTF-8 and is outside the JCS domain.
+    """
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        v, at = stack.pop()
+        if isinstance(v, str):
+            if _SURROGATE.search(v):
+                return at or "/"
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                here = f"{at}/{_pointer_token(k)}"
+                if _SURROGATE.search(k):
+                    return at or "/"
+                stack.append((x, here))
+        elif isinstance(v, list):
+            stack.extend((x, f"{at}/{i}") for i, x in enumerate(v))
+    return None
+
+
+def _pointer_token(key: str) -> str:
+    # A key holding a lone surrogate is reported by its parent, never printed.
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def may_hold_surrogates(raw: bytes) -> bool:
+    """False when the JSON text ``raw`` certainly decodes to no surrogate code point
+    (it has no ``\\uD800``–``\\uDFFF`` escape); a cheap guard before
+    :func:`lone_surrogate_at`."""
+    return b"\\u" in raw and _SURROGATE_ESCAPE.search(raw) is not None
+
+
+def parse_request_json(raw: bytes | str) -> Any:
+    """Parse a request body: :func:`parse_strict_json` with the request limits.
+
+    Raises :class:`~warden.errors.ParseError` as :func:`parse_strict_json` does, and
+    also for nesting deeper than :data:`MAX_REQUEST_DEPTH` (reason ``too_deep``) and
+    for a string or member name holding a lone surrogate (reason ``lone_surrogate``;
+    the message names its JSON pointer, never its text).
+    """
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    value = parse_strict_json(raw, max_depth=MAX_REQUEST_DEPTH)
+    if may_hold_surrogates(data):
+        at = lone_surrogate_at(value)
+        if at is not None:
+            raise ParseError(
+                f"the string at {at} holds a lone surrogate escape (\\uD800–\\uDFFF "
+                "without its pair): not Unicode text",
+                reason="lone_surrogate",
+            )
+    return value
+
+
+def parse_strict_json(raw: bytes | str, *, max_depth: int | None = None) -> Any:
     """Parse JSON text strictly.
 
     Raises :class:`~warden.errors.ParseError` for invalid UTF-8, invalid JSON,
-    duplicate object keys and ``NaN``/``Infinity``/``-Infinity`` tokens.
-    Numbers outside the JCS domain (``1e400``, integers beyond 2^53) parse here
-    and are refused by :func:`canonical_bytes`.
+    duplicate object keys, ``NaN``/``Infinity``/``-Infinity`` tokens, and (with
+    ``max_depth``) arrays/objects nested deeper than ``max_depth`` (reason
+    ``too_deep``). Numbers outside the JCS domain (``1e400``, integers that are not
+    IEEE doubles) parse here and are refused by :func:`canonical_bytes`.
     """
+    if max_depth is not None:
+        data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+        if nesting_exceeds(data, max_depth):
+            raise ParseError(
+                f"arrays and objects are nested deeper than {max_depth} levels",
+                reason="too_deep",
+            )
     try:
         text = raw.decode("utf-8", errors="strict") if isinstance(raw, bytes) else raw
     except UnicodeDecodeError as exc:
@@ -47,7 +145,11 @@ def parse_strict_json(raw: bytes | str) -> Any:
         return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
     except ParseError:
         raise
-    except (ValueError, RecursionError) as exc:
+    except RecursionError as exc:
+        raise ParseError(
+            "invalid JSON: arrays and objects are nested too deeply", reason="too_deep"
+        ) from exc
+    except ValueError as exc:
         raise ParseError(f"invalid JSON: {exc}", reason="invalid_json") from exc
 
 
@@ -96,9 +198,17 @@ def canonical_bytes(value: Any, *, known_fast: bool = False) -> bytes:
     ``known_fast`` skips the walk when the caller already checked a value that
     contains this one with :func:`is_fast_canonical`.
 
+    JCS numbers are IEEE-754 doubles written as ECMAScript writes them (RFC 8785
+    §3.2.2.3): below 10^21 an integral double is plain digits, so a JCS signer sends
+    ``100000000000000000000`` for 1e20. An integer beyond ±(2^53 − 1) is in the domain
+    when it is exactly that spelling of a double (its canonical text is its own
+    digits, so the number Warden evaluates is the number signed); any other
+    (``9007199254740993``, which every JCS peer reads and re-signs as ...992) is not
+    (docs/decisions.md 192).
+
     Raises :class:`~warden.errors.InvalidRequest` (reason ``jcs_domain``) when the
-    value cannot be canonicalized: non-finite floats, integers outside
-    ±(2^53 − 1), lone surrogates, or non-JSON types.
+    value cannot be canonicalized: non-finite floats, integers beyond ±(2^53 − 1)
+    that are not the RFC 8785 spelling of a double, lone surrogates, or non-JSON types.
     """
     if known_fast or is_fast_canonical(value):
         try:
@@ -106,11 +216,45 @@ def canonical_bytes(value: Any, *, known_fast: bool = False) -> bytes:
         except UnicodeEncodeError:
             pass  # lone surrogate: let rfc8785 produce the domain error below
     try:
-        return rfc8785.dumps(value)
-    except (rfc8785.CanonicalizationError, UnicodeError, TypeError, ValueError) as exc:
+        return rfc8785.dumps(_as_doubles(value))
+    except (
+        rfc8785.CanonicalizationError,
+        UnicodeError,
+        TypeError,
+        ValueError,
+        RecursionError,
+    ) as exc:
         raise InvalidRequest(
             f"value is outside the RFC 8785 (JCS) domain: {exc}", reason="jcs_domain"
         ) from exc
+
+
+def _as_doubles(value: Any) -> Any:
+    """``value`` with every integer beyond ±(2^53 − 1) replaced by the double it spells
+    (copies only the containers on the way to one); ValueError for an integer whose
+    digits are not what RFC 8785 writes for that double (its canonical text would
+    differ from it), or one too large for a double."""
+    t = type(value)
+    if t is int:
+        if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+            return value
+        try:
+            double = float(value)
+        except OverflowError as exc:
+            raise ValueError("integer too large for an IEEE-754 double") from exc
+        if rfc8785.dumps(double) != str(value).encode("ascii"):
+            raise ValueError(
+                "integer beyond 2^53 that is not the RFC 8785 form of a double (a JCS peer "
+                "would read and sign another number)"
+            )
+        return double
+    if t is dict:
+        out = {k: _as_doubles(v) for k, v in value.items()}
+        return out if any(out[k] is not value[k] for k in out) else value
+    if t is list:
+        items = [_as_doubles(v) for v in value]
+        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+    return value
 
 
 def sha256_hex(data: bytes) -> str:

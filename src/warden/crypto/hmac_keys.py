@@ -8,7 +8,6 @@ standard base64 *with padding*; comparison is constant-time.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 from collections import OrderedDict
@@ -58,16 +57,20 @@ def hmac_sign(key: bytes, message: bytes) -> str:
 
 
 def hmac_verify(key: bytes, message: bytes, value: str) -> bool:
-    """True when ``value`` is the padded base64 HMAC-SHA256 of ``message``.
+    """True when ``value`` is the padded base64 HMAC-SHA256 of ``message``, written
+    canonically: exactly what :func:`hmac_sign` writes (44 characters, ``=`` padding,
+    the two unused trailing bits zero; RFC 4648 §3.5).
 
-    Malformed base64 is a failed verification, never an exception. The compare
+    Any other spelling of the same bytes (trailing bits set, whitespace, missing
+    padding) fails, as the KLA signature decoder refuses it: one signature, one
+    text. Malformed input is a failed verification, never an exception. The compare
     is constant-time.
     """
     try:
-        given = base64.b64decode(value.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError, ValueError):
+        given = value.encode("ascii")
+    except (UnicodeEncodeError, AttributeError):
         return False
-    expected = hmac.new(key, message, hashlib.sha256).digest()
+    expected = hmac_sign(key, message).encode("ascii")
     return hmac.compare_digest(given, expected)
 
 

@@ -8,5 +8,8 @@
 - :mod:`.facts`: the per-step view a policy rule (CEL ``provenance``) and the gates read,
   including inference mode for clients that send no provenance.
 - :mod:`.gates`: FIDES, IBAC, AARM and CaMeL as built-in gates.
-- :mod:`.tracker`: keeps each session's graph keyed by its chain head.
+- :mod:`.shared`: a session's append-only graph shared by its states, with trust and
+  depth updated for what each step adds.
+- :mod:`.tracker`: keeps each session's graph keyed by its chain head, within a byte
+  budget per process.
 """

@@ -30,8 +30,9 @@ origin contributes its own trust; an id named in ``derived_from`` but never reco
 contributes ``unknown``; ``agent_generated`` contributes nothing of its own. A node's
 trust is the least contribution its lineage reaches, and ``unknown`` when it reaches none
 (only itself, cycles of ``agent_generated`` nodes, unknown ids). Trust and depth are
-computed once per graph version (strongly connected components, linear in nodes and
-edges) and memoised on the state.
+kept per graph version by strongly connected components and updated for what each step
+adds (its nodes, and the earlier nodes naming an id it records), not recomputed for the
+whole graph: see :mod:`.shared`.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from typing import Any
 
 from warden.provenance.config import ProvenanceSpec
 from warden.provenance.model import (
+    INPUT_STEPS,
     ORIGINS,
     TRUSTED_ORIGINS,
     UNTRUSTED_ORIGINS,
@@ -53,23 +55,17 @@ from warden.provenance.model import (
     Node,
     Trust,
 )
+from warden.provenance.shared import GraphView
 
-#: Steps whose content comes from outside the agent (where untrusted content "enters").
-INPUT_STEPS = frozenset(
-    {
-        "steps/userMessage",
-        "steps/toolCallResult",
-        "steps/knowledgeRetrieval",
-        "steps/memoryContextRetrieval",
-        "steps/subagentStop",
-    }
-)
+__all__ = ["INPUT_STEPS", "GraphView", "SessionProvenance", "intake", "rebuild"]
+
 INTENT_STEPS = ("steps/sessionStart", "steps/agentTrigger")
 _ENTERED = frozenset({"allow", "modify"})
 #: Ids Warden assigns; a client may reference them but not introduce one.
 WARDEN_PREFIX = "warden:"
 #: Inference: a tool-output token at least this long is matched inside arguments.
 TOKEN_MIN = 8
+_NO_TOKENS: frozenset[str] = frozenset()  # shared: one object fewer per short output
 _TOKEN_STRIP = " \t\r\n.,;:!?()[]{}<>\"'`*"
 
 
@@ -107,7 +103,7 @@ def tokens(text: str) -> frozenset[str]:
         tok = normalise(raw.strip(_TOKEN_STRIP))
         if len(tok) >= TOKEN_MIN:
             out.add(tok)
-    return frozenset(out)
+    return frozenset(out) if out else _NO_TOKENS
 
 
 @dataclass(frozen=True)
@@ -159,114 +155,15 @@ class Intake:
     problem: tuple[str, str] | None = None
 
 
-@dataclass
-class _Analysis:
-    """Trust contribution reached and lineage depth per recorded node (one graph version)."""
-
-    reach: dict[str, Trust | None]
-    depth: dict[str, int]
-
-
-def _least(a: Trust | None, b: Trust | None) -> Trust | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return a if a.rank <= b.rank else b
-
-
-def _own(node: Node, spec: ProvenanceSpec) -> Trust | None:
-    if node.origin in TRUSTED_ORIGINS:
-        return Trust.TRUSTED
-    if node.origin in UNTRUSTED_ORIGINS:
-        return Trust.TRUSTED if spec.is_trusted_source(node.source_id) else Trust.UNTRUSTED
-    if node.origin == "agent_generated":
-        return None  # only as trusted as what it derives from
-    return Trust.UNKNOWN
-
-
-def _analyse(nodes: dict[str, Node], spec: ProvenanceSpec) -> _Analysis:
-    """Tarjan's strongly connected components (iterative) over ``derived_from`` edges,
-    then one pass over the components in the order found (each after every component it
-    reaches): a component's trust is the least of its members' own contributions and of
-    the components it reaches; its depth is the longest chain of edges between
-    components (an edge to an unrecorded id counts 1; edges inside a cycle count 0)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    comp_of: dict[str, int] = {}
-    comps: list[list[str]] = []
-    counter = 0
-    for root in nodes:
-        if root in index:
-            continue
-        work: list[tuple[str, int]] = [(root, 0)]
-        while work:
-            v, i = work[-1]
-            if v not in index:
-                index[v] = low[v] = counter
-                counter += 1
-                stack.append(v)
-                on_stack.add(v)
-            parents = nodes[v].derived_from
-            descended = False
-            while i < len(parents):
-                w = parents[i]
-                i += 1
-                if w not in nodes:
-                    continue
-                if w not in index:
-                    work[-1] = (v, i)
-                    work.append((w, 0))
-                    descended = True
-                    break
-                if w in on_stack:
-                    low[v] = min(low[v], index[w])
-            if descended:
-                continue
-            work.pop()
-            if low[v] == index[v]:
-                members: list[str] = []
-                while True:
-                    w = stack.pop()
-                    on_stack.discard(w)
-                    comp_of[w] = len(comps)
-                    members.append(w)
-                    if w == v:
-                        break
-                comps.append(members)
-            if work:
-                u = work[-1][0]
-                low[u] = min(low[u], low[v])
-    reach_c: list[Trust | None] = []
-    depth_c: list[int] = []
-    for c, members in enumerate(comps):
-        value: Trust | None = None
-        depth = 0
-        for m in members:
-            node = nodes[m]
-            value = _least(value, _own(node, spec))
-            for p in node.derived_from:
-                if p not in nodes:
-                    value = _least(value, Trust.UNKNOWN)
-                    depth = max(depth, 1)
-                elif comp_of[p] != c:
-                    value = _least(value, reach_c[comp_of[p]])
-                    depth = max(depth, 1 + depth_c[comp_of[p]])
-        reach_c.append(value)
-        depth_c.append(depth)
-    return _Analysis(
-        reach={n: reach_c[comp_of[n]] for n in nodes},
-        depth={n: depth_c[comp_of[n]] for n in nodes},
-    )
-
-
 @dataclass(frozen=True)
 class SessionProvenance:
-    """What Warden knows about a session's data after its last committed step."""
+    """What Warden knows about a session's data after its last committed step.
 
-    nodes: dict[str, Node] = field(default_factory=dict)
+    ``nodes`` is a :class:`~warden.provenance.shared.GraphView`: the session's shared,
+    append-only graph up to this state, so a step adds its own nodes without copying the
+    others, and trust and depth are updated for what the step adds (:mod:`.shared`)."""
+
+    nodes: GraphView = field(default_factory=GraphView)
     step_count: int = 0
     intent: Intent | None = None
     intent_window_closed: bool = False
@@ -274,41 +171,34 @@ class SessionProvenance:
     seen_agent_trigger: bool = False
     user_texts: tuple[str, ...] = ()  # normalised (see :func:`normalise`)
     outputs: tuple[OutputText, ...] = ()
-    #: Memo per bundle spec (id -> (spec, analysis)); not part of the value.
-    _memo: dict[int, tuple[ProvenanceSpec, _Analysis]] = field(
-        default_factory=dict, compare=False, repr=False, hash=False
-    )
+    #: Characters held by ``user_texts`` and ``outputs`` (for the cache's byte budget).
+    text_chars: int = field(default=0, compare=False)
     _lineages: dict[str, list[str]] = field(
         default_factory=dict, compare=False, repr=False, hash=False
     )
 
     # -- trust and lineage -------------------------------------------------------
 
-    def _analysis(self, spec: ProvenanceSpec) -> _Analysis:
-        hit = self._memo.get(id(spec))
-        if hit is not None and hit[0] is spec:
-            return hit[1]
-        result = _analyse(self.nodes, spec)
-        self._memo[id(spec)] = (spec, result)
-        return result
-
     def trust(self, pid: str, spec: ProvenanceSpec) -> Trust:
         """The derived trust of ``pid`` (module docstring); ``unknown`` for an id never
         recorded, or whose lineage reaches no recorded non-``agent_generated`` node."""
         if pid not in self.nodes:
             return Trust.UNKNOWN
-        return self._analysis(spec).reach[pid] or Trust.UNKNOWN
-
-    def _depths(self) -> dict[str, int]:
-        """Depth per node from any analysis already made (depth does not depend on the
-        bundle's trusted sources), else from a fresh one."""
-        for _, analysis in self._memo.values():
-            return analysis.depth
-        return self._analysis(_PLAIN).depth
+        return self.nodes.reach(pid, spec) or Trust.UNKNOWN
 
     def depth(self, pid: str, spec: ProvenanceSpec) -> int:
         """Longest ``derived_from`` chain below ``pid`` (0 when it derives from nothing)."""
-        return self._analysis(spec).depth.get(pid, 0)
+        return self.nodes.depth_of(pid, spec) if pid in self.nodes else 0
+
+    def max_depth(self, spec: ProvenanceSpec | None = None) -> int:
+        """The deepest lineage in the session (depth does not depend on the bundle's
+        trusted sources, so any spec gives the same answer; default: one already used)."""
+        return self.nodes.max_depth(spec if spec is not None else self._any_spec())
+
+    def _any_spec(self) -> ProvenanceSpec:
+        for memo in list(self.nodes.graph.memos.values()):
+            return memo.spec
+        return _PLAIN
 
     def lineage(self, pid: str) -> list[str]:
         """``pid`` and every id it derives from, transitively, breadth first (iterative;
@@ -320,44 +210,47 @@ class SessionProvenance:
         order: list[str] = []
         seen: set[str] = set()
         queue = deque([pid])
+        nodes = self.nodes
         while queue:
             p = queue.popleft()
             if p in seen:
                 continue
             seen.add(p)
             order.append(p)
-            node = self.nodes.get(p)
+            node = nodes.get(p)
             if node is not None:
                 queue.extend(node.derived_from)
         cache[pid] = order
         return order
 
     def depths(self, spec: ProvenanceSpec | None = None) -> dict[str, int]:
-        """Depth of every recorded node (see :func:`_analyse`)."""
-        return dict(self._analysis(spec).depth if spec is not None else self._depths())
+        """Depth of every recorded node (see :func:`~warden.provenance.shared.components`)."""
+        use = spec if spec is not None else self._any_spec()
+        return {p: self.nodes.depth_of(p, use) for p in self.nodes}
 
     def entered(self, spec: ProvenanceSpec) -> list[Node]:
         """Nodes of untrusted content that entered through an input step, oldest first."""
-        return [
-            n
-            for n in self.nodes.values()
-            if n.step_type in INPUT_STEPS and self.trust(n.provenance_id, spec) is Trust.UNTRUSTED
-        ]
+        return self.nodes.entered(spec)
 
     def summary(self) -> dict[str, Any]:
         """The session-level ``provenance_summary`` (ACS provenance-summary.json)."""
-        by_origin: dict[str, int] = {}
-        earliest: dict[str, str] = {}
-        for node in self.nodes.values():
-            by_origin[node.origin] = by_origin.get(node.origin, 0) + 1
-            earliest.setdefault(node.origin, node.step_id)
+        by_origin, earliest = self.nodes.origin_counts()
         return {
             "origins_seen": [o for o in ORIGINS if o in by_origin],
             "entry_count": len(self.nodes),
             "entry_count_by_origin": by_origin,
             "earliest_step_id_by_origin": earliest,
-            "max_lineage_depth": max(self._depths().values(), default=0),
+            "max_lineage_depth": self.max_depth(),
         }
+
+    def approx_bytes(self) -> int:
+        """Estimated bytes this state keeps alive in the process: its graph (shared with
+        the session's other states), its texts and outputs."""
+        return (
+            self.nodes.approx_bytes()
+            + self.text_chars
+            + 200 * (len(self.user_texts) + len(self.outputs))
+        )
 
     # -- intent window -----------------------------------------------------------
 
@@ -404,8 +297,8 @@ class SessionProvenance:
         if not taken.nodes:
             return taken
         after = self.applied(method, params, "allow", _taken=taken)
-        deepest = max(after._analysis(spec).depth.values(), default=0)
-        before = max(self._depths().values(), default=0)
+        deepest = after.max_depth(spec)
+        before = self.max_depth(spec)
         if deepest > limits.lineage_depth and deepest > before:
             return replace(
                 taken,
@@ -434,16 +327,17 @@ class SessionProvenance:
         nodes = self.nodes
         user_texts = self.user_texts
         outputs = self.outputs
+        text_chars = self.text_chars
         if passed:
             taken = _taken if _taken is not None else intake(self, method, params)
             if taken.nodes:
-                nodes = dict(self.nodes)
-                for node in taken.nodes:
-                    nodes.setdefault(node.provenance_id, node)
+                # intake() only returns ids not yet recorded: the graph is extended, not copied.
+                nodes = self.nodes.extended(taken.nodes)
             new_users = list(user_texts)
             new_outputs = list(outputs)
             for item in _data_fields(method, payload):
                 text = "\n".join(leaves(item.value))
+                text_chars += 2 * len(text)
                 if item.kind == "user":
                     new_users.append(normalise(text))
                 elif item.kind == "output":
@@ -475,7 +369,6 @@ class SessionProvenance:
             closed = True
         else:
             closed = True
-        same_graph = nodes is self.nodes
         state = SessionProvenance(
             nodes=nodes,
             step_count=self.step_count + 1,
@@ -485,10 +378,10 @@ class SessionProvenance:
             seen_agent_trigger=self.seen_agent_trigger or method == "steps/agentTrigger",
             user_texts=user_texts,
             outputs=outputs,
+            text_chars=text_chars,
         )
-        if same_graph:
-            # Same graph version: trust, depth and lineage carry over.
-            state._memo.update(self._memo)
+        if nodes is self.nodes:
+            # Same graph version: lineage carries over (trust and depth live on the view).
             state._lineages.update(self._lineages)
         return state
 

@@ -26,6 +26,16 @@ ORIGINS: tuple[str, ...] = (
 )
 TRUSTED_ORIGINS = frozenset({"user_input", "system"})
 UNTRUSTED_ORIGINS = frozenset({"tool_output", "retrieved", "a2a_inbound", "external"})
+#: Steps whose content comes from outside the agent (where untrusted content "enters").
+INPUT_STEPS = frozenset(
+    {
+        "steps/userMessage",
+        "steps/toolCallResult",
+        "steps/knowledgeRetrieval",
+        "steps/memoryContextRetrieval",
+        "steps/subagentStop",
+    }
+)
 
 
 class Trust(StrEnum):
@@ -48,7 +58,7 @@ def least(labels: list[Trust]) -> Trust:
     return min(labels, key=lambda t: t.rank) if labels else Trust.UNKNOWN
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Node:
     """One provenance object as Warden recorded it: where and when it entered.
 

@@ -24,8 +24,9 @@ from typing import Any
 import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Column, Table
+from rich.table import Table
 
+from warden.cli_output import print_table, table
 from warden.identity.agents import AgentCredential
 from warden.replay.agentdojo_tasks import TaskRun, load_task_runs
 from warden.wire.acs.client import AcsClient, http_transport
@@ -44,9 +45,38 @@ class ReplaySummary:
     errors: int = 0
     error_samples: list[str] = field(default_factory=list)
 
+    def suites(self) -> list[str]:
+        """Every suite replayed, sorted."""
+        return sorted(set(self.calls) | set(self.tasks))
+
+    def row(self, suite: str | None) -> dict[str, int]:
+        """Counts of one suite (``None``: all suites): tasks, calls, each decision column,
+        ``budget`` and ``errors``."""
+        names = self.suites() if suite is None else [suite]
+        c: Counter[str] = Counter()
+        for name in names:
+            c.update(self.calls.get(name, {}))
+        return {
+            "tasks": sum(self.tasks[name] for name in names),
+            "calls": sum(c[d] for d in DECISION_COLUMNS),
+            **{d: c[d] for d in DECISION_COLUMNS},
+            BUDGET_COLUMN: c[BUDGET_COLUMN],
+            "errors": c["error"],
+        }
+
+    def document(self) -> dict[str, Any]:
+        """The summary as ``warden replay agentdojo --json`` prints it (docs/cli-json.md):
+        ``suites`` (per suite :meth:`row`), ``all``, ``errors`` and ``error_samples``."""
+        return {
+            "suites": {suite: self.row(suite) for suite in self.suites()},
+            "all": self.row(None),
+            "errors": self.errors,
+            "error_samples": list(self.error_samples),
+        }
+
     def table(self) -> Table:
-        t = Table(
-            Column("suite", no_wrap=True, min_width=9),
+        t = table(
+            "suite",
             "tasks",
             "calls",
             *DECISION_COLUMNS,
@@ -54,26 +84,8 @@ class ReplaySummary:
             "errors",
             title="AgentDojo v1.2 replay: decisions on toolCallRequest",
         )
-        totals: Counter[str] = Counter()
-        for suite in sorted(self.calls):
-            c = self.calls[suite]
-            totals.update(c)
-            t.add_row(
-                suite,
-                str(self.tasks[suite]),
-                str(sum(c[d] for d in DECISION_COLUMNS)),
-                *(str(c[d]) for d in DECISION_COLUMNS),
-                str(c[BUDGET_COLUMN]),
-                str(c["error"]),
-            )
-        t.add_row(
-            "all",
-            str(sum(self.tasks.values())),
-            str(sum(totals[d] for d in DECISION_COLUMNS)),
-            *(str(totals[d]) for d in DECISION_COLUMNS),
-            str(totals[BUDGET_COLUMN]),
-            str(totals["error"]),
-        )
+        for suite in [*self.suites(), None]:
+            t.add_row(suite or "all", *(str(n) for n in self.row(suite).values()))
         return t
 
 
@@ -178,7 +190,7 @@ def replay(
             replay_task(client, run, summary)
             progress.advance(job)
         progress.update(job, description="done")
-    out.print(summary.table())
+    print_table(out, summary.table())
     for sample in summary.error_samples:
         out.print(f"[red]error[/red] {sample}")
     return summary

@@ -39,6 +39,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from warden.cli_output import print_table
+from warden.cli_output import table as cli_table
 from warden.provenance.graph import leaves
 from warden.replay.agentdojo_tasks import ToolStep, is_state_changing
 from warden.replay.efficacy_tasks import EfficacyRun, load_efficacy_runs
@@ -349,7 +351,7 @@ def rows(results: Results) -> list[tuple[str, str, str, list[str]]]:
 
 
 def table(results: Results, *, suites_too: bool = True) -> Table:
-    t = Table(
+    t = cli_table(
         "paradigm",
         "provenance",
         "suite",
@@ -372,8 +374,27 @@ def markdown(results: Results) -> str:
     return "\n".join(lines)
 
 
+def results_document(results: Results) -> dict[str, Any]:
+    """The results as ``warden replay agentdojo --efficacy --json`` prints them
+    (docs/cli-json.md): per configuration, the raw counters of each suite and of all."""
+    configurations = []
+    for (paradigm, mode), per_suite in results.items():
+        total = Counter[str]()
+        for counts in per_suite.values():
+            total.update(counts.c)
+        configurations.append(
+            {
+                "paradigm": paradigm,
+                "mode": mode,
+                "suites": {s: dict(sorted(per_suite[s].c.items())) for s in sorted(per_suite)},
+                "all": dict(sorted(total.items())),
+            }
+        )
+    return {"ok": True, "configurations": configurations}
+
+
 def print_report(results: Results, console: Console) -> None:
-    console.print(table(results))
+    print_table(console, table(results))
     total = Counter[str]()
     for per_suite in results.values():
         for counts in per_suite.values():

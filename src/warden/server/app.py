@@ -7,7 +7,8 @@ further. ``/adcp/<task>`` and ``/mcp`` are the AdCP governance agent
 Governed Agent Spend REST wire (bearer token; see
 :mod:`warden.wire.spend`), the approval desk's and the action request wire's
 (:mod:`warden.wire.kla`). ``GET /healthz`` is liveness; ``GET /readyz`` checks
-the store; ``/openapi.json`` documents the HTTP routes.
+the store reads and takes a write (503 otherwise); ``/openapi.json`` documents the
+HTTP routes.
 """
 
 from __future__ import annotations
@@ -139,7 +140,9 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
         finally:
             committer.close()
 
-    app = FastAPI(title="Warden", version=__version__, lifespan=lifespan)
+    # No slash redirects: a bare 307 is no wire's answer. /v1 and /adcp paths Warden does
+    # not serve are answered by their wire's catch-all, in that wire's error format.
+    app = FastAPI(title="Warden", version=__version__, lifespan=lifespan, redirect_slashes=False)
     # Before the spend router, whose catch-all answers unknown /v1 routes.
     app.include_router(
         approvals_router(
@@ -190,7 +193,7 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
         try:
             # Off the event loop and bounded: a database that hangs makes this replica
             # "unavailable" in 5 s, and never stalls the requests served beside the probe.
-            await asyncio.wait_for(asyncio.to_thread(runtime.store.ping), READY_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.to_thread(_ready, runtime), READY_TIMEOUT_S)
         except TimeoutError:
             return JSONResponse(
                 {"status": "unavailable", "reason": "store_timeout"}, status_code=503
@@ -202,6 +205,13 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
 
     fallback: ASGIApp = app if mcp_endpoint is None else PathMount(MCP_PATH, mcp_endpoint, app)
     return AcsEndpoint(runtime.acs, committer, fallback)
+
+
+def _ready(runtime: Runtime) -> None:
+    """The store answers a read and takes a write (rolled back): a database that is
+    reachable but refuses writes (lock held, read-only, full) is not ready either."""
+    runtime.store.ping()
+    runtime.store.probe_write()
 
 
 class PathMount:

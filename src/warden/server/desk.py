@@ -49,8 +49,10 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 import secrets
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.resources import files
@@ -59,6 +61,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware.sessions import SessionMiddleware
@@ -67,12 +70,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from warden.approvals.desk import MAX_REASON_CHARS, DeskError, TaskNotFound
 from warden.approvals.display import Layout, shown
 from warden.approvals.tasks import ApprovalState, Task
+from warden.errors import CouldNotDecide
 from warden.identity.api_keys import Identity, Role
 from warden.identity.desk_sessions import DeskSessionStore
 from warden.runtime import Runtime
 from warden.store.secrets_sql import server_secret
 
+log = logging.getLogger(__name__)
+
 PREFIX = "/desk"
+#: Seconds the desk's 503 page asks a browser (or a monitor) to wait.
+UNAVAILABLE_RETRY_AFTER_S = 5
 SESSION_COOKIE = "warden_desk"
 SESSION_INFO = "warden:desk-session"
 SESSION_MAX_AGE_S = 8 * 60 * 60
@@ -440,6 +448,19 @@ class _Desk:
     ) -> HTMLResponse:
         return self.page(request, "desk/error.html", status, viewer, title=title, message=message)
 
+    def unavailable(self, request: Request) -> HTMLResponse:
+        """503 with ``Retry-After``: the store failed, so nothing was read or changed."""
+        page = self.problem(
+            request,
+            503,
+            "Approval desk unavailable",
+            "The approval desk cannot reach its database right now; nothing was changed. "
+            "Try again in a moment.",
+            None,
+        )
+        page.headers["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER_S)
+        return page
+
     async def task_page(
         self,
         request: Request,
@@ -656,6 +677,26 @@ class _Desk:
         )
 
 
+def _guarded(desk: _Desk) -> type[APIRoute]:
+    """A route class whose handlers answer a store failure (database down, locked) with
+    the desk's 503 page instead of a 500: fail closed, nothing changed."""
+
+    class _Route(APIRoute):
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            handler = super().get_route_handler()
+
+            async def guarded(request: Request) -> Response:
+                try:
+                    return await handler(request)
+                except CouldNotDecide as exc:
+                    log.error("desk %s failed: %s", request.url.path, exc.diagnostics())
+                    return desk.unavailable(request)
+
+            return guarded
+
+    return _Route
+
+
 def mount_desk(app: FastAPI, runtime: Runtime) -> None:
     """Add the desk's routes under ``/desk`` (outside the OpenAPI schema) and its
     session middleware (``/desk`` paths only)."""
@@ -670,7 +711,7 @@ def mount_desk(app: FastAPI, runtime: Runtime) -> None:
     )
     css = files("warden.server").joinpath("static/desk.css").read_text(encoding="utf-8")
     desk = _Desk(runtime, env, css, DeskSessionStore(runtime.store))
-    router = APIRouter(prefix=PREFIX, include_in_schema=False)
+    router = APIRouter(prefix=PREFIX, include_in_schema=False, route_class=_guarded(desk))
 
     @router.get("/login")
     async def login_form(request: Request) -> Response:

@@ -140,6 +140,10 @@ class Store(Protocol):
     def ping(self) -> None:
         """One round trip to the database; ``StoreUnavailable`` if it fails (readiness)."""
 
+    def probe_write(self) -> None:
+        """One write that is rolled back, with a short lock wait; ``StoreUnavailable``
+        (reason ``store_not_writable``) if the database refuses it (readiness)."""
+
     def counts(self) -> dict[str, int]:
         """Row counts per table (for tests)."""
 

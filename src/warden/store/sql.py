@@ -884,6 +884,14 @@ class SqlStore:
         Cheap at any size, unlike :meth:`counts` (readiness probes call it often)."""
         self._read("SELECT 1", ())
 
+    def probe_write(self) -> None:
+        """A write transaction that inserts one row and rolls back, bounded by a 1 s lock
+        wait (:mod:`warden.store.readiness`); StoreUnavailable (``store_not_writable``)
+        if the database refuses it."""
+        from warden.store.readiness import probe_write
+
+        probe_write(self)
+
     def counts(self) -> dict[str, int]:
         with self._engine.connect() as conn:
             return {

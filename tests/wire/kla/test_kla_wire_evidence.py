@@ -180,9 +180,9 @@ def test_export_evidence_offline_and_warden_verify_the_database(
     one = runner.invoke(cli_app, ["verify-record", str(BASIC)])
     assert one.exit_code == 0 and record_digest(load(BASIC)) in one.output
     # The whole database, the KLA execution chain (its held entry too) included.
-    checked = runner.invoke(cli_app, ["verify", "--data-dir", str(data_dir)])
+    checked = runner.invoke(cli_app, ["verify", "--data-dir", str(data_dir), "--json"])
     assert checked.exit_code == 0, checked.output
-    assert checked.output.startswith("OK")
+    assert json.loads(checked.stdout)["ok"] is True
 
 
 def test_the_flow_over_real_http(tmp_path: Path) -> None:

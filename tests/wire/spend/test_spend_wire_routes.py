@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from spend_wire_helpers import Api, assert_error, db_rows, open_api, tree
+from spend_wire_helpers import Api, Reply, assert_error, db_rows, open_api, tree
 
 from warden.runtime import Runtime
 from warden.spend import Budget, BudgetKind, Period
@@ -593,6 +593,27 @@ def test_unknown_routes_and_methods_get_envelopes(rt: Runtime, api: Api) -> None
     r = api.request("DELETE", "/v1/budgets/acme")
     assert_error(r, "input:method_not_allowed", 405, resolution="retry")
     assert r.headers["allow"] == "GET, PUT"
+
+
+@pytest.mark.parametrize("method", ["GET", "POST", "DELETE"])
+@pytest.mark.parametrize(
+    "path", ["/v1", "/v1?x=1", "/v1/", "/v1/quotes/", "/v1/budgets/", "/v1/approvals/"]
+)
+def test_unknown_v1_paths_are_answered_in_the_v1_format_not_redirected(
+    rt: Runtime, api: Api, method: str, path: str
+) -> None:
+    """``/v1`` itself and trailing slashes: the /v1 error envelope, never FastAPI's
+    ``{"detail": …}`` nor a bare 307 (issue 14 item 6)."""
+    r = api.client.request(
+        method, path, headers={"Authorization": f"Bearer {api.token}"}, follow_redirects=False
+    )
+    assert "location" not in r.headers, (r.status_code, r.headers)
+    assert r.headers["content-type"].startswith("application/json"), r.text
+    body = assert_error(
+        Reply(r.status_code, r.json(), r.headers), "input:unknown_route", 404, resolution="retry"
+    )
+    assert "detail" not in body
+    assert db_rows(rt, "SELECT count(*) FROM reservations") == [(0,)]
 
 
 ROUTES = {

@@ -7,18 +7,22 @@ from typing import Any
 
 from warden import __version__
 from warden.core.types import ActionRequest, Effect, Verdict
+from warden.crypto.canonical import lone_surrogate_at
 from warden.errors import ProtocolError
 
 
 def jsonrpc_id(msg: Any) -> str | int | float | None:
     """The request id to echo: a string or number, else null (JSON-RPC 2.0 §5).
 
-    A non-finite number (``1e400`` parses as infinity) is echoed as null: it has
-    no JSON spelling, and echoing it would make the response itself invalid JSON.
+    A non-finite number (``1e400`` parses as infinity) or a string holding a lone
+    surrogate is echoed as null: neither has a UTF-8 JSON spelling, and echoing it
+    would make the response itself invalid JSON.
     """
     if isinstance(msg, dict):
         rid = msg.get("id")
         if isinstance(rid, float) and not math.isfinite(rid):
+            return None
+        if isinstance(rid, str) and lone_surrogate_at(rid) is not None:
             return None
         if isinstance(rid, str) or (isinstance(rid, int | float) and not isinstance(rid, bool)):
             return rid

@@ -44,8 +44,11 @@ from typing import Any
 from warden.core.guardian import Guardian
 from warden.core.types import NO_AGENT, Effect, Verdict, user_id_claim
 from warden.crypto.canonical import (
+    MAX_REQUEST_DEPTH,
     canonical_bytes,
     is_fast_canonical,
+    lone_surrogate_at,
+    may_hold_surrogates,
     parse_strict_json,
     sha256_hex,
 )
@@ -70,7 +73,7 @@ from warden.gates.spend import SpendGate, SpendStep
 from warden.ledger.ledger import Ledger
 from warden.provenance.facts import view_for
 from warden.provenance.graph import SessionProvenance
-from warden.provenance.tracker import ProvenanceTracker
+from warden.provenance.tracker import DEFAULT_CACHE_BYTES, ProvenanceTracker
 from warden.schemas import SchemaSet
 from warden.store.base import PendingAppend, ReplayKeys, SessionState, Store
 from warden.store.group_commit import GroupCommitter
@@ -151,6 +154,7 @@ class AcsService:
         key_id: str = "warden",
         handshake: HandshakeConfig | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
+        provenance_cache_bytes: int = DEFAULT_CACHE_BYTES,
         clock: Any = _utcnow,
         spend_gate: SpendGate | None = None,
         approval_gate: ApprovalGate | None = None,
@@ -168,7 +172,7 @@ class AcsService:
         self.max_body_bytes = max_body_bytes
         self.schemas = SchemaSet("acs")
         self.ledger = Ledger(store, keys, key_id)
-        self.provenance = ProvenanceTracker(store)
+        self.provenance = ProvenanceTracker(store, provenance_cache_bytes)
         self._clock = clock
         self._thread_locks = [threading.Lock() for _ in range(64)]
         # One asyncio lock per live session; dropped when no request holds it.
@@ -278,7 +282,7 @@ class AcsService:
                 ),
             )
         try:
-            msg = parse_strict_json(body)
+            msg = parse_strict_json(body, max_depth=MAX_REQUEST_DEPTH)
         except ParseError as exc:
             return error_response(None, exc)
         if isinstance(msg, list):
@@ -289,6 +293,19 @@ class AcsService:
                 ),
             )
         rid = jsonrpc_id(msg)
+        if may_hold_surrogates(body):
+            # Before the schema: its validator cannot take such strings (it raised, -32603).
+            at = lone_surrogate_at(msg)
+            if at is not None:
+                return error_response(
+                    rid,
+                    InvalidRequest(
+                        f"value is outside the RFC 8785 (JCS) domain: the string at {at} "
+                        "holds a lone surrogate escape (\\uD800–\\uDFFF without its pair)",
+                        reason="jcs_domain",
+                        pointer=at,
+                    ),
+                )
         problem = self.schemas.first_error("request-envelope.json", _with_key_id(msg))
         if problem is not None:
             pointer, text = problem

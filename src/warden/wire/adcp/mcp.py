@@ -12,6 +12,7 @@ with 401 before MCP sees it. Sessions are stateless, so reconnecting costs nothi
 from __future__ import annotations
 
 import json
+import math
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -23,10 +24,10 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
 from warden import __version__
-from warden.crypto.canonical import parse_strict_json
+from warden.crypto.canonical import MAX_REQUEST_DEPTH, nesting_exceeds, parse_request_json
 from warden.errors import ParseError
 from warden.identity.api_keys import ApiKeys
-from warden.wire.adcp.envelope import AdcpError, failure
+from warden.wire.adcp.envelope import AdcpError, echoable_context_id, failure
 from warden.wire.adcp.rest import authenticate
 from warden.wire.adcp.schemas import bundled_request_schema
 from warden.wire.adcp.service import AdcpService, Reply
@@ -78,10 +79,9 @@ def build_server(service: AdcpService, keys: ApiKeys) -> Server[Any]:
     ) -> types.CallToolResult:
         try:
             headers = ctx.request.headers if ctx.request is not None else {}
-            who = authenticate(keys, headers)
+            who = await anyio.to_thread.run_sync(authenticate, keys, headers)
         except AdcpError as exc:
-            raw_id = (params.arguments or {}).get("context_id")
-            cid = raw_id if isinstance(raw_id, str) and raw_id else "ctx_mcp"
+            cid = echoable_context_id((params.arguments or {}).get("context_id")) or "ctx_mcp"
             return tool_result(Reply(failure(exc, context_id=cid), True, exc.http_status))
         arguments = dict(params.arguments or {})
         reply = await anyio.to_thread.run_sync(service.call, params.name, arguments, who)
@@ -130,6 +130,10 @@ class AdcpMcpEndpoint:
         try:
             await anyio.to_thread.run_sync(authenticate, self.keys, headers)
         except AdcpError as exc:
+            if exc.http_status == 503:  # the key table cannot be read: the store is down
+                retry = str(exc.retry_after or 1).encode()
+                await _fail(send, 503, exc, context_id, [(b"retry-after", retry)])
+                return
             await _fail(
                 send, 401, exc, context_id, [(b"www-authenticate", b'Bearer realm="warden"')]
             )
@@ -142,7 +146,7 @@ class AdcpMcpEndpoint:
             return
         problem: AdcpError | None = None
         try:
-            parse_strict_json(raw)
+            parse_request_json(raw)
         except ParseError as exc:
             problem = AdcpError("INVALID_REQUEST", f"the body is not strict JSON: {exc.message}")
         call = (
@@ -156,7 +160,7 @@ class AdcpMcpEndpoint:
                     "INVALID_REQUEST", "tools/call arguments must be one JSON object"
                 )
         if problem is not None:
-            if call is not None and "id" in call:
+            if call is not None and "id" in call and _echoable_id(call["id"]):
                 body = failure(problem, context_id=context_id)
                 result = tool_result(Reply(body, True, problem.http_status))
                 answer = {
@@ -210,11 +214,24 @@ def _replay(raw: bytes) -> Receive:
 
 
 def _lenient(raw: bytes) -> Any:
-    """The body as plain ``json`` reads it (last duplicate wins), or None."""
+    """The body as plain ``json`` reads it (last duplicate wins), or None (also when it
+    nests deeper than the request limit: it is refused anyway)."""
+    if nesting_exceeds(raw, MAX_REQUEST_DEPTH):
+        return None
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
+
+
+def _echoable_id(value: Any) -> bool:
+    """A JSON-RPC id the answer can carry: null, a finite number, or a string that is
+    valid Unicode (a lone surrogate or ``1e400`` has no strict JSON spelling)."""
+    if value is None or isinstance(value, int) and not isinstance(value, bool):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return echoable_context_id(value) is not None or value == ""
 
 
 def _context_id(message: Any) -> str:
@@ -222,7 +239,7 @@ def _context_id(message: Any) -> str:
     params = message.get("params") if isinstance(message, dict) else None
     args = params.get("arguments") if isinstance(params, dict) else None
     value = args.get("context_id") if isinstance(args, dict) else None
-    return value if isinstance(value, str) and value else "ctx_mcp"
+    return echoable_context_id(value) or "ctx_mcp"
 
 
 async def _fail(

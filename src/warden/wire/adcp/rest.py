@@ -12,17 +12,27 @@ answer splices in the exact text the request carried.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from warden.crypto.canonical import parse_strict_json
-from warden.errors import ParseError
+from warden.crypto.canonical import MAX_REQUEST_DEPTH, nesting_exceeds, parse_request_json
+from warden.errors import CouldNotDecide, ParseError
 from warden.identity.api_keys import ApiKeys, Identity
-from warden.wire.adcp.envelope import AdcpError, dump_with_raw_context, failure, top_level_spans
+from warden.wire.adcp.envelope import (
+    AdcpError,
+    dump_with_raw_context,
+    echoable_context_id,
+    failure,
+    top_level_spans,
+    unavailable,
+)
 from warden.wire.adcp.service import AdcpService, Reply
+
+log = logging.getLogger(__name__)
 
 PREFIX = "/adcp"
 JWKS_PATH = "/.well-known/jwks.json"
@@ -39,11 +49,16 @@ def credentials(headers: Any) -> str | None:
 
 def authenticate(keys: ApiKeys, headers: Any) -> Identity:
     """The caller's identity; ``AUTH_MISSING`` without a token, ``AUTH_INVALID`` for a
-    token that is unknown or revoked."""
+    token that is unknown or revoked, ``GOVERNANCE_UNAVAILABLE`` (503) when the key
+    table cannot be read (the store is down: fail closed, never a 500)."""
     token = credentials(headers)
     if token is None:
         raise AdcpError("AUTH_MISSING", "send Authorization: Bearer <Warden API key>")
-    who = keys.authenticate(token)
+    try:
+        who = keys.authenticate(token)
+    except CouldNotDecide as exc:
+        log.error("adcp authentication could not read the store: %s", exc.diagnostics())
+        raise unavailable() from exc
     if who is None:
         raise AdcpError("AUTH_INVALID", "the API key is unknown or revoked")
     return who
@@ -58,6 +73,9 @@ def render(reply: Reply, raw: str | None = None) -> Response:
     headers = {"X-AdCP-Status": str(reply.body.get("status", ""))}
     if reply.http_status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="warden"'
+    error = reply.body.get("adcp_error")
+    if isinstance(error, dict) and isinstance(error.get("retry_after"), int):
+        headers["Retry-After"] = str(error["retry_after"])
     return Response(
         dump_with_raw_context(reply.body, raw_context),
         reply.http_status,
@@ -86,10 +104,10 @@ def adcp_router(
         try:
             raw_bytes = await _body(request, max_body_bytes)
             context_id = _context_id(raw_bytes) or context_id
-            who = authenticate(keys, request.headers)
+            who = await run_in_threadpool(authenticate, keys, request.headers)
             try:
                 text = raw_bytes.decode("utf-8")
-                parsed = parse_strict_json(text) if text.strip() else {}
+                parsed = parse_request_json(text) if text.strip() else {}
             except (UnicodeDecodeError, ParseError) as exc:
                 raise AdcpError(
                     "INVALID_REQUEST", f"the body is not one strict JSON object: {exc}"
@@ -108,18 +126,33 @@ def adcp_router(
         response.headers["Allow"] = "POST"
         return response
 
+    @router.api_route(PREFIX, methods=_ANY_METHOD, include_in_schema=False)
+    @router.api_route(PREFIX + "/{rest:path}", methods=_ANY_METHOD, include_in_schema=False)
+    def unknown_path(request: Request) -> Response:
+        # /adcp, /adcp/ and /adcp/<task>/… (a trailing slash included): no task is
+        # served there; answered in AdCP's format, never FastAPI's {"detail": …}.
+        err = AdcpError(
+            "UNSUPPORTED_FEATURE",
+            "no AdCP task at this path; POST /adcp/<task> (no trailing slash)",
+        )
+        return render(Reply(failure(err, context_id="ctx_rest"), True, err.http_status))
+
     return router
 
 
+_ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+
 def _context_id(raw: bytes) -> str | None:
-    """The caller's top-level ``context_id`` if the body is readable JSON (for errors
-    raised before the request is parsed strictly)."""
+    """The caller's top-level ``context_id`` if the body is readable JSON within the
+    nesting limit (for errors raised before the request is parsed strictly)."""
+    if nesting_exceeds(raw, MAX_REQUEST_DEPTH):
+        return None
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    cid = value.get("context_id") if isinstance(value, dict) else None
-    return cid if isinstance(cid, str) and cid else None
+    return echoable_context_id(value.get("context_id") if isinstance(value, dict) else None)
 
 
 async def _body(request: Request, limit: int) -> bytes:

@@ -42,7 +42,13 @@ from warden.store.idempotency import (
 from warden.wire.adcp.adjustments import report_plan_adjustment
 from warden.wire.adcp.checks import Checks
 from warden.wire.adcp.controller import ControllerError, comply_test_controller
-from warden.wire.adcp.envelope import AdcpError, envelope, failure
+from warden.wire.adcp.envelope import (
+    AdcpError,
+    echoable_context_id,
+    envelope,
+    failure,
+    unavailable,
+)
 from warden.wire.adcp.idempotency import cacheable, key_of, request_hash, scope_of
 from warden.wire.adcp.outcomes import report_plan_outcome
 from warden.wire.adcp.plan_sync import check_plans, sync_plans
@@ -111,8 +117,7 @@ class AdcpService:
         req = request if isinstance(request, dict) else {}
         # Only an object is echoed (core/context.json); any other is refused below.
         context = req.get("context") if isinstance(req.get("context"), dict) else None
-        raw_id = req.get("context_id")
-        context_id = raw_id if isinstance(raw_id, str) and raw_id else f"ctx_{uuid.uuid4().hex}"
+        context_id = echoable_context_id(req.get("context_id")) or f"ctx_{uuid.uuid4().hex}"
         try:
             if not isinstance(request, dict):
                 raise AdcpError("INVALID_REQUEST", "the request must be one JSON object")
@@ -151,11 +156,7 @@ class AdcpService:
             return self._fail(err, context_id, context, exc)
         except (StoreUnavailable, CouldNotDecide) as exc:
             log.error("adcp %s could not complete: %s", task, exc.diagnostics())
-            code = "GOVERNANCE_UNAVAILABLE" if task == "check_governance" else "SERVICE_UNAVAILABLE"
-            err = AdcpError(
-                code, "the governance agent could not complete the request", retry_after=5
-            )
-            return self._fail(err, context_id, context, exc)
+            return self._fail(unavailable(), context_id, context, exc)
 
     @staticmethod
     def _fail(err: AdcpError, context_id: str, context: Any, cause: Exception) -> Reply:

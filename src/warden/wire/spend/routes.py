@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from warden.approvals.desk import ApprovalDesk
 from warden.core.guardian import Guardian
-from warden.crypto.canonical import parse_strict_json
+from warden.crypto.canonical import parse_request_json
 from warden.identity.api_keys import ApiKeys, Role
 from warden.spend.engine import SpendEngine
 from warden.store.idempotency import KEY_PATTERN, KEY_RULE, Idempotency, InvalidIdempotencyKey
@@ -148,7 +148,7 @@ def make_route_class(
             handler = super().get_route_handler()
             # Defining budgets (the PUT route) is an administrator's job; the rest is an
             # agent's. The catch-all that answers unknown routes admits any key.
-            catch_all = "{rest:path}" in self.path
+            catch_all = "{rest:path}" in self.path or self.path == PREFIX
             need = (
                 None
                 if any_role or catch_all
@@ -188,7 +188,7 @@ async def _strict_body(request: Request) -> Any:
             hint="send the request again with a single Idempotency-Key header",
         )
     raw = await request.body()
-    return parse_strict_json(raw) if raw.strip() else None
+    return parse_request_json(raw) if raw.strip() else None
 
 
 RawBody = Annotated[Any, Depends(_strict_body)]
@@ -374,11 +374,11 @@ def spend_router(
     def get_task(task_id: str) -> Response:
         return wire.read(lambda tx, eng: wire.get_task(tx, eng, task_id))
 
-    @router.api_route(
-        "/{rest:path}",
-        methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
-        include_in_schema=False,
-    )
+    any_method = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+    # ``/v1`` itself too: the app does not redirect slashes (a bare 307 is no answer).
+    @router.api_route("", methods=any_method, include_in_schema=False)
+    @router.api_route("/{rest:path}", methods=any_method, include_in_schema=False)
     def unknown_route(request: Request) -> Response:
         allowed = sorted(
             {

@@ -1,0 +1,237 @@
+"""``warden verify`` and ``warden export``: the audit chains, checked and written offline.
+
+Plain command functions (:func:`verify_cmd`, :func:`export_cmd`) that ``warden.cli``
+registers, plus :func:`verify_chains`, the check ``warden replay agentdojo --verify``
+runs too. Both commands take ``--json`` (shapes: ``warden/schemas/cli/verify.json`` and
+``export.json``, described in docs/cli-json.md).
+
+Exit codes: 0 verified / written; 1 an integrity failure was found (the JSON document
+says ``"ok": false`` and names the first bad record); 2 bad input or configuration
+(missing database or key file; a message on stderr and nothing on stdout).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from warden.cli_options import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE_FOUND,
+    DataDir,
+    DbUrl,
+    KeyFile,
+    _fail,
+    console,
+    err_console,
+    existing_database_url,
+    shown_url,
+)
+from warden.cli_output import print_json, print_line, print_table, table
+from warden.errors import IntegrityError, WardenError
+
+AsJson = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document (docs/cli-json.md) on stdout.")
+]
+#: Sessions listed with their chain head in the human output (--json lists them all).
+HEADS_SHOWN = 20
+
+
+def _failure(exc: IntegrityError) -> dict[str, Any]:
+    """The ``failure`` object of a JSON document: the first bad record and why."""
+    return {
+        "reason": exc.integrity_reason.value,
+        "message": exc.message,
+        "session_id": exc.session_id,
+        "seq": exc.seq,
+    }
+
+
+@dataclass(frozen=True)
+class ChainCheck:
+    """The outcome of :func:`verify_chains`: ``document`` is verify.json's shape."""
+
+    document: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.document["ok"])
+
+
+def verify_chains(
+    file: Path | None,
+    *,
+    data_dir: Path,
+    database_url: str | None,
+    key_file: Path | None,
+    no_signatures: bool,
+) -> ChainCheck:
+    """Re-walk an export (``file``) or every chain in the database.
+
+    Returns the verify.json document, ``ok`` false with ``failure`` at the first broken
+    record (ACS §8.2, §8.6). Raises :class:`WardenError` (not an integrity failure) for
+    a missing or unreadable key file, database or export.
+    """
+    from warden.crypto.keystore import load_ikm
+    from warden.ledger.verify import read_jsonl, verify_records
+
+    ikm = None if no_signatures else load_ikm(key_file or data_dir / "ikm.key")
+    store = None
+    if file is not None:
+        records: Any = read_jsonl(file)
+        source = str(file)
+    else:
+        from warden.store import open_store
+
+        url = existing_database_url(data_dir, database_url)
+        store = open_store(url, migrate=False)
+        records = store.iter_records()
+        source = shown_url(url) if database_url else str(data_dir / "warden.db")
+    doc: dict[str, Any] = {"ok": False, "source": source, "signatures": ikm is not None}
+    try:
+        report = verify_records(records, ikm=ikm, require_manifest=file is not None)
+    except IntegrityError as exc:
+        return ChainCheck(doc | {"failure": _failure(exc)})
+    finally:
+        if store is not None:
+            # Close the walk first: a generator suspended mid-session holds an open read
+            # snapshot, and the final WAL checkpoint would wait out the busy timeout.
+            records.close()
+            store.close()
+    return ChainCheck(
+        doc
+        | {
+            "ok": True,
+            "sessions": report.sessions,
+            "entries": report.entries,
+            "signatures_checked": report.signatures_checked,
+            "heads": dict(report.heads),
+        }
+    )
+
+
+def print_check(check: ChainCheck) -> None:
+    """The human form of a :class:`ChainCheck`: the OK line and a table of heads on
+    stdout, or the FAILED line on stderr."""
+    doc = check.document
+    if not check.ok:
+        failure = doc["failure"]
+        print_line(
+            err_console, f"[red]FAILED[/red] {failure['reason']}: {escape(failure['message'])}"
+        )
+        return
+    print_line(
+        console,
+        f"[green]OK[/green] {escape(doc['source'])}: {doc['sessions']} sessions, "
+        f"{doc['entries']} entries, {doc['signatures_checked']} signatures checked"
+        + ("" if doc["signatures"] else " (signatures not checked: --no-signatures)"),
+    )
+    heads: dict[str, str] = doc["heads"]
+    if not heads:
+        return
+    t = table("session", "chain head")
+    for sid, head in list(heads.items())[:HEADS_SHOWN]:
+        t.add_row(escape(sid), escape(head))
+    print_table(console, t)
+    if len(heads) > HEADS_SHOWN:
+        print_line(console, f"… and {len(heads) - HEADS_SHOWN} more sessions (--json lists all)")
+
+
+def verify_cmd(
+    file: Annotated[
+        Path | None,
+        typer.Argument(help="A JSONL export to verify; default: every chain in the database."),
+    ] = None,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+    key_file: KeyFile = None,
+    no_signatures: Annotated[
+        bool, typer.Option("--no-signatures", help="Check hashes and links only (no key needed).")
+    ] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Re-walk every audit chain offline: entry hashes, links, signed heads, signatures."""
+    try:
+        check = verify_chains(
+            file,
+            data_dir=data_dir,
+            database_url=database_url,
+            key_file=key_file,
+            no_signatures=no_signatures,
+        )
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        print_json(check.document)
+    else:
+        print_check(check)
+    if not check.ok:
+        raise typer.Exit(EXIT_FAILURE_FOUND)
+
+
+def export_cmd(
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Write JSONL here (default: standard output)."),
+    ] = None,
+    session: Annotated[
+        str | None,
+        typer.Option(help="Only this session id."),
+    ] = None,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+    key_file: KeyFile = None,
+    key_id: Annotated[
+        str, typer.Option(envvar="WARDEN_KEY_ID", help="key_id put on the manifest signature.")
+    ] = "warden",
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print a JSON summary (docs/cli-json.md) on stdout; needs --out."
+        ),
+    ] = False,
+) -> None:
+    """Write audit chains as JSONL: per session its record, entries and signed head;
+    last, a signed manifest of every exported session's head."""
+    from warden.crypto.keystore import load_ikm
+    from warden.ledger.export import export_records
+    from warden.store import open_store
+
+    if as_json and out is None:
+        # stdout carries the export itself; a summary there would corrupt it.
+        err_console.print("[red]error:[/red] --json needs --out (stdout carries the export)")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    try:
+        ikm = load_ikm(key_file or data_dir / "ikm.key")
+        store = open_store(existing_database_url(data_dir, database_url), migrate=False)
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    fh = out.open("w", encoding="utf-8") if out else sys.stdout
+    counts = {"records": 0, "sessions": 0}
+    try:
+        for rec in export_records(store, ikm, key_id=key_id, session_id=session):
+            fh.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n")
+            counts["records"] += 1
+            counts["sessions"] += rec["kind"] == "session"
+    except IntegrityError as exc:
+        if as_json:
+            print_json({"ok": False, "out": str(out), "failure": _failure(exc)})
+        else:
+            print_line(err_console, f"[red]FAILED[/red] {exc.reason}: {escape(exc.message)}")
+        raise typer.Exit(EXIT_FAILURE_FOUND) from exc
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    finally:
+        store.close()
+        if out:
+            fh.close()
+    if as_json:
+        print_json({"ok": True, "out": str(out), **counts})
+    elif out:
+        print_line(err_console, f"wrote {counts['records']} records to {escape(str(out))}")

@@ -1,0 +1,291 @@
+"""``warden policy check`` and ``warden policy explain``: bundles validated and explained.
+
+A Typer sub-app (:data:`policy_app`) that ``warden.cli`` mounts as ``policy``. Both
+commands take ``--json`` (shapes: ``warden/schemas/cli/policy-check.json`` and
+``policy-explain.json``, described in docs/cli-json.md).
+
+Exit codes: 0 every bundle valid / the request explained; 2 an invalid bundle, an
+unreadable file, or a request the server would reject (``explain --json`` then prints
+``"ok": false`` with the JSON-RPC error the server would answer).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from warden.cli_options import EXIT_BAD_INPUT, _fail, console, err_console
+from warden.cli_output import print_json, print_line, print_table, table
+from warden.errors import WardenError
+
+if TYPE_CHECKING:
+    from warden.core.types import ActionRequest
+    from warden.errors import ProtocolError
+    from warden.policy import Bundle
+    from warden.provenance.config import ProvenanceSpec
+
+policy_app = typer.Typer(help="Validate and explain policy bundles.", no_args_is_help=True)
+
+AsJson = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document (docs/cli-json.md) on stdout.")
+]
+
+
+def _provenance(spec: ProvenanceSpec | None) -> dict[str, Any] | None:
+    """policy-check.json's ``provenance``: null when the bundle has no section."""
+    if spec is None:
+        return None
+    return {
+        "gates": spec.enabled_gates(),
+        "unknown_trust": spec.unknown_trust,
+        "inference": spec.inference,
+        "consequential_tools": len(spec.consequential_tools),
+    }
+
+
+def _provenance_line(spec: ProvenanceSpec | None) -> str:
+    """Whether provenance is on, which gates, how unknown trust is treated."""
+    p = _provenance(spec)
+    if p is None:
+        return "provenance: off"
+    gates = p["gates"]
+    return (
+        f"provenance: on; gates: {', '.join(gates) if gates else 'none'}; "
+        f"unknown_trust: {p['unknown_trust']}; inference: {'on' if p['inference'] else 'off'}; "
+        f"{p['consequential_tools']} consequential tool pattern(s)"
+    )
+
+
+def _bundle_doc(file: Path, bundle: Bundle) -> dict[str, Any]:
+    return {
+        "file": str(file),
+        "ok": True,
+        "bundle": {
+            "id": bundle.ref.id,
+            "version": bundle.ref.version,
+            "digest": bundle.ref.digest,
+        },
+        "rules": len(bundle.rules),
+        "default": bundle.default.value,
+        "provenance": _provenance(bundle.provenance),
+    }
+
+
+@policy_app.command("check")
+def policy_check(
+    files: Annotated[list[Path], typer.Argument(help="Bundle YAML file(s).")],
+    as_json: AsJson = False,
+) -> None:
+    """Validate bundles: YAML, fields, hooks, CEL conditions, RE2 patterns, effect details.
+
+    Prints OK per valid file; exit 2 if any file is invalid (every problem is printed).
+    """
+    from warden.policy import load_bundle
+
+    results: list[dict[str, Any]] = []
+    for file in files:
+        try:
+            bundle = load_bundle(file)
+        except WardenError as exc:
+            results.append({"file": str(file), "ok": False, "error": exc.message})
+            if not as_json:
+                err_console.print(f"[red]invalid bundle[/red]\n{escape(exc.message)}")
+            continue
+        results.append(_bundle_doc(file, bundle))
+        if not as_json:
+            print_line(
+                console,
+                f"[green]OK[/green] {escape(bundle.ref.id)}@{escape(bundle.ref.version)}: "
+                f"{len(bundle.rules)} rules, default {bundle.default.value}, "
+                f"{bundle.ref.digest}; {escape(_provenance_line(bundle.provenance))}",
+            )
+    ok = all(r["ok"] for r in results)
+    if as_json:
+        print_json({"ok": ok, "files": results})
+    if not ok:
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _checked_request(body: bytes) -> ActionRequest:
+    """The request as the server parses it, in the server's order (wire/acs/service.py):
+    strict JSON, the envelope schema, the JCS domain, method routing, the hook's payload
+    schema or the wrapped MCP message. Raises :class:`ProtocolError` as the server would;
+    :class:`typer.Exit` for handshake and ping, which policy never sees."""
+    from warden.crypto.canonical import canonical_bytes, parse_strict_json
+    from warden.errors import InvalidParams, InvalidRequest
+    from warden.schemas import SchemaSet
+    from warden.wire.acs.mcp import check_wrapped
+    from warden.wire.acs.methods import HANDSHAKE, PING, route
+    from warden.wire.acs.parse import action_request
+
+    schemas = SchemaSet("acs")
+    msg = parse_strict_json(body)
+    if isinstance(msg, list):
+        raise InvalidRequest(
+            "batch requests are not supported by this Guardian", reason="batch_unsupported"
+        )
+    problem = schemas.first_error("request-envelope.json", msg)
+    if problem is not None:
+        raise InvalidRequest(
+            f"request envelope invalid at {problem[0] or '/'}: {problem[1]}",
+            pointer=problem[0],
+        )
+    canonical_bytes(msg)  # raises InvalidRequest outside the JCS domain
+    method, params = msg["method"], msg["params"]
+    if method in (HANDSHAKE, PING):
+        err_console.print(
+            f"[red]error:[/red] {escape(method)} is answered by the protocol layer; "
+            "policy does not evaluate it"
+        )
+        raise typer.Exit(EXIT_BAD_INPUT)
+    info = route(method)
+    if info.kind == "hook":
+        assert info.schema is not None
+        problem = schemas.first_error(info.schema, params["payload"])
+        if problem is not None:
+            raise InvalidParams(
+                f"{method} payload invalid at {problem[0] or '/'}: {problem[1]}",
+                pointer="/params/payload" + problem[0],
+                method=method,
+            )
+    else:
+        assert info.mcp_method is not None
+        check_wrapped(params["payload"], info.mcp_method, method)
+    return action_request(info, params, None)
+
+
+def _rejected(exc: ProtocolError, as_json: bool) -> typer.Exit:
+    """Report the JSON-RPC error the server would answer; the exit to raise."""
+    name = exc.code.name.lower()
+    pointer = exc.data.get("pointer")
+    if as_json:
+        print_json(
+            {
+                "ok": False,
+                "rejected": {
+                    "code": int(exc.code),
+                    "name": name,
+                    "pointer": pointer,
+                    "message": exc.message,
+                },
+            }
+        )
+        return typer.Exit(EXIT_BAD_INPUT)
+    err_console.print(
+        f"[red]error:[/red] Warden would reject this request with JSON-RPC error "
+        f"{int(exc.code)} ({name.replace('_', ' ')})"
+    )
+    if pointer is not None:
+        err_console.print(f"  pointer: {escape(json.dumps(pointer))}")
+    err_console.print(f"  message: {escape(exc.message)}")
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
+@policy_app.command("explain")
+def policy_explain(
+    file: Annotated[Path, typer.Argument(help="Bundle YAML file.")],
+    request: Annotated[Path, typer.Argument(help="An ACS request envelope (JSON).")],
+    as_json: AsJson = False,
+) -> None:
+    """Show which rules are candidates for a request, which fire and why, and the verdict.
+
+    The request is first checked as the server checks it (strict JSON, the ACS request
+    envelope schema, JCS domain, method routing, the hook's payload schema or the wrapped
+    MCP message); a request the server would reject is reported with its JSON-RPC error
+    code, JSON pointer and message (exit 2). Signature, session, replay and clock checks
+    need a live session and are not applied. A condition that errors is shown as the
+    fail-closed verdict the server would sign (deny, ``evaluation_failed``; exit 0).
+    """
+    from warden.core.guardian import Guardian, fit_to_hook, verdict_from_evaluation
+    from warden.core.tool_names import fold
+    from warden.errors import CouldNotDecide, ProtocolError
+    from warden.policy import PolicyEngine, RuleTrace, load_bundle
+
+    try:
+        engine = PolicyEngine(load_bundle(file))
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    try:
+        body = request.read_bytes()
+    except OSError as exc:
+        err_console.print(
+            f"[red]error:[/red] cannot read {escape(str(request))}: "
+            f"{escape(exc.strerror or str(exc))}"
+        )
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
+    try:
+        req = _checked_request(body)
+    except ProtocolError as exc:
+        raise _rejected(exc, as_json) from exc
+
+    failure: str | None = None
+    default_applied = False
+    try:
+        ev = engine.evaluate(req, explain=True)
+        trace: tuple[RuleTrace, ...] = ev.trace
+        default_applied = ev.default_applied
+        verdict = fit_to_hook(verdict_from_evaluation(ev), req.permitted)
+    except Exception as exc:  # noqa: BLE001 - the server answers any engine failure this way
+        trace = exc.data.get("trace", ()) if isinstance(exc, CouldNotDecide) else ()
+        failure = exc.message if isinstance(exc, WardenError) else f"{type(exc).__name__}: {exc}"
+        verdict = Guardian(engine).fail_closed(req, failure)
+    candidates = [
+        {
+            "rule": t.rule_id,
+            "effect": t.effect.value,
+            "fired": "error" if t.failed else "yes" if t.fired else "no",
+            "detail": t.detail,
+        }
+        for t in trace
+    ]
+    n_rules = len(engine.bundle.rules)
+    # Tool patterns match the folded name (warden.core.tool_names): show what they saw.
+    folded = fold(req.tool_name)
+    if as_json:
+        print_json(
+            {
+                "ok": True,
+                "method": req.method,
+                "tool": req.tool_name or None,
+                "tool_matched_as": folded or None,
+                "rules_total": n_rules,
+                "candidates": candidates,
+                "verdict": {
+                    "decision": verdict.decision.value,
+                    "reasoning": verdict.reasoning,
+                    "reason_codes": list(verdict.reason_codes),
+                    "default_applied": default_applied,
+                    "fail_closed": failure is not None,
+                },
+                "evaluation_failed": failure,
+            }
+        )
+        return
+    t = table("rule", "effect", "fired", "why")
+    for c in candidates:
+        t.add_row(escape(c["rule"]), c["effect"], c["fired"], escape(c["detail"]))
+    shown = req.tool_name + (f" (matched as {folded})" if folded != req.tool_name else "")
+    print_line(
+        console,
+        f"method {escape(req.method)}, tool {escape(shown or '-')}: "
+        + (
+            f"{len(trace)} candidate rules of {n_rules}"
+            if failure is None
+            else f"{len(trace)} candidate rules evaluated before the failure, of {n_rules}"
+        ),
+    )
+    print_table(console, t)
+    print_line(
+        console,
+        f"verdict: [bold]{verdict.decision.value}[/bold]"
+        + (" (fail closed)" if failure is not None else " (default)" if default_applied else "")
+        + (f" — {escape(verdict.reasoning)}" if verdict.reasoning else ""),
+    )
+    if verdict.reason_codes:
+        print_line(console, f"reason codes: {escape(', '.join(verdict.reason_codes))}")
+    if failure is not None:
+        print_line(console, f"evaluation failed: {escape(failure)}")

@@ -1,0 +1,247 @@
+"""Bodies that used to break the AdCP bindings (issue 14 item 6), over a real server.
+
+Arrays nested past the request limit (128 levels; ``[``×1000 used to answer a plain-text
+500 or reset the connection), strings holding a lone surrogate escape, and paths under
+``/adcp`` that name no task: each gets AdCP's error envelope (validated like every
+reply) on a connection that stays open, and nothing is written."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from adcp_helpers import Live, check_response, live, plan
+from sqlalchemy import func, select
+
+from warden.runtime import Runtime
+from warden.store.schema import metadata
+
+#: The nesting limit (warden.crypto.canonical.MAX_REQUEST_DEPTH, docs/decisions.md 185).
+MAX_REQUEST_DEPTH = 128
+MCP_HEADERS = {"accept": "application/json, text/event-stream"}
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    from conftest import DEFAULT_POLICY, write_key
+
+    from warden.settings import Settings
+
+    data = tmp_path_factory.mktemp("adcp-bad-bodies")
+    settings = Settings(data_dir=data, policy=DEFAULT_POLICY, key_file=write_key(data / "ikm.key"))
+    rt = Runtime.start(settings)
+    try:
+        with live(rt) as s:
+            s.rest().call("sync_plans", {"idempotency_key": str(uuid.uuid4()), "plans": [plan()]})
+            yield s
+    finally:
+        rt.close()
+
+
+@pytest.fixture
+def http(srv: Live) -> Iterator[httpx.Client]:
+    """One keep-alive connection for the bad request and the good one after it."""
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    with httpx.Client(base_url=srv.url, timeout=30, limits=limits) as client:
+        yield client
+
+
+def snapshot(rt: Runtime) -> dict[str, int]:
+    with rt.store.engine.connect() as conn:
+        return {
+            t.name: int(conn.execute(select(func.count()).select_from(t)).scalar_one())
+            for t in metadata.sorted_tables
+        }
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def _sync_body(slot: str) -> bytes:
+    body = {"idempotency_key": str(uuid.uuid4()), "plans": [plan("deep", policies="SLOT")]}
+    return json.dumps(body).replace('"SLOT"', slot).encode()
+
+
+def _tools_call(task: str, arguments: str, rid: str = "1") -> bytes:
+    return (
+        '{"jsonrpc":"2.0","id":'
+        + rid
+        + ',"method":"tools/call","params":{"name":"'
+        + task
+        + '","arguments":'
+        + arguments
+        + "}}"
+    ).encode()
+
+
+def _failure(r: httpx.Response, task: str, status: int, code: str) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/json"), r.text
+    assert r.headers.get("connection", "").lower() != "close"
+    body: dict[str, Any] = json.loads(r.content)
+    check_response(task, body, failed=True)
+    assert body["adcp_error"]["code"] == code, body
+    return body
+
+
+def _still_served(http: httpx.Client, srv: Live) -> None:
+    """The same connection answers the next, valid request."""
+    r = http.post(
+        "/adcp/get_adcp_capabilities",
+        json={"adcp_major_version": 3},
+        headers={"authorization": f"Bearer {srv.agent_token}"},
+    )
+    assert r.status_code == 200, r.text
+
+
+DEPTHS = [MAX_REQUEST_DEPTH + 1, 400, 1000, 100_000]
+
+
+@pytest.mark.parametrize("depth", DEPTHS)
+@pytest.mark.parametrize(
+    ("task", "make"),
+    [
+        ("sync_plans", lambda d: _sync_body(nested(d))),
+        ("sync_plans", lambda d: nested(d).encode()),
+        ("get_adcp_capabilities", lambda d: ('{"context":{"x":' + nested(d) + "}}").encode()),
+    ],
+    ids=["in_a_plan", "bare", "in_context"],
+)
+def test_deep_nesting_on_rest_is_invalid_request(
+    srv: Live, http: httpx.Client, task: str, make: Any, depth: int
+) -> None:
+    before = snapshot(srv.rt)
+    r = http.post(
+        f"/adcp/{task}",
+        content=make(depth),
+        headers={"authorization": f"Bearer {srv.agent_token}", "content-type": "application/json"},
+    )
+    body = _failure(r, task, 400, "INVALID_REQUEST")
+    assert "nested deeper than 128" in body["adcp_error"]["message"]
+    assert snapshot(srv.rt) == before
+    _still_served(http, srv)
+
+
+@pytest.mark.parametrize("depth", DEPTHS)
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda d: _tools_call("sync_plans", '{"plans":' + nested(d) + "}"),
+        lambda d: nested(d).encode(),
+    ],
+    ids=["tools_call_arguments", "bare"],
+)
+def test_deep_nesting_on_mcp_is_invalid_request(
+    srv: Live, http: httpx.Client, make: Any, depth: int
+) -> None:
+    before = snapshot(srv.rt)
+    r = http.post(
+        "/mcp",
+        content=make(depth),
+        headers={"authorization": f"Bearer {srv.agent_token}", **MCP_HEADERS},
+    )
+    body = _failure(r, "sync_plans", 400, "INVALID_REQUEST")
+    assert "nested deeper than 128" in body["adcp_error"]["message"]
+    assert snapshot(srv.rt) == before
+    _still_served(http, srv)
+
+
+def test_nesting_at_the_limit_is_served(srv: Live, http: httpx.Client) -> None:
+    """Control: 128 levels in all (the body object, ``context``, 126 arrays) is fine."""
+    context = '{"x":' + nested(MAX_REQUEST_DEPTH - 2) + "}"
+    r = http.post(
+        "/adcp/get_adcp_capabilities",
+        content=('{"adcp_major_version":3,"context":' + context + "}").encode(),
+        headers={"authorization": f"Bearer {srv.agent_token}"},
+    )
+    assert r.status_code == 200, r.text
+    assert json.loads(r.content)["context"] == json.loads(context)
+
+
+LONE = '"\\ud800"'
+
+
+@pytest.mark.parametrize(
+    ("name", "body"),
+    [
+        ("context_id", '{"context_id":' + LONE + "}"),
+        ("member_name", '{"context":{' + LONE + ":1}}"),
+        ("context_value", '{"context":{"a":' + LONE + "}}"),
+    ],
+)
+def test_lone_surrogates_on_rest_are_invalid_request(
+    srv: Live, http: httpx.Client, name: str, body: str
+) -> None:
+    before = snapshot(srv.rt)
+    r = http.post(
+        "/adcp/get_adcp_capabilities",
+        content=body.encode(),
+        headers={"authorization": f"Bearer {srv.agent_token}"},
+    )
+    answer = _failure(r, "get_adcp_capabilities", 400, "INVALID_REQUEST")
+    assert "lone surrogate" in answer["adcp_error"]["message"]
+    assert answer["context_id"] == "ctx_rest" and "context" not in answer  # nothing echoed
+    assert snapshot(srv.rt) == before
+    _still_served(http, srv)
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "in_result"),
+    [
+        ("context_id", _tools_call("sync_plans", '{"context_id":' + LONE + "}"), True),
+        ("member_name", _tools_call("sync_plans", "{" + LONE + ":1}"), True),
+        ("jsonrpc_id", _tools_call("sync_plans", "{}", rid=LONE), False),
+    ],
+)
+def test_lone_surrogates_on_mcp_are_invalid_request(
+    srv: Live, http: httpx.Client, name: str, body: bytes, in_result: bool
+) -> None:
+    before = snapshot(srv.rt)
+    r = http.post(
+        "/mcp", content=body, headers={"authorization": f"Bearer {srv.agent_token}", **MCP_HEADERS}
+    )
+    if in_result:  # a readable tools/call: the failure is the tool's result (isError)
+        assert r.status_code == 200, r.text
+        message = json.loads(r.content)
+        assert message["id"] == 1
+        result = message["result"]
+        assert result["isError"] is True
+        check_response("sync_plans", result["structuredContent"], failed=True)
+        error = result["structuredContent"]["adcp_error"]
+        assert error["code"] == "INVALID_REQUEST" and "lone surrogate" in error["message"]
+    else:  # an id that cannot be echoed: a plain AdCP failure
+        _failure(r, "sync_plans", 400, "INVALID_REQUEST")
+    assert snapshot(srv.rt) == before
+    _still_served(http, srv)
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/adcp/sync_plans/"),
+        ("POST", "/adcp/get_adcp_capabilities/"),
+        ("GET", "/adcp"),
+        ("POST", "/adcp/"),
+        ("POST", "/adcp/sync_plans/extra"),
+    ],
+)
+def test_paths_under_adcp_that_name_no_task(
+    srv: Live, http: httpx.Client, method: str, path: str
+) -> None:
+    before = snapshot(srv.rt)
+    r = http.request(
+        method,
+        path,
+        json={"adcp_major_version": 3},
+        headers={"authorization": f"Bearer {srv.agent_token}"},
+        follow_redirects=False,
+    )
+    body = _failure(r, "sync_plans", 404, "UNSUPPORTED_FEATURE")
+    assert "location" not in r.headers
+    assert r.headers["x-adcp-status"] == "failed" and body["status"] == "failed"
+    assert snapshot(srv.rt) == before
