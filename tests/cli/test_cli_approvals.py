@@ -142,7 +142,8 @@ def test_agent_text_cannot_drive_the_approvers_terminal(server: Server) -> None:
     for out in (approvals(server, alice, "list"), approvals(server, alice, "show", tid)):
         assert out.returncode == 0, out.stderr
         assert "\x1b" not in out.stdout and "\r" not in out.stdout and "\u202e" not in out.stdout
-        assert "\\u001b" in out.stdout
+    # The claimed user and the tool name are shown escaped.
+    assert "\\u001b" in approvals(server, alice, "show", tid).stdout
     traversal = approvals(server, alice, "show", "../budgets")
     assert traversal.returncode == 1 and "HTTP 404" in traversal.stderr  # not /v1/budgets
     assert "Traceback" not in traversal.stderr

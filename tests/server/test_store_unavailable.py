@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEFAULT_POLICY, postgres_schema, write_key
+from conftest import DEFAULT_POLICY, ensure_agent, postgres_schema, write_key
 from fastapi.testclient import TestClient
 from outage import TcpProxy, damage, hold_write_lock, repair
 from sqlalchemy import create_engine, func, select, text
@@ -116,6 +116,7 @@ def _assert_unavailable(r: Any) -> dict[str, Any]:
 
 
 def test_adcp_rest_and_mcp_answer_governance_unavailable(outage: Outage) -> None:
+    ensure_agent(outage.rt, "buyer")
     _, token = outage.rt.api_keys.create("buyer", "agent")
     auth = {"authorization": f"Bearer {token}"}
     with TestClient(create_app(outage.rt)) as client:
