@@ -78,7 +78,7 @@ def test_a_large_quote_waits_for_finance_then_reserves_once(
         "action": "buy",
     }
     assert task["policy"]["rules"] == ["spend-quotes", "large-spend-needs-approval"]
-    assert task["requester"] == {"agent_id": "bot-1", "principal": "bot-1"}
+    assert task["requester"] == {"agent_id": "bot-1", "principal": "bot-1.owner"}
     # The agent polls its task; another agent cannot see it.
     assert agent.call("GET", f"/v1/tasks/{tid}").data["task"]["state"] == "pending"
     other = key(rt, client, "bot-2", Role.AGENT)
