@@ -70,7 +70,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from warden.approvals.desk import MAX_REASON_CHARS, DeskError, TaskNotFound
 from warden.approvals.display import Layout, shown
 from warden.approvals.tasks import ApprovalState, Task
-from warden.errors import CouldNotDecide
+from warden.errors import CouldNotDecide, failure_log_level
 from warden.identity.api_keys import Identity, Role
 from warden.identity.desk_sessions import DeskSessionStore
 from warden.runtime import Runtime
@@ -688,7 +688,12 @@ def _guarded(desk: _Desk) -> type[APIRoute]:
                 try:
                     return await handler(request)
                 except CouldNotDecide as exc:
-                    log.error("desk %s failed: %s", request.url.path, exc.diagnostics())
+                    log.log(
+                        failure_log_level(exc),
+                        "desk %s failed: %s",
+                        request.url.path,
+                        exc.diagnostics(),
+                    )
                     return desk.unavailable(request)
 
             return guarded
