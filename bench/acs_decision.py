@@ -34,12 +34,38 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from warden.crypto.hmac_keys import derive_agent_ikm
 from warden.runtime import Runtime
 from warden.settings import Settings
 from warden.wire.acs.client import AcsClient
 
 IKM = bytes(range(32))
 ROOT = Path(__file__).resolve().parent.parent
+#: The registered agent the benchmark signs as (issue 15: agents sign with their own key,
+#: derived from the master IKM; the master IKM is no agent credential).
+AGENT_ID = "bench-agent"
+AGENT_KEY_ID = "agk_" + "b" * 16
+AGENT_IKM = derive_agent_ikm(IKM, AGENT_KEY_ID)
+
+
+def register_agent(database_url: str) -> None:
+    """Register the benchmark's agent in the database at ``database_url`` (created and
+    migrated if need be) unless it is there."""
+    from warden.identity.agents import AgentRegistry
+    from warden.store import open_store
+
+    store = open_store(database_url)
+    try:
+        registry = AgentRegistry(store, IKM)
+        if registry.get(AGENT_ID) is None:
+            registry.add(AGENT_ID, "bench", key_id=AGENT_KEY_ID)
+    finally:
+        store.close()
+
+
+def agent_client(send: Any) -> AcsClient:
+    """A client signing as the benchmark's registered agent."""
+    return AcsClient(send, AGENT_IKM, agent_id=AGENT_ID, key_id=AGENT_KEY_ID, track_chain=False)
 
 
 def bundle_100_rules() -> str:
@@ -97,7 +123,8 @@ def in_process(decisions: int, sync: str, workdir: Path) -> dict[str, Any]:
         )  # type: ignore[arg-type]
     )
     try:
-        client = AcsClient(rt.acs.handle, IKM, track_chain=False)
+        register_agent(rt.settings.resolved_database_url())
+        client = agent_client(rt.acs.handle)
         assert "result" in client.hello()
         assert client.call("steps/sessionStart", {})["result"]["decision"] == "allow"
         bodies = [
@@ -212,7 +239,7 @@ def _client_proc(
             parsed: dict[str, Any] = json.loads(conn.getresponse().read())
             return parsed
 
-        client = AcsClient(send, IKM, track_chain=False)
+        client = agent_client(send)
         client.hello()
         client.call("steps/sessionStart", {})
         bodies = [
@@ -253,6 +280,7 @@ def _client_proc(
 def over_http(total: int, procs: int, threads: int, sync: str, workdir: Path) -> dict[str, Any]:
     data = workdir / f"http-{sync}"
     write_key(data / "ikm.key")
+    register_agent(f"sqlite:///{data / 'warden.db'}")
     port = _free_port()
     server = start_serve(
         port, data, workdir / "bench-100.yaml", workdir / f"serve-{sync}.log", "--sqlite-sync", sync

@@ -33,6 +33,7 @@ from acs_decision import (
     _free_port,
     bundle_100_rules,
     percentiles,
+    register_agent,
     start_serve,
     wait_ready,
     write_key,
@@ -61,6 +62,7 @@ def pg_schema(base: str) -> Iterator[str]:
 @contextmanager
 def replicas(n: int, database_url: str, data: Path, policy: Path) -> Iterator[list[int]]:
     write_key(data / "ikm.key")
+    register_agent(database_url)
     ports = [_free_port() for _ in range(n)]
     procs = []
     for port in ports:

@@ -3,6 +3,8 @@ and an independent response validator (python-jsonschema, not the runtime's json
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import os
 import socket
@@ -23,6 +25,9 @@ from referencing import Registry, Resource
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from warden.crypto.hmac_keys import SessionKeys, derive_agent_ikm
+from warden.errors import ConfigError, StoreUnavailable
+from warden.identity.agents import AgentCredential, AgentExists, AgentRegistry
 from warden.runtime import Runtime
 from warden.settings import Settings
 from warden.wire.acs.client import AcsClient
@@ -140,9 +145,84 @@ def runtime(make_runtime: Callable[..., Runtime]) -> Runtime:
     return make_runtime()
 
 
+def fixed_key_id(agent_id: str) -> str:
+    """The fixed key id tests register ``agent_id``'s first key under."""
+    return "agk_" + hashlib.sha256(agent_id.encode()).hexdigest()[:16]
+
+
+def registered_agent_keys(agent_id: str = "observed-agent") -> SessionKeys:
+    """The session keys of ``agent_id``'s first test key (what Warden verifies with)."""
+    return SessionKeys(derive_agent_ikm(TEST_IKM, fixed_key_id(agent_id)))
+
+
+def _credential(registry: AgentRegistry, agent_id: str, owner: str | None) -> AgentCredential:
+    if registry.get(agent_id) is None:
+        try:
+            _, cred = registry.add(
+                agent_id, owner or f"{agent_id}.owner", key_id=fixed_key_id(agent_id)
+            )
+            return cred
+        except (AgentExists, ConfigError, StoreUnavailable):
+            pass  # registered by a concurrent caller a moment ago
+    active = [k for k in registry.keys(agent_id) if k.revoked_at is None]
+    assert active, f"agent {agent_id} has no active key"
+    return registry.credential(active[-1].key_id)
+
+
+def agent_credential(
+    target: Runtime | str, agent_id: str = "observed-agent", owner: str | None = None
+) -> AgentCredential:
+    """The ACS credential of ``agent_id`` (registered on first use, without an audit
+    event; owner ``<agent_id>.owner`` unless given) on a runtime or on the database at a URL (a
+    ``warden serve`` subprocess or replicas started with TEST_IKM)."""
+    if isinstance(target, Runtime):
+        # Test set-up: registered without its audit event, so tests that count sessions
+        # and entries see only their own (tests/identity/test_agents.py covers the audit).
+        return _credential(AgentRegistry(target.store, TEST_IKM), agent_id, owner)
+    from warden.store import open_store
+
+    store = open_store(target, migrate=False)
+    try:
+        return _credential(AgentRegistry(store, TEST_IKM), agent_id, owner)
+    finally:
+        store.close()
+
+
+def agent_client(
+    transport: Callable[[bytes], dict[str, Any]], target: Runtime | str, **kw: Any
+) -> AcsClient:
+    """An AcsClient over ``transport`` signing as the registered agent ``kw["agent_id"]``
+    (default ``observed-agent``) of ``target`` (see :func:`agent_credential`).
+
+    ``key_id=X`` instead signs with the key of the registered agent ``X`` while claiming
+    ``agent_id`` (what the older tests meant by "another key on this session")."""
+    signer = kw.pop("key_id", None)
+    claimed = kw.pop("agent_id", "observed-agent")
+    cred = agent_credential(target, signer or claimed, kw.pop("owner", None))
+    return AcsClient.for_agent(transport, cred, agent_id=claimed, **kw)
+
+
+def ensure_agent(target: Runtime | str | Path, principal: str, role: str = "agent") -> None:
+    """Register ``principal`` as an agent (test set-up, no audit event) when ``role`` is
+    ``agent``: an agent API key belongs to a registered agent (issue 15). ``target`` is a
+    runtime, a database URL, or a data directory holding ``warden.db``."""
+    if role != "agent":
+        return
+    if isinstance(target, Path):
+        target = f"sqlite:///{target / 'warden.db'}"
+    agent_credential(target, principal)
+
+
+def claiming(client: AcsClient, agent_id: str) -> AcsClient:
+    """A client on ``client``'s session and key that claims another ``agent_id``."""
+    other = copy.copy(client)
+    other.agent_id = agent_id
+    return other
+
+
 def service_client(rt: Runtime, **kw: Any) -> AcsClient:
-    """An AcsClient talking to ``rt`` in process (no HTTP)."""
-    return AcsClient(rt.acs.handle, TEST_IKM, **kw)
+    """An AcsClient talking to ``rt`` in process (no HTTP), as a registered agent."""
+    return agent_client(rt.acs.handle, rt, **kw)
 
 
 def free_port() -> int:
@@ -164,9 +244,14 @@ class Server:
     def acs_url(self) -> str:
         return self.url + "/acs"
 
+    @property
+    def database_url(self) -> str:
+        return f"sqlite:///{self.data_dir / 'warden.db'}"
+
     def client(self, **kw: Any) -> AcsClient:
-        """A signed ACS client over real HTTP (one request per connection: nothing to leak)."""
-        return AcsClient(self.post, TEST_IKM, **kw)
+        """A signed ACS client over real HTTP (one request per connection: nothing to leak),
+        as a registered agent of this server's database."""
+        return agent_client(self.post, self.database_url, **kw)
 
     def post(self, body: bytes | str) -> dict[str, Any]:
         data = body.encode() if isinstance(body, str) else body

@@ -16,6 +16,7 @@ import typer
 from rich.markup import escape
 
 from warden import __version__
+from warden.cli_agents import agents_app
 from warden.cli_approvals import approvals_app
 from warden.cli_db import db_app
 from warden.cli_evidence import export_evidence_cmd
@@ -38,6 +39,7 @@ app.add_typer(replay_app, name="replay")
 app.add_typer(keys_app, name="keys")
 app.add_typer(approvals_app, name="approvals")
 app.add_typer(db_app, name="db")
+app.add_typer(agents_app, name="agents")
 
 from warden.cli_options import (  # noqa: E402 - after the Typer apps
     EXIT_BAD_INPUT,
@@ -186,6 +188,15 @@ def serve(
             "directory of them); without it a signed action request is refused.",
         ),
     ] = None,
+    unsafe_shared_ikm: Annotated[
+        bool,
+        typer.Option(
+            "--unsafe-shared-ikm",
+            envvar="WARDEN_UNSAFE_SHARED_IKM",
+            help="Accept ACS requests signed with the master IKM (no verified identity; "
+            "every such decision is marked unsafe_shared_ikm).",
+        ),
+    ] = False,
     log_level: Annotated[
         str, typer.Option(envvar="WARDEN_LOG_LEVEL", help="Python logging level.")
     ] = "INFO",
@@ -220,6 +231,7 @@ def serve(
         idempotency_ttl_seconds=idempotency_ttl_seconds,
         signing_key_file=signing_key_file,
         kla_keys=kla_keys,
+        unsafe_shared_ikm=unsafe_shared_ikm,
     )
     try:
         runtime = Runtime.start(settings)
@@ -233,6 +245,11 @@ def serve(
         f"{settings.resolved_key_file()}, admin API token {settings.resolved_api_token_file()}, "
         f"approval desk {settings.resolved_public_url()}/desk"
     )
+    if runtime.demo_agent_key is not None:
+        err_console.print(
+            f"[yellow]quick start:[/yellow] registered the demo agent [bold]demo-agent[/bold] "
+            f"(owner demo-owner); its ACS key file is {runtime.demo_agent_key} (mode 0600)"
+        )
     app_ = create_app(runtime)
     # Everything loaded so far (libraries, schemas, the bundle: ~130k objects) lives as
     # long as the process: take it out of the cyclic collector's full passes, which

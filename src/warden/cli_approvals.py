@@ -116,7 +116,9 @@ def _print_task(task: dict[str, Any]) -> None:
         f"{_safe(policy.get('reasoning') or '')}"
     )
     req = task["requester"]
-    behind = f" (user {_safe(req['principal'])})" if req.get("principal") else ""
+    behind = f" (owner {_safe(req['principal'])})" if req.get("principal") else ""
+    if req.get("claimed_user_id"):
+        behind += f" (claims user {_safe(req['claimed_user_id'])}, unverified)"
     console.print(f"requester  {_safe(req.get('agent_id'))}{behind}")
     approvals = _approvals(task)
     console.print(

@@ -67,13 +67,17 @@ def _api_keys(data_dir: Path, database_url: str | None, key_file: Path | None) -
 
 @keys_app.command()
 def create(
+    role: Annotated[str, typer.Option("--role", help="agent, approver or admin.")],
     principal: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--principal", help="Who the key belongs to (letters, digits, _ . : @ + -; ≤200)."
         ),
-    ],
-    role: Annotated[str, typer.Option("--role", help="agent, approver or admin.")],
+    ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option("--agent", help="For --role agent: the registered agent the key belongs to."),
+    ] = None,
     group: Annotated[
         list[str] | None,
         typer.Option("--group", help="An approver group of the key (repeatable, at most 32)."),
@@ -83,8 +87,15 @@ def create(
     database_url: DbUrl = None,
     key_file: KeyFile = None,
 ) -> None:
-    """Create a key and print its token (shown this once; only a hash is stored)."""
+    """Create a key and print its token (shown this once; only a hash is stored). An agent
+    key belongs to a registered agent (`--agent ID`, or `--principal ID`)."""
     try:
+        if (agent is None) == (principal is None) or (agent is not None and role != "agent"):
+            from warden.errors import ConfigError
+
+            raise ConfigError("give --principal P, or --agent ID with --role agent")
+        principal = agent or principal
+        assert principal is not None
         with _api_keys(data_dir, database_url, key_file) as keys:
             identity, token = keys.create(principal, role, group or ())
     except WardenError as exc:

@@ -44,12 +44,16 @@ def mcp_proxy_cmd(
     data_dir: DataDir = Path(".warden"),
     database_url: DbUrl = None,
     key_file: KeyFile = None,
-    agent_id: Annotated[
-        str,
+    agent_key: Annotated[
+        Path | None,
         typer.Option(
-            "--agent-id", help="The Observed Agent id of this MCP client on the audit chain."
+            "--agent-key",
+            envvar="WARDEN_AGENT_KEY",
+            help="The registered agent this MCP client runs as: its key file from `warden "
+            "agents add ID --owner P --key-out FILE` (default: <data-dir>/agents/"
+            "demo-agent.key, written by the quick start).",
         ),
-    ] = "mcp-client",
+    ] = None,
     public_url: Annotated[
         str | None,
         typer.Option(
@@ -83,7 +87,7 @@ def mcp_proxy_cmd(
     resources/read and prompts/get decided by Warden's policy and chained."""
     import anyio
 
-    from warden.crypto.keystore import load_or_create_ikm
+    from warden.identity.agents import load_agent_key
     from warden.runtime import Runtime
     from warden.settings import Settings
     from warden.wire.mcp.gateway import Gateway
@@ -113,16 +117,24 @@ def mcp_proxy_cmd(
         err_console.print(f"[red]invalid settings:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     try:
+        credential = load_agent_key(agent_key or data_dir / "agents" / "demo-agent.key")
         runtime = Runtime.start(settings)
     except WardenError as exc:
         raise _fail(exc) from exc
     try:
-        ikm, _ = load_or_create_ikm(settings.resolved_key_file())
-        gateway = Gateway(runtime.acs.handle, ikm, agent_id=agent_id)
+        if runtime.agents is None or runtime.agents.resolve(credential.key_id) is None:
+            from warden.errors import ConfigError
+
+            raise ConfigError(
+                f"agent key {credential.key_id} of {credential.agent_id} is not an active "
+                "registered key of this Warden (warden agents show ID; rotate or re-register)"
+            )
+        gateway = Gateway.for_agent(runtime.acs.handle, credential)
         ref = runtime.bundle.ref
         err_console.print(
             f"warden mcp-proxy: {escape(target.describe())} under bundle {ref.id}@{ref.version}, "
-            f"store {settings.resolved_database_url()}, ACS session {gateway.session_id}"
+            f"store {settings.resolved_database_url()}, agent {escape(credential.agent_id)}, "
+            f"ACS session {gateway.session_id}"
         )
         anyio.run(
             lambda: serve_stdio(gateway, target, bundle=runtime.bundle, hide_denied=hide_denied)

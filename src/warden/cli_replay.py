@@ -94,8 +94,15 @@ def replay_agentdojo(
     key_file: Annotated[
         Path | None,
         typer.Option(
-            help="The IKM Warden uses (the replay signs as the Observed Agent); "
-            "default <data-dir>/ikm.key."
+            help="The IKM Warden uses (only for --verify afterwards); default <data-dir>/ikm.key."
+        ),
+    ] = None,
+    agent_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--agent-key",
+            help="The registered agent the replay signs as: its key file (default: "
+            "<data-dir>/agents/demo-agent.key, written by the quick start).",
         ),
     ] = None,
     suite: Annotated[
@@ -149,7 +156,7 @@ def replay_agentdojo(
 ) -> None:
     """Replay AgentDojo v1.2 ground-truth tool calls as signed ACS sessions (or, with
     --efficacy, measure the provenance gates on benign and attacked runs)."""
-    from warden.crypto.keystore import load_ikm
+    from warden.identity.agents import load_agent_key
     from warden.replay.agentdojo import replay
 
     if efficacy:
@@ -157,8 +164,8 @@ def replay_agentdojo(
         return
     key_file = key_file or data_dir / "ikm.key"
     try:
-        ikm = load_ikm(key_file)
-        summary = replay(url, ikm, suites=suite, console=err_console if as_json else console)
+        credential = load_agent_key(agent_key or data_dir / "agents" / "demo-agent.key")
+        summary = replay(url, credential, suites=suite, console=err_console if as_json else console)
     except WardenError as exc:
         raise _fail(exc) from exc
     except ModuleNotFoundError as exc:

@@ -13,7 +13,7 @@
     │   ├── UnsupportedVersion      (ACS -32001)
     │   ├── ProvenanceRequired      (ACS -32002)
     │   ├── CapabilityNotNegotiated (ACS -32003)
-    │   ├── SignatureInvalid        (ACS -32004)
+    │   ├── SignatureInvalid        (ACS -32004; KeyRevoked: a revoked agent key)
     │   ├── ReplayDetected          (ACS -32005)
     │   └── TimestampOutOfWindow    (ACS -32006)
     ├── CouldNotDecide         Warden cannot reach a decision (engine/store failure);
@@ -135,6 +135,13 @@ class CapabilityNotNegotiated(ProtocolRefused):
 class SignatureInvalid(ProtocolRefused):
     code = AcsErrorCode.SIGNATURE_INVALID
     reason = "signature_invalid"
+
+
+class KeyRevoked(SignatureInvalid):
+    """The agent key that signed the request was revoked (seen inside the write
+    transaction): answered as unauthenticated, -32004 unsigned."""
+
+    reason = "key_revoked"
 
 
 class ReplayDetected(ProtocolRefused):

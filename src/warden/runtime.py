@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from warden.adcp.governance_token import load_governance_signer
 from warden.approvals.desk import ApprovalDesk
@@ -23,6 +24,7 @@ from warden.crypto.keystore import load_or_create_api_token, load_or_create_ikm
 from warden.errors import StoreUnavailable
 from warden.gates.approval import ApprovalGate
 from warden.gates.spend import SpendGate
+from warden.identity.agents import AgentRegistry
 from warden.identity.api_keys import ApiKeys, Role, api_key_pepper
 from warden.kla.keys import KeyRegistry
 from warden.ledger.ledger import Ledger
@@ -35,6 +37,7 @@ from warden.spend.engine import SpendEngine
 from warden.store.idempotency import Idempotency
 from warden.store.secrets_sql import bind_key_fingerprint
 from warden.store.sql import SqlStore, open_store
+from warden.wire.acs.callers import CallerKeys
 from warden.wire.acs.handshake import HandshakeConfig
 from warden.wire.acs.service import AcsService
 from warden.wire.adcp import AdcpService, AdcpState
@@ -70,6 +73,10 @@ class Runtime:
     #: The AdCP governance agent (``/adcp/<task>``, ``/mcp``), its tokens signed with the
     #: governance key (``<data-dir>/governance-signing.key``).
     adcp: AdcpService | None = None
+    #: The agent identity registry (``/v1/agents``, ``warden agents``).
+    agents: AgentRegistry | None = None
+    #: The key file of the demo agent registered on this data directory's first start.
+    demo_agent_key: Path | None = None
 
     @classmethod
     def start(cls, settings: Settings) -> Runtime:
@@ -130,6 +137,12 @@ class Runtime:
         desk.effects[TaskKind.ADCP_CHECK] = adcp.checks.on_approved
         desk.listeners[TaskKind.ADCP_CHECK] = adcp.checks.on_transition
         api_keys = ApiKeys(store, api_key_pepper(ikm))
+        agents = AgentRegistry(store, ikm, ledger)
+        try:
+            demo_key = _first_agents(agents, settings, first_start=created)
+        except BaseException:
+            store.close()
+            raise
         try:
             # The bootstrap token is the first administrator's key.
             api_keys.register(api_token, "admin", Role.ADMIN)
@@ -172,7 +185,14 @@ class Runtime:
             provenance_cache_bytes=settings.provenance_cache_bytes,
             spend_gate=gate,
             approval_gate=ApprovalGate(desk, guardian),
+            callers=CallerKeys(agents, keys, unsafe_shared_ikm=settings.unsafe_shared_ikm),
         )
+        if settings.unsafe_shared_ikm:
+            log.warning(
+                "--unsafe-shared-ikm: ACS requests signed with the master IKM are accepted; "
+                "no identity is verified for them and every decision they get is marked "
+                "unsafe_shared_ikm. Register agents (`warden agents add`) and drop the flag."
+            )
         interval = settings.spend_expiry_interval_s
         expirer = HoldExpirer(spend, interval, desk) if interval > 0 else None
         worker = None
@@ -197,6 +217,8 @@ class Runtime:
             api_token_created=token_created,
             kla=kla,
             adcp=adcp,
+            agents=agents,
+            demo_agent_key=demo_key,
         )
 
     def close(self) -> None:
@@ -205,6 +227,39 @@ class Runtime:
         if self.notifier is not None:
             self.notifier.stop()
         self.store.close()
+
+
+DEMO_AGENT = "demo-agent"
+DEMO_OWNER = "demo-owner"
+
+
+def _first_agents(agents: AgentRegistry, settings: Settings, *, first_start: bool) -> Path | None:
+    """On a data directory's first start (the master IKM was just created), register the
+    quick start's ``demo-agent`` (owner ``demo-owner``) and write its key to
+    ``<data-dir>/agents/demo-agent.key`` (0600); return that path. On any other start with
+    no active agent (e.g. the first start after upgrading), log how to register one."""
+    if any(a.active for a in agents.list()):
+        return None
+    if first_start and agents.get(DEMO_AGENT) is None:
+        path = settings.data_dir / "agents" / f"{DEMO_AGENT}.key"
+        if not path.exists():
+            _, credential = agents.add(DEMO_AGENT, DEMO_OWNER, by="quick-start")
+            credential.write(path)
+            log.warning(
+                "registered the demo agent %s (owner %s) for the quick start; its ACS key "
+                "is %s (mode 0600). Register your own agents with `warden agents add`.",
+                DEMO_AGENT,
+                DEMO_OWNER,
+                path,
+            )
+            return path
+    log.warning(
+        "no agent is registered: ACS requests are refused unless signed with a registered "
+        "agent's key. Register each agent with `warden agents add ID --owner PRINCIPAL "
+        "--key-out FILE` and give it the key file (README, Identities); agent API keys: "
+        "`warden keys create --role agent --agent ID`."
+    )
+    return None
 
 
 def _log_tick_failure(what: str, exc: Exception) -> None:

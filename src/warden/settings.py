@@ -71,6 +71,10 @@ class Settings(BaseSettings):
     #: Serve AdCP's ``comply_test_controller`` (the compliance runner's seeding hook,
     #: which overwrites the caller's plans): for compliance testing only, off by default.
     adcp_test_controller: bool = False
+    #: Accept ACS requests signed with the master IKM's own session keys (the pre-issue-15
+    #: shared credential): unsafe, logged at start, and every decision it signs is marked
+    #: ``policy_data.unsafe_shared_ikm``. Registered agents' keys work either way.
+    unsafe_shared_ikm: bool = False
 
     @field_validator("public_url")
     @classmethod

@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 import uvicorn
-from conftest import ASSETS, ROOT, SHARED, free_port
+from conftest import ASSETS, ROOT, SHARED, ensure_agent, free_port
 from jsonschema import Draft7Validator, FormatChecker
 from referencing import Registry, Resource
 
@@ -182,6 +182,7 @@ class Live:
         return Rest(self.http, self.agent_token if token == "agent" else token)
 
     def key(self, principal: str, role: str, groups: tuple[str, ...] = ()) -> str:
+        ensure_agent(self.rt, principal, role)
         return self.rt.api_keys.create(principal, role, groups)[1]
 
 
@@ -205,6 +206,7 @@ def live(rt: Runtime, clock: Clock | None = None) -> Iterator[Live]:
         assert thread.is_alive(), "uvicorn exited"
         time.sleep(0.02)
     url = f"http://127.0.0.1:{port}"
+    ensure_agent(rt, "buyer-agent")
     _, token = rt.api_keys.create("buyer-agent", "agent")
     try:
         with httpx.Client(base_url=url, timeout=30) as http:

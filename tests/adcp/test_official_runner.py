@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import DEFAULT_POLICY, ROOT, Server, start_server
+from conftest import DEFAULT_POLICY, ROOT, Server, ensure_agent, start_server
 
 from warden.wire.adcp.mcp import PATH as MCP_PATH  # where serve answers AdCP over MCP
 
@@ -55,6 +55,7 @@ def load_script() -> ModuleType:
 
 
 def make_agent_key(srv: Server, principal: str) -> str:
+    ensure_agent(srv.data_dir, principal)
     out = subprocess.run(
         [sys.executable, "-m", "warden", "keys", "create", "--principal", principal,
          "--role", "agent", "--json", "--data-dir", str(srv.data_dir)],

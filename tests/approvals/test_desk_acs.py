@@ -12,7 +12,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from conftest import TEST_IKM, assert_valid_response, asset, service_client
+from conftest import (
+    TEST_IKM,
+    agent_client,
+    assert_valid_response,
+    asset,
+    ensure_agent,
+    service_client,
+)
 
 from warden.approvals.desk import NotPermitted, TaskConflict, desk_session_id
 from warden.approvals.tasks import ApprovalState
@@ -31,6 +38,7 @@ def result(response: dict[str, Any]) -> dict[str, Any]:
 
 
 def approver(rt: Runtime, name: str, *groups: str, role: Role = Role.APPROVER) -> Identity:
+    ensure_agent(rt, name, role)
     who, _ = rt.api_keys.create(name, role, groups)
     return who
 
@@ -79,7 +87,10 @@ def test_an_ask_files_a_task_bound_to_the_exact_action(rt: Runtime, agent: AcsCl
     }
     assert len(task.action_hash) == 64
     assert task.scope == agent.session_id
-    assert task.requester.agent_id == "agent-7" and task.requester.principal == "bob"
+    # The maker is the verified agent and its owner; the user_id is the agent's claim.
+    assert task.requester.agent_id == "agent-7"
+    assert task.requester.principal == "agent-7.owner"
+    assert task.requester.claimed_user_id == "bob"
     assert task.correlation == {
         "session_id": agent.session_id,
         "agent_id": "agent-7",
@@ -155,7 +166,7 @@ def test_a_replayed_approval_is_refused(rt: Runtime, agent: AcsClient) -> None:
         rt.desk.approve(tid, approver(rt, "carol", "operators"), "again")
 
 
-@pytest.mark.parametrize("who", ["agent-7", "bob"])
+@pytest.mark.parametrize("who", ["agent-7", "agent-7.owner"])
 def test_the_requester_cannot_approve_its_own_task(rt: Runtime, agent: AcsClient, who: str) -> None:
     r = ask(agent, "delete_file", {"path": "/x"}, metadata={"user_context": {"user_id": "bob"}})
     tid = r["ask_details"]["task_id"]
@@ -327,7 +338,7 @@ def test_a_restart_keeps_pending_tasks(make_runtime: Callable[..., Runtime]) -> 
         assert task is not None and task.state is ApprovalState.PENDING
         assert [t.id for t in rt2.desk.list()] == [tid]
         rt2.desk.approve(tid, approver(rt2, "alice", "operators"), "after restart")
-        again = AcsClient(rt2.acs.handle, TEST_IKM, agent_id="agent-7", session_id=agent.session_id)
+        again = agent_client(rt2.acs.handle, rt2, agent_id="agent-7", session_id=agent.session_id)
         again.chain_hash = agent.chain_hash
         assert ask(again, "delete_file", {"path": "/x"})["decision"] == "allow"
     finally:
@@ -348,9 +359,9 @@ def test_a_malformed_citation_is_grant_invalid(
 
 
 def test_maker_checker_ignores_case(rt: Runtime, agent: AcsClient) -> None:
-    r = ask(agent, "delete_file", {"path": "/x"}, metadata={"user_context": {"user_id": "Bob"}})
+    r = ask(agent, "delete_file", {"path": "/x"})
     with pytest.raises(NotPermitted):
-        rt.desk.approve(r["ask_details"]["task_id"], approver(rt, "bob", "operators"), "")
+        rt.desk.approve(r["ask_details"]["task_id"], approver(rt, "Agent-7.OWNER", "operators"), "")
 
 
 @pytest.mark.parametrize("url", ["javascript:alert(1)", "not a url", "ftp://x", "http://h/?q=1"])

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Server, start_server
+from conftest import Server, ensure_agent, start_server
 
 WARDEN = [sys.executable, "-m", "warden"]
 
@@ -41,6 +41,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
 
 
 def make_key(srv: Server, principal: str, role: str, *groups: str) -> str:
+    ensure_agent(srv.data_dir, principal, role)
     flags = [x for g in groups for x in ("--group", g)]
     out = warden(
         "keys",
@@ -136,14 +137,20 @@ def test_reroute_and_bad_credentials(server: Server) -> None:
 
 def test_agent_text_cannot_drive_the_approvers_terminal(server: Server) -> None:
     alice = make_key(server, "alice", "approver", "operators")
-    agent = server.client(agent_id="ansi\x1b[2J\x1b[31mRED\x1b[0m\rbob")
+    # A registered agent's id cannot carry control characters (issue 15); its claimed
+    # user_id, tool name and arguments still can.
+    agent = server.client(agent_id="bot")
     agent.hello()
-    r = agent.tool_call("delete_\x1b[32mSAFE\x1b[0m\r\nfine", {"path": "/x\u202e"})["result"]
+    claim = {"user_context": {"user_id": "ansi\x1b[2J\x1b[31mRED\x1b[0m\rbob"}}
+    r = agent.tool_call("delete_\x1b[32mSAFE\x1b[0m\r\nfine", {"path": "/x\u202e"}, metadata=claim)[
+        "result"
+    ]
     tid = r["ask_details"]["task_id"]
     for out in (approvals(server, alice, "list"), approvals(server, alice, "show", tid)):
         assert out.returncode == 0, out.stderr
         assert "\x1b" not in out.stdout and "\r" not in out.stdout and "\u202e" not in out.stdout
-        assert "\\u001b" in out.stdout
+    # The claimed user and the tool name are shown escaped.
+    assert "\\u001b" in approvals(server, alice, "show", tid).stdout
     traversal = approvals(server, alice, "show", "../budgets")
     assert traversal.returncode == 1 and "HTTP 404" in traversal.stderr  # not /v1/budgets
     assert "Traceback" not in traversal.stderr

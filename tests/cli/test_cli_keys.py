@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from conftest import TEST_IKM, write_key
+from conftest import TEST_IKM, ensure_agent, write_key
 from typer.testing import CliRunner, Result
 
 from warden.cli_keys import keys_app
@@ -52,6 +52,7 @@ def test_create_list_revoke_round_trip(data_dir: Path) -> None:
     finally:
         store.close()
 
+    ensure_agent(data_dir, "bot")
     other = json.loads(run("create", "--principal", "bot", "--role", "agent", "--json", *dd).stdout)
 
     listed = run("list", "--json", *dd)
@@ -140,6 +141,7 @@ def test_database_url_and_key_file_options(tmp_path: Path) -> None:
     key = write_key(tmp_path / "k" / "ikm.key")
     opts = ["--database-url", f"sqlite:///{db}", "--key-file", str(key),
             "--data-dir", str(tmp_path / "unused")]  # fmt: skip
+    ensure_agent(f"sqlite:///{db}", "dave")
     made = run("create", "--principal", "dave", "--role", "agent", "--json", *opts)
     assert made.exit_code == 0, made.output
     assert [e["principal"] for e in json.loads(run("list", "--json", *opts).stdout)] == ["dave"]

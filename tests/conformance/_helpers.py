@@ -7,13 +7,13 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from conftest import TEST_IKM
+from conftest import registered_agent_keys
 
-from warden.crypto.hmac_keys import SessionKeys
 from warden.wire.acs.client import AcsClient, verify_response
 from warden.wire.acs.signing import sign_request
 
-KEYS = SessionKeys(TEST_IKM)
+#: The keys of the registered test agent the probes sign as (tests/conftest.py).
+KEYS = registered_agent_keys()
 
 #: A ClientHello method list that a probe can compare ``methods_evaluated`` against.
 PROBE_METHODS = [
@@ -43,12 +43,13 @@ def inner(response: dict[str, Any]) -> dict[str, Any]:
     return part
 
 
-def assert_signed(response: dict[str, Any], session_id: str) -> None:
-    """The response carries a signature that verifies under the session's HKDF key."""
+def assert_signed(response: dict[str, Any], session_id: str, key: bytes | None = None) -> None:
+    """The response carries a signature that verifies under the session's HKDF key (of the
+    registered test agent unless ``key`` is given)."""
     sig = inner(response).get("signature")
     assert isinstance(sig, dict), f"expected a signed response: {response}"
     assert sig["algorithm"] == "HMAC-SHA256"
-    assert verify_response(response, KEYS.key_for(session_id)), response
+    assert verify_response(response, key or KEYS.key_for(session_id)), response
 
 
 def assert_unsigned(response: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from conftest import TEST_IKM, Server, assert_valid_response, start_server
+from conftest import Server, assert_valid_response, start_server
 
 from warden.wire.acs.client import AcsClient, verify_response
 from warden.wire.acs.signing import sign_request
@@ -37,7 +37,7 @@ MCP_VERSION = "2025-06-18"
 def http_client(server: Server, **kw: Any) -> AcsClient:
     """An envelope builder for ``server`` whose transport is ``Server.post`` (no long-lived
     httpx client is left open); the tests send exact bytes with :func:`post`."""
-    return AcsClient(server.post, TEST_IKM, **kw)
+    return server.client(**kw)
 
 
 def post(server: Server, raw: bytes, session_id: str | None, *, signed: bool) -> dict[str, Any]:

@@ -21,7 +21,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import TEST_IKM, assert_valid_response, asset, service_client
+from conftest import (
+    TEST_IKM,
+    agent_credential,
+    assert_valid_response,
+    asset,
+    claiming,
+    service_client,
+)
 
 from warden.crypto.canonical import canonical_bytes
 from warden.crypto.hmac_keys import SessionKeys
@@ -68,7 +75,7 @@ def exchange(
     part = inner(response)
     if signed:
         assert sid is not None
-        assert_signed(response, sid)
+        assert_signed(response, sid, client.key if client is not None else None)
     else:
         assert_unsigned(response)
     after = _head(rt, sid) if sid else (-1, None)
@@ -309,23 +316,30 @@ def test_chain_mismatch(runtime: Runtime) -> None:
 
 
 @pytest.mark.parametrize(
-    ("override", "reason"),
+    ("signer", "claimed", "reason"),
     [
-        ({"key_id": "another-key"}, "key_not_bound"),
-        ({"agent_id": "impostor"}, "agent_id_not_bound"),
+        # Another registered agent's key on this session, claiming this session's agent.
+        ("another-agent", "observed-agent", "key_not_bound"),
+        # This session's key, claiming another agent id.
+        ("observed-agent", "impostor", "agent_id_not_bound"),
     ],
 )
-def test_binding_denies(runtime: Runtime, override: dict[str, str], reason: str) -> None:
+def test_binding_denies(runtime: Runtime, signer: str, claimed: str, reason: str) -> None:
     client = session(runtime)
     step(runtime, client, "steps/toolCallRequest", tool_payload("ls"))
-    other = service_client(runtime, session_id=client.session_id, **override)
+    other = AcsClient.for_agent(
+        runtime.acs.handle,
+        agent_credential(runtime, signer),
+        agent_id=claimed,
+        session_id=client.session_id,
+    )
     env = other.envelope("steps/toolCallRequest", tool_payload("ls"))
-    resp = exchange(runtime, body(env), client.session_id, signed=True)
+    resp = exchange(runtime, body(env), client.session_id, signed=True, client=other)
     result = decision(resp, "deny")
     assert result["reason_codes"] == [reason]
     assert "chain_hash" not in result
     # The refused request's id was recorded on arrival: its replay is -32005.
-    again = exchange(runtime, body(env), client.session_id, signed=True)
+    again = exchange(runtime, body(env), client.session_id, signed=True, client=other)
     assert_error(again, -32005)
 
 
@@ -680,20 +694,35 @@ def test_replay_is_checked_before_every_other_step_check(runtime: Runtime) -> No
     env = client.envelope("steps/toolCallRequest", tool_payload("ls"))
     decision(exchange(runtime, body(env), client.session_id, signed=True, client=client), "allow")
     rid = env["params"]["request_id"]
+    other_key = service_client(runtime, session_id=client.session_id, key_id="k2")
     variants = [
-        service_client(runtime, session_id=client.session_id, key_id="k2").envelope(
-            "steps/toolCallRequest", tool_payload("ls"), request_id=rid
+        (
+            other_key,
+            other_key.envelope("steps/toolCallRequest", tool_payload("ls"), request_id=rid),
         ),
-        service_client(runtime, session_id=client.session_id, agent_id="a2").envelope(
-            "steps/toolCallRequest", tool_payload("ls"), request_id=rid
+        (
+            client,
+            claiming(client, "a2").envelope(
+                "steps/toolCallRequest", tool_payload("ls"), request_id=rid
+            ),
         ),
-        client.envelope(
-            "steps/toolCallRequest", tool_payload("ls"), request_id=rid, timestamp=rfc3339(-3600)
+        (
+            client,
+            client.envelope(
+                "steps/toolCallRequest",
+                tool_payload("ls"),
+                request_id=rid,
+                timestamp=rfc3339(-3600),
+            ),
         ),
-        client.envelope("steps/toolCallRequest", {"tool": {"name": "ls"}}, request_id=rid),
+        (
+            client,
+            client.envelope("steps/toolCallRequest", {"tool": {"name": "ls"}}, request_id=rid),
+        ),
     ]
-    for variant in variants:
-        assert_error(exchange(runtime, body(variant), client.session_id, signed=True), -32005)
+    for signer, variant in variants:
+        resp = exchange(runtime, body(variant), client.session_id, signed=True, client=signer)
+        assert_error(resp, -32005)
 
 
 def test_step_check_order(runtime: Runtime) -> None:
@@ -704,11 +733,15 @@ def test_step_check_order(runtime: Runtime) -> None:
 
     def send(c: AcsClient, method: str, payload: dict[str, Any], **kw: Any) -> dict[str, Any]:
         return exchange(
-            runtime, body(c.envelope(method, payload, **kw)), client.session_id, signed=True
+            runtime,
+            body(c.envelope(method, payload, **kw)),
+            client.session_id,
+            signed=True,
+            client=c,
         )
 
     both = service_client(runtime, session_id=client.session_id, key_id="k2", agent_id="a2")
-    agent = service_client(runtime, session_id=client.session_id, agent_id="a2")
+    agent = claiming(client, "a2")
     # Binding before everything, key_id first.
     assert decision(send(both, "steps/userMessage", {}, timestamp=late), "deny")[
         "reason_codes"

@@ -16,6 +16,7 @@ from conftest import TEST_IKM
 
 from warden.errors import ConfigError
 from warden.identity import ApiKeys, Identity, Role, api_key_pepper, hash_token
+from warden.identity.agents import AgentRegistry
 from warden.store import SqlStore, open_store
 
 PEPPER = api_key_pepper(TEST_IKM)
@@ -36,6 +37,10 @@ def store(db: Path) -> Iterator[SqlStore]:
 
 @pytest.fixture
 def keys(store: SqlStore) -> ApiKeys:
+    # Agent keys belong to registered agents (issue 15): the ones these tests use.
+    registry = AgentRegistry(store, bytes(range(32)))
+    for agent_id in ("bot-1", "alice", "carol"):
+        registry.add(agent_id, f"{agent_id}.owner")
     return ApiKeys(store, PEPPER)
 
 
@@ -166,7 +171,7 @@ def test_revocation_from_another_connection_is_seen_at_once(keys: ApiKeys, db: P
 def test_revoke_unknown_and_revoke_twice(db: Path, store: SqlStore) -> None:
     times = iter([datetime(2030, 1, 1, tzinfo=UTC) + timedelta(minutes=i) for i in range(10)])
     keys = ApiKeys(store, PEPPER, clock=lambda: next(times))
-    identity, _ = keys.create("alice", Role.AGENT)
+    identity, _ = keys.create("alice", Role.APPROVER)
     assert keys.revoke(identity.key_id) is True
     assert keys.revoke(identity.key_id) is True  # still revoked, first time kept
     assert keys.revoke("0123456789ab") is False
@@ -222,7 +227,7 @@ def test_invalid_principal(keys: ApiKeys, principal: str, db: Path) -> None:
 
 def test_valid_principal_edges(keys: ApiKeys) -> None:
     for principal in ["a", "a" * 200, "svc:bot_1.v2+x@example-corp.com"]:
-        identity, token = keys.create(principal, Role.AGENT)
+        identity, token = keys.create(principal, Role.APPROVER)
         assert keys.authenticate(token) == identity
 
 

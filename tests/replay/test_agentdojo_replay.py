@@ -39,6 +39,16 @@ ALLOWED_TRANSFERS = [("4.0", "held"), ("10.0", "held"), ("50.0", "refused"), ("1
 def dojo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     data = tmp_path_factory.mktemp("dojo") / "srv"
     srv = start_server(data, AGENTDOJO_POLICY, "--budgets", str(AGENTDOJO_BUDGETS))
+    # The replay signs as the registered demo agent (the bundle charges its transfers to
+    # the banking budget by its verified id); registered here as the quick start would.
+    added = subprocess.run(
+        [sys.executable, "-m", "warden", "agents", "add", "demo-agent", "--owner", "demo-owner"]
+        + ["--key-out", str(data / "agents" / "demo-agent.key"), "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert added.returncode == 0, added.stderr
     yield srv
     srv.stop()
 
@@ -83,15 +93,15 @@ def test_replay_all_suites_then_verify(dojo_server: Server) -> None:
         verified["entries"],
         verified["signatures_checked"],
     )
-    # 132 ACS sessions, plus the spend chain of the agentdojo budget tree and the
-    # approval desk's chain.
-    assert sessions == 132 + 1 + 1
+    # 132 ACS sessions, plus the spend chain of the agentdojo budget tree, the
+    # approval desk's chain and the demo agent's registration chain.
+    assert sessions == 132 + 1 + 1 + 1
     # Per ACS session: sessionStart, userMessage, sessionEnd + 2 per call. Spend chain:
     # 3 budgets defined, 3 holds taken and 3 settled, 1 refusal. Desk chain: one task
     # requested per distinct asked action (69: two of the 71 asks repeat an action
     # already pending in their session and name its task; nobody approves here).
     acs_entries = 132 * 3 + 2 * 386
-    assert entries == acs_entries + 3 + 3 + 3 + 1 + 69
+    assert entries == acs_entries + 3 + 3 + 3 + 1 + 69 + 1
     # Every ACS response and every signed head (spend entries carry no response).
     assert signatures == acs_entries + sessions
 

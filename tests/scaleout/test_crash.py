@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 from cluster import Cluster, make_cluster
-from conftest import TEST_IKM
+from conftest import agent_client
 
 from warden.crypto.canonical import parse_strict_json
 from warden.wire.acs.client import AcsClient, http_transport
@@ -116,7 +116,9 @@ class Load:
             http.close()
 
     def _session(self, http: httpx.Client, i: int) -> AcsClient:
-        client = AcsClient(http_transport(self._url(i) + "/acs", http), TEST_IKM)
+        client = agent_client(
+            http_transport(self._url(i) + "/acs", http), self.cluster.database_url
+        )
         client.hello()
         return client
 

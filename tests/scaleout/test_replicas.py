@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import pytest
 from cluster import Cluster, make_cluster
-from conftest import TEST_IKM, postgres_schema
+from conftest import agent_client, postgres_schema
 
 from warden.wire.acs.client import AcsClient, http_transport
 
@@ -73,7 +73,7 @@ def test_acs_sessions_alternating_across_replicas_keep_one_chain_each(cluster: C
     def run(n: int) -> tuple[str, list[str]]:
         transport = _rotating(cluster, n)
         try:
-            client = AcsClient(transport, TEST_IKM, agent_id=f"agent-{n}")
+            client = agent_client(transport, cluster.database_url, agent_id=f"agent-{n}")
             assert "result" in client.hello()
             decisions = []
             for k in range(steps):
@@ -181,7 +181,9 @@ def test_one_approval_consumed_from_two_replicas_at_once_allows_once(
     r0, r1, r2 = cluster.replicas
     http = httpx.Client(timeout=30.0)
     try:
-        agent = AcsClient(http_transport(r0.url + "/acs", http), TEST_IKM, agent_id="agent-7")
+        agent = agent_client(
+            http_transport(r0.url + "/acs", http), cluster.database_url, agent_id="agent-7"
+        )
         agent.hello()
         asked = agent.tool_call("delete_file", {"path": f"/srv/{attempt}"})["result"]
         assert asked["decision"] == "ask"
@@ -192,9 +194,9 @@ def test_one_approval_consumed_from_two_replicas_at_once_allows_once(
         )
         assert ok.status_code == 200, ok.text
         racers = [
-            AcsClient(
+            agent_client(
                 http_transport(r.url + "/acs", http),
-                TEST_IKM,
+                cluster.database_url,
                 agent_id="agent-7",
                 session_id=agent.session_id,
                 track_chain=False,
@@ -227,7 +229,9 @@ def test_one_approval_consumed_from_two_replicas_at_once_allows_once(
 def test_one_request_sent_to_every_replica_is_decided_once(cluster: Cluster) -> None:
     http = httpx.Client(timeout=30.0)
     try:
-        agent = AcsClient(http_transport(cluster.replicas[0].url + "/acs", http), TEST_IKM)
+        agent = agent_client(
+            http_transport(cluster.replicas[0].url + "/acs", http), cluster.database_url
+        )
         agent.hello()
         envelope = agent.envelope(
             "steps/toolCallRequest",

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import service_client
+from conftest import ensure_agent, service_client
 from fastapi.testclient import TestClient
 
 import warden.server.desk as desk_module
@@ -38,6 +38,7 @@ def client(runtime: Runtime) -> Iterator[TestClient]:
 
 def key(rt: Runtime, principal: str, role: str, *groups: str) -> tuple[str, str]:
     """(key_id, token) of a new API key."""
+    ensure_agent(rt, principal, role)
     identity, token = rt.api_keys.create(principal, role, groups)
     return identity.key_id, token
 
@@ -363,12 +364,14 @@ def test_an_approver_outside_the_group_is_refused(runtime: Runtime, client: Test
 
 
 def test_the_requesting_principal_cannot_approve(runtime: Runtime, client: TestClient) -> None:
-    _, token = key(runtime, "alice", "approver", "operators")
+    # The maker is the agent's registered owner (bot.owner), whatever user it claims.
+    _, token = key(runtime, "bot.owner", "approver", "operators")
     task_id, _ = ask(runtime, "delete_file", {"path": "/tmp/mine"}, user="alice")
     csrf = login(client, token)
     page = client.get(f"/desk/tasks/{task_id}").text
     assert "requested this task, so you cannot decide it (maker-checker)" in page
-    assert "for alice" in client.get("/desk").text
+    assert "alice <small>(the agent's claim, not verified)</small>" in page
+    assert "owner bot.owner" in client.get("/desk").text
     for action in ("approve", "deny"):
         r = post(client, f"/desk/tasks/{task_id}/{action}", csrf_token=csrf, reason="mine")
         assert r.status_code == 403

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import TEST_IKM, Server, start_server
+from conftest import TEST_IKM, Server, agent_client, start_server
 
 from warden.ledger.verify import verify_records
 from warden.store import open_store
@@ -26,7 +26,7 @@ def _client(server: Server, http: httpx.Client, **kw: Any) -> AcsClient:
         parsed: dict[str, Any] = r.json()
         return parsed
 
-    return AcsClient(send, TEST_IKM, **kw)
+    return agent_client(send, server.database_url, **kw)
 
 
 def _verify_db(data_dir: Path) -> Any:

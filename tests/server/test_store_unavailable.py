@@ -26,6 +26,7 @@ import pytest
 from conftest import (
     DEFAULT_POLICY,
     assert_valid_response,
+    ensure_agent,
     postgres_schema,
     service_client,
     write_key,
@@ -125,6 +126,7 @@ def _assert_unavailable(r: Any) -> dict[str, Any]:
 
 
 def test_adcp_rest_and_mcp_answer_governance_unavailable(outage: Outage) -> None:
+    ensure_agent(outage.rt, "buyer")
     _, token = outage.rt.api_keys.create("buyer", "agent")
     auth = {"authorization": f"Bearer {token}"}
     with TestClient(create_app(outage.rt)) as client:

@@ -691,7 +691,8 @@ def test_agentdojo_transfers_need_a_budget(make_runtime: Callable[..., Runtime])
 
     rt = make_runtime(policy=AGENTDOJO_POLICY)
     known = {"recipient": "GB29NWBK60161331926819", "subject": "x", "date": "2022-03-07"}
-    banking = agent(rt, "agentdojo-banking")
+    # The bundle maps the verified agent id demo-agent (the replay's) to the banking budget.
+    banking = agent(rt, "demo-agent")
     _, result = tool_call(banking, "send_money", {**known, "amount": 4.0})
     assert (result["decision"], result["reason_codes"]) == ("deny", ["unknown_budget"])
     # An update that changes no amount moves no new money: not charged.

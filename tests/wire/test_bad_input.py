@@ -202,7 +202,8 @@ CASES: tuple[Bad, ...] = (
     ),
     Bad(
         "lone_surrogate_in_signature_key_id",
-        _replace('"key_id": "client"', '"key_id": "\\ud800"'),
+        # The clients sign as registered agents, whose key ids start agk_ (issue 15).
+        _replace('"key_id": "agk_', '"key_id": "\\ud800agk_'),
         -32600,
         True,
         "jcs_domain",

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import TEST_IKM, Server, assert_valid_response, service_client
+from conftest import Server, agent_client, assert_valid_response, service_client
 
 from warden.errors import StoreUnavailable
 from warden.runtime import Runtime
@@ -149,16 +149,16 @@ def test_parallel_calls_on_one_session_all_decide_over_http(server: Server) -> N
             out: dict[str, Any] = http.post(server.acs_url, content=body).json()
             return out
 
-        c = AcsClient(send, TEST_IKM, track_chain=False)
+        c = agent_client(send, server.database_url, track_chain=False)
         c.hello()
         c.call("steps/sessionStart", {})
     results: list[dict[str, Any]] = []
 
     def call(i: int) -> None:
         with httpx.Client(timeout=30) as http:
-            c2 = AcsClient(
+            c2 = agent_client(
                 lambda b: http.post(server.acs_url, content=b).json(),
-                TEST_IKM,
+                server.database_url,
                 session_id=c.session_id,
                 agent_id=c.agent_id,
                 track_chain=False,

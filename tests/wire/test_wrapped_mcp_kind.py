@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import ROOT, TEST_IKM, assert_valid_response, service_client
+from conftest import ROOT, agent_credential, assert_valid_response, service_client
 
 from warden.core.types import ActionRequest
 from warden.policy import PolicyEngine, load_bundle
@@ -96,7 +96,7 @@ def test_a_message_of_two_kinds_is_refused_and_records_nothing(
 
 def test_the_gateway_denies_a_disguised_request(make_runtime: Callable[..., Runtime]) -> None:
     rt = make_runtime(policy=MCP_POLICY)
-    gateway = Gateway(rt.acs.handle, TEST_IKM, agent_id="a")
+    gateway = Gateway.for_agent(rt.acs.handle, agent_credential(rt, "a"))
     gateway.open()
     ruling = gateway.check(request("git_commit", result={}))
     assert ruling.decision == "deny" and not ruling.forwards

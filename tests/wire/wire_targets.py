@@ -13,7 +13,7 @@ import sqlite3
 from typing import Any, Protocol
 
 import httpx
-from conftest import TEST_IKM, Server, service_client
+from conftest import Server, agent_client, service_client
 
 from warden.crypto.canonical import parse_strict_json
 from warden.runtime import Runtime
@@ -75,7 +75,9 @@ class OverHttp:
             db.close()
 
     def client(self, **kw: Any) -> AcsClient:
-        return AcsClient(http_transport(self.server.acs_url, self.http), TEST_IKM, **kw)
+        return agent_client(
+            http_transport(self.server.acs_url, self.http), self.server.database_url, **kw
+        )
 
     def close(self) -> None:
         self.http.close()

@@ -106,17 +106,29 @@ class Event(StrEnum):
 
 @dataclass(frozen=True)
 class Requester:
-    """Who asked: the agent and the principal behind it (a user or an API key's owner).
-    Neither may approve the task (maker-checker)."""
+    """Who asked, as Warden verified it: the agent and the principal accountable for it
+    (a registered agent's owner; the caller's own principal for other keys). Neither may
+    approve the task (maker-checker), and both may read it.
+
+    ``claimed_user_id`` is the ``user_context.user_id`` the agent claimed (issue 15): it
+    is recorded and shown as a claim, and never excludes or admits an approver nor grants
+    visibility (:meth:`names` leaves it out).
+    """
 
     agent_id: str
     principal: str | None = None
+    claimed_user_id: str | None = None
 
     def names(self) -> frozenset[str]:
+        """The makers: the agent and its accountable principal (never the claim)."""
         return frozenset(n for n in (self.agent_id, self.principal) if n)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"agent_id": self.agent_id, "principal": self.principal}
+        """``{agent_id, principal}``, plus ``claimed_user_id`` when the agent claimed one."""
+        out: dict[str, Any] = {"agent_id": self.agent_id, "principal": self.principal}
+        if self.claimed_user_id is not None:
+            out["claimed_user_id"] = self.claimed_user_id
+        return out
 
 
 @dataclass(frozen=True)
@@ -252,7 +264,9 @@ class Task:
             action=rec.get("action") or {},
             action_hash=rec.get("action_hash", ""),
             scope=rec.get("scope", ""),
-            requester=Requester(req.get("agent_id", ""), req.get("principal")),
+            requester=Requester(
+                req.get("agent_id", ""), req.get("principal"), req.get("claimed_user_id")
+            ),
             approver_group=rec.get("approver_group", ""),
             approvals_required=int(rec.get("approvals_required", 1)),
             question=rec.get("question", ""),

@@ -66,6 +66,28 @@ class BundleRef:
         return {"id": self.id, "version": self.version, "digest": self.digest}
 
 
+#: CEL ``agent`` for a caller whose identity Warden did not verify.
+NO_AGENT: dict[str, Any] = {"id": "", "owner": "", "groups": [], "budgets": [], "verified": False}
+
+
+def agent_facts(agent_id: str, owner: str, groups: Any = (), budgets: Any = ()) -> dict[str, Any]:
+    """CEL ``agent`` for a verified caller: ``{id, owner, groups, budgets, verified: true}``."""
+    return {
+        "id": agent_id,
+        "owner": owner,
+        "groups": list(groups),
+        "budgets": list(budgets),
+        "verified": True,
+    }
+
+
+def user_id_claim(metadata: Any) -> str:
+    """``metadata.user_context.user_id`` when it is a string, else "" (a claim only)."""
+    ctx = metadata.get("user_context") if isinstance(metadata, dict) else None
+    uid = ctx.get("user_id") if isinstance(ctx, dict) else None
+    return uid if isinstance(uid, str) else ""
+
+
 @dataclass(frozen=True)
 class ActionRequest:
     """A proposed step, in wire-independent terms.
@@ -91,6 +113,13 @@ class ActionRequest:
     #: The step's :class:`~warden.provenance.facts.ProvenanceView` when the bundle has a
     #: ``provenance`` section (CEL ``provenance``; the provenance gates read it).
     provenance: Any = None
+    #: The caller as Warden verified it (CEL ``agent``): ``{id, owner, groups, budgets,
+    #: verified}``; ``verified`` False (and the rest empty) when nothing was verified
+    #: (the shared IKM, ``--unsafe-shared-ikm``) (issue 15).
+    agent: dict[str, Any] = field(default_factory=lambda: dict(NO_AGENT))
+    #: What the caller says about itself and Warden did not verify (CEL ``claims``):
+    #: ``{user_id}`` from ``metadata.user_context.user_id`` ("" when absent).
+    claims: dict[str, Any] = field(default_factory=lambda: {"user_id": ""})
 
     @property
     def tool_name(self) -> str:

@@ -28,6 +28,22 @@ def derive_session_key(ikm: bytes, session_id: str) -> bytes:
     return hkdf.derive(ikm)
 
 
+#: The versioned HKDF label of per-agent key material (issue 15; a new scheme gets a new
+#: label), and the scheme's name as a session records it in ``negotiated.identity``.
+AGENT_IKM_LABEL = b"warden/agent-ikm/v1:"
+AGENT_KEY_SCHEME = "warden/agent-ikm/v1"
+
+
+def derive_agent_ikm(master_ikm: bytes, key_id: str) -> bytes:
+    """The 32-byte IKM of agent key ``key_id``: HKDF-SHA256(master IKM, no salt,
+    info=``warden/agent-ikm/v1:`` + UTF-8(key_id)). Deterministic, so nothing secret is
+    stored per agent and a session signed under a since-rotated key stays verifiable."""
+    hkdf = HKDF(
+        algorithm=hashes.SHA256(), length=32, salt=None, info=AGENT_IKM_LABEL + key_id.encode()
+    )
+    return hkdf.derive(master_ikm)
+
+
 def ikm_fingerprint(ikm: bytes) -> str:
     """A public fingerprint of the IKM (64 hex chars): HMAC-SHA256 keyed by the IKM over a
     fixed label. Recorded in the database so that a Warden started with another key file

@@ -79,7 +79,7 @@ class ApprovalGate:
         task)."""
         terms = ask_terms(self.guardian, verdict)
         meta = request.metadata
-        user = (meta.get("user_context") or {}).get("user_id")
+        user = request.claims.get("user_id") or None
         cited = meta.get("approval_task_id")
         action = action_of(request)
         shown = (
@@ -100,9 +100,12 @@ class ApprovalGate:
             scope=str(request.session.get("id", "")),
             action=action,
             shown_action=shown if shown != action else None,
+            # The maker is the verified agent and its owner; the user_id the agent
+            # claims is recorded as a claim only (issue 15 item 4).
             requester=Requester(
-                agent_id=str(request.session.get("agent_id", "")),
-                principal=str(user) if isinstance(user, str) and user else None,
+                agent_id=str(request.agent.get("id") or request.session.get("agent_id", "")),
+                principal=str(request.agent.get("owner") or "") or None,
+                claimed_user_id=str(user) if isinstance(user, str) and user else None,
             ),
             correlation={k: meta[k] for k in ("session_id", "agent_id", "turn_id") if meta.get(k)},
             policy=policy,

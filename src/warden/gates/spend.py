@@ -18,10 +18,12 @@ commits in its own transaction, before the entry that records it; when that entr
 fails to commit, :meth:`SpendStep.abandon` releases the hold, and a crash between the
 two leaves the hold to expire.
 
-Whom a call may charge is the bundle's choice (a fixed ``budget`` or ``budget_expr``
-over ``session.agent_id``); a budget's ``principals`` binding governs the spend wire
-only, and the holds taken here are owned by no principal, so no API key can conclude
-them on ``/v1`` (docs/decisions.md, "Hardening (issue 14): spend ownership", item 162).
+Whom a call may charge is the bundle's choice: a fixed ``budget``, or ``budget_expr``
+over the verified identity only (``agent.id``, ``agent.budgets``, ``session.agent_id``,
+which is bound to the registered agent, and ``data``; issue 15 item 5), never over a
+field the agent writes. A budget's ``principals`` binding governs the spend wire; the
+holds taken here are owned by no principal, so no API key can conclude them on ``/v1``
+(docs/decisions.md, "Hardening (issue 14): spend ownership", item 162).
 """
 
 from __future__ import annotations
@@ -424,6 +426,8 @@ def _result_facts(
         "payload": lambda: payload,
         "metadata": lambda: request.metadata,
         "session": lambda: request.session,
+        "agent": lambda: request.agent,
+        "claims": lambda: request.claims,
     }
     return {n: facts[n]() for n in names if n in facts}
 

@@ -41,7 +41,7 @@ import json
 import re
 import secrets
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from hashlib import sha256
@@ -50,7 +50,9 @@ from typing import TYPE_CHECKING, Any
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from warden.core.types import NO_AGENT, agent_facts
 from warden.errors import ConfigError, StoreUnavailable
+from warden.store.agents_sql import AgentRow, SqlAgents
 from warden.store.api_keys_sql import ApiKeyRow, SqlApiKeys, read_cursor
 from warden.store.desk_sessions_sql import SqlDeskSessions
 from warden.store.driver_errors import is_integrity
@@ -86,12 +88,27 @@ class Role(StrEnum):
 
 @dataclass(frozen=True)
 class Identity:
-    """An authenticated caller: the key, its principal, role and groups."""
+    """An authenticated caller: the key, its principal, role and groups.
+
+    An ``agent`` key belongs to a registered agent (issue 15): its principal is the agent
+    id, ``groups`` include the agent's registered groups, ``budgets`` are the budgets the
+    registry lets it spend and ``owner`` is the principal accountable for it (the maker
+    in maker-checker); all three are empty/None for other roles.
+    """
 
     key_id: str
     principal: str
     role: Role
     groups: tuple[str, ...]
+    budgets: tuple[str, ...] = ()
+    owner: str | None = None
+
+    def facts(self) -> dict[str, Any]:
+        """CEL ``agent`` for a request this key makes: the registered agent's verified
+        facts for an agent key, the unverified empty facts for any other role."""
+        if self.role is not Role.AGENT:
+            return dict(NO_AGENT)
+        return agent_facts(self.principal, self.owner or "", self.groups, self.budgets)
 
     def may(self, role: Role) -> bool:
         """True if this identity may act as ``role``: admin may everything,
@@ -230,6 +247,29 @@ def _info(row: ApiKeyRow) -> ApiKeyInfo:
     )
 
 
+def _require_agent(cur: Any, q: Callable[[str], str], principal: str) -> AgentRow:
+    """The agent row of ``principal``; ConfigError unless it is a registered, active
+    agent (an ``agent`` key belongs to one; :mod:`warden.identity.agents`)."""
+    row = SqlAgents(cur, q).agent(principal)
+    if row is None or row[5] is not None:
+        raise ConfigError(
+            f"an agent key belongs to a registered agent; {principal!r} is "
+            + ("revoked" if row is not None else "not registered")
+            + " (warden agents add ID --owner P)"
+        )
+    return row
+
+
+def _as_agent(who: Identity, agent: AgentRow) -> Identity:
+    """``who`` (an agent key) with its agent's registered groups, budgets and owner."""
+    return replace(
+        who,
+        groups=tuple(sorted(set(who.groups) | set(_groups_from_json(agent[2], who.key_id)))),
+        budgets=_groups_from_json(agent[3], who.key_id),
+        owner=agent[1],
+    )
+
+
 def _identity(row: ApiKeyRow) -> Identity:
     info = _info(row)
     return Identity(info.key_id, info.principal, info.role, info.groups)
@@ -274,6 +314,7 @@ class ApiKeys:
         created_at = _rfc3339(self._clock())
         with self._store._write() as cur:
             table = SqlApiKeys(cur, self._store._q)
+            agent = _require_agent(cur, self._store._q, principal) if role is Role.AGENT else None
             for _ in range(8):
                 key_id, token = new_token()
                 if not table.key_id_taken(key_id):
@@ -288,7 +329,8 @@ class ApiKeys:
                 secret_hash=self._hash(token),
                 created_at=created_at,
             )
-        return Identity(key_id, principal, role, group_tuple), token
+        who = Identity(key_id, principal, role, group_tuple)
+        return (_as_agent(who, agent) if agent is not None else who), token
 
     def register(
         self,
@@ -366,6 +408,8 @@ class ApiKeys:
                     raise StoreUnavailable("could not allocate an unused API key id")
             elif table.key_id_taken(key_id):
                 raise ConfigError(f"API key id {key_id} is already used by another token")
+            if role is Role.AGENT:
+                _require_agent(cur, self._store._q, principal)
             table.insert(
                 key_id=key_id,
                 principal=principal,
@@ -392,6 +436,11 @@ class ApiKeys:
         digest = self._hash(token)
         with read_cursor(self._store) as cur:
             found = SqlApiKeys(cur, self._store._q).by_hash(digest)
+            agent = (
+                SqlAgents(cur, self._store._q).agent(found[0][1])
+                if found is not None and found[0][2] == Role.AGENT.value
+                else None
+            )
         if found is None:
             return None
         row, stored = found
@@ -402,7 +451,14 @@ class ApiKeys:
         embedded = _WDN_TOKEN.match(token)
         if embedded is not None and embedded.group(1) != row[0]:
             return None  # a wdn_ token only ever names its own key
-        return _identity(row)
+        who = _identity(row)
+        if who.role is not Role.AGENT:
+            return who
+        if agent is None or agent[5] is not None:
+            # An agent key belongs to a registered, active agent (issue 15); one whose
+            # agent is unregistered (a key made before the upgrade) or revoked is refused.
+            return None
+        return _as_agent(who, agent)
 
     def get(self, key_id: str) -> ApiKeyInfo | None:
         """One key by id (active or revoked), or None."""

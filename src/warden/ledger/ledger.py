@@ -64,10 +64,14 @@ class Ledger:
         """The signature of the session record of ``state`` (under the session key)."""
         return self._sign(state.session_id, session_signing_input(session_record(state)))
 
-    def create_session(self, state: SessionState, replay: ReplayKeys) -> SessionState:
-        """Create the session, signed; return the state as stored (with its signature)."""
+    def create_session(
+        self, state: SessionState, replay: ReplayKeys, *, agent_key: str | None = None
+    ) -> SessionState:
+        """Create the session, signed; return the state as stored (with its signature).
+        ``agent_key``: the registered agent key that signed the handshake, checked
+        unrevoked in the same transaction (``KeyRevoked``)."""
         signed = replace(state, signature=self.signed_session(state))
-        self.store.create_session(signed, replay)
+        self.store.create_session(signed, replay, agent_key=agent_key)
         return signed
 
     def signed_head(

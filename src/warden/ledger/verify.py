@@ -30,7 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from warden.crypto.canonical import canonical_bytes, parse_strict_json
-from warden.crypto.hmac_keys import SessionKeys, derive_session_key, hmac_verify
+from warden.crypto.hmac_keys import (
+    AGENT_KEY_SCHEME,
+    SessionKeys,
+    derive_agent_ikm,
+    derive_session_key,
+    hmac_verify,
+)
 from warden.errors import ConfigError, IntegrityError, IntegrityReason, ParseError, WardenError
 from warden.ledger.chain import compute_entry_hash, entry_content
 from warden.ledger.records import (
@@ -66,6 +72,9 @@ class _SessionWalk:
     head: str | None = None
     saw_head: bool = False
     ended_at: int | None = None  # seq of the steps/sessionEnd entry
+    #: The keys of the session's wire responses: the master IKM's, or, for a session
+    #: opened with a registered agent's key (issue 15), that key's derived IKM's.
+    response_keys: SessionKeys | None = None
 
 
 def _fail(reason: IntegrityReason, msg: str, session_id: str, seq: int | None) -> IntegrityError:
@@ -102,6 +111,24 @@ def _check_signature(
             IntegrityReason.SIGNATURE_INVALID, f"{what}signature does not verify", session_id, seq
         )
     return True
+
+
+def _response_keys(
+    rec: dict[str, Any], keys: SessionKeys | None, ikm: bytes | None
+) -> SessionKeys | None:
+    """The keys that signed the responses of the session ``rec`` describes. The session
+    record (signed under the master IKM) names the scheme in ``negotiated.identity``; a
+    session without it (opened before issue 15, or with the shared IKM) used the master's."""
+    negotiated = rec.get("negotiated")
+    identity = negotiated.get("identity") if isinstance(negotiated, dict) else None
+    if (
+        ikm is None
+        or not isinstance(identity, dict)
+        or identity.get("scheme") != AGENT_KEY_SCHEME
+        or not isinstance(rec.get("key_id"), str)
+    ):
+        return keys
+    return SessionKeys(derive_agent_ikm(ikm, rec["key_id"]))
 
 
 def _response_signing_input(response: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -155,7 +182,7 @@ def verify_records(
         if kind == "session":
             if sid in walks:
                 raise _fail(IntegrityReason.CHAIN_MISMATCH, "session listed twice", sid, None)
-            walks[sid] = _SessionWalk(sid)
+            walks[sid] = _SessionWalk(sid, response_keys=_response_keys(rec, keys, ikm))
             report.sessions += 1
             report.session_signatures_checked += _check_signature(
                 keys, sid, rec, session_signing_input(rec), None, "session record "
@@ -340,7 +367,7 @@ def _verify_entry(rec: dict[str, Any], walk: _SessionWalk, keys: SessionKeys | N
             )
         if inner.get("request_id") not in (None, content.get("step_id")):
             raise _fail(IntegrityReason.CHAIN_MISMATCH, "response answers another step", sid, seq)
-        checked = int(_check_signature(keys, sid, inner, signing_input, seq))
+        checked = int(_check_signature(walk.response_keys, sid, inner, signing_input, seq))
     elif str(content.get("step_type", "")).startswith(("steps/", "protocols/", "agbom/")):
         raise _fail(
             IntegrityReason.SIGNATURE_INVALID, "wire step without its signed response", sid, seq

@@ -44,6 +44,7 @@ from warden.core.types import BundleRef, Effect
 from warden.crypto.canonical import canonical_bytes, sha256_hex
 from warden.errors import ConfigError, WardenError
 from warden.policy.conditions import (
+    IDENTITY_VARIABLES,
     RESULT_VARIABLES,
     Condition,
     ConditionError,
@@ -510,6 +511,8 @@ def _compile_charge(raw: Mapping[str, Any]) -> tuple[dict[str, Expression | None
                 compiled[name] = Condition(source)
             elif name == "actual":
                 compiled[name] = Expression(source, allowed=RESULT_VARIABLES)
+            elif name == "budget_expr":
+                compiled[name] = Expression(source, allowed=IDENTITY_VARIABLES)
             else:
                 compiled[name] = Expression(source)
         except ConditionError as exc:

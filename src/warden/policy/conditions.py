@@ -24,14 +24,19 @@ import re2
 #: Variables a rule condition may use (docs/policy-bundles.md).
 CONDITION_VARIABLES = frozenset(
     {"method", "tool", "args", "raw_command", "payload", "metadata", "session", "data"}
-    | {"provenance", "mcp"}
+    | {"provenance", "mcp", "agent", "claims"}
 )
+
+#: Variables a spend charge's ``budget_expr`` may use: only facts Warden verified (the
+#: agent's registered identity, the session it is bound to) and the bundle's data, so a
+#: budget is never chosen by a field the agent writes (issue 15 item 5).
+IDENTITY_VARIABLES = frozenset({"agent", "session", "data"})
 
 #: Variables a spend charge's ``actual`` expression may use: the ``steps/toolCallResult``
 #: being settled (docs/policy-bundles.md, "Spend").
 RESULT_VARIABLES = frozenset(
     {"method", "tool", "outputs", "exit_status", "reserved", "payload", "metadata", "session"}
-    | {"data"}
+    | {"data", "agent", "claims"}
 )
 
 #: CEL type identifiers, which the library reports as variables.

@@ -61,6 +61,8 @@ _FACTS: dict[str, Any] = {
     "metadata": lambda r: r.metadata,
     "session": lambda r: r.session,
     "mcp": lambda r: r.mcp,
+    "agent": lambda r: r.agent,
+    "claims": lambda r: r.claims,
     "provenance": lambda r: r.provenance.facts() if r.provenance is not None else NO_PROVENANCE,
 }
 

@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from warden.cli_output import print_table, table
+from warden.identity.agents import AgentCredential
 from warden.replay.agentdojo_tasks import TaskRun, load_task_runs
 from warden.wire.acs.client import AcsClient, http_transport
 
@@ -152,9 +153,15 @@ def replay_task(client: AcsClient, run: TaskRun, summary: ReplaySummary) -> None
 
 
 def replay(
-    url: str, ikm: bytes, *, suites: Sequence[str] | None = None, console: Console | None = None
+    url: str,
+    credential: AgentCredential,
+    *,
+    suites: Sequence[str] | None = None,
+    console: Console | None = None,
 ) -> ReplaySummary:
-    """Replay every task of the chosen suites against Warden at ``url``; print the table."""
+    """Replay every task of the chosen suites against Warden at ``url``, signing as the
+    registered agent of ``credential`` (``warden agents add … --key-out``); print the
+    table."""
     out = console or Console()
     out.print("loading AgentDojo v1.2 ground truth (offline)…")
     runs = list(load_task_runs("v1.2", suites))
@@ -179,7 +186,7 @@ def replay(
         job = progress.add_task("replaying tasks", total=len(runs))
         for run in runs:
             progress.update(job, description=f"{run.suite}/{run.task_id}")
-            client = AcsClient(transport, ikm, agent_id=f"agentdojo-{run.suite}")
+            client = AcsClient.for_agent(transport, credential)
             replay_task(client, run, summary)
             progress.advance(job)
         progress.update(job, description="done")

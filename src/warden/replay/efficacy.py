@@ -33,7 +33,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from rich.console import Console
@@ -45,6 +45,10 @@ from warden.provenance.graph import leaves
 from warden.replay.agentdojo_tasks import ToolStep, is_state_changing
 from warden.replay.efficacy_tasks import EfficacyRun, load_efficacy_runs
 from warden.wire.acs.client import AcsClient
+
+if TYPE_CHECKING:
+    from warden.identity.agents import AgentCredential
+    from warden.runtime import Runtime
 
 #: One gate alone, the three that look at the call's own data, or all four.
 PARADIGMS: tuple[str, ...] = ("fides", "ibac", "aarm", "camel", "fides+ibac+camel", "combined")
@@ -284,12 +288,25 @@ def run_efficacy(
                 trusted = spec.is_trusted_source if spec is not None else (lambda s: False)
                 try:
                     for run in runs:
-                        client = AcsClient(rt.acs.handle, ikm, agent_id=f"efficacy-{run.suite}")
+                        client = AcsClient.for_agent(
+                            rt.acs.handle, _agent(rt, f"efficacy-{run.suite}")
+                        )
                         replay_run(client, run, mode, per_suite[run.suite], trusted)
                 finally:
                     rt.close()
                 results[(paradigm, mode)] = dict(per_suite)
     return results
+
+
+def _agent(rt: Runtime, agent_id: str) -> AgentCredential:
+    """The credential of the harness's agent ``agent_id`` on ``rt`` (registered on first use:
+    the harness is the operator of its own throwaway Warden)."""
+    assert rt.agents is not None
+    agent = rt.agents.get(agent_id)
+    if agent is None:
+        return rt.agents.add(agent_id, "efficacy-harness", by="efficacy")[1]
+    active = [k.key_id for k in rt.agents.keys(agent_id) if k.revoked_at is None]
+    return rt.agents.credential(active[-1])
 
 
 def _pct(n: int, d: int) -> str:

@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from warden import __version__
 from warden.errors import InvalidRequest, WardenError
 from warden.runtime import Runtime
+from warden.server.agents_api import agents_router
 from warden.server.approvals_api import approvals_router
 from warden.server.desk import mount_desk
 from warden.store.group_commit import GroupCommitter
@@ -148,6 +149,12 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
             runtime.desk, runtime.api_keys, max_body_bytes=runtime.settings.max_body_bytes
         )
     )
+    if runtime.agents is not None:
+        app.include_router(
+            agents_router(
+                runtime.agents, runtime.api_keys, max_body_bytes=runtime.settings.max_body_bytes
+            )
+        )
     if runtime.kla is not None:
         app.include_router(
             kla_router(

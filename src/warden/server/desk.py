@@ -267,6 +267,7 @@ def _row(task: Task, now: datetime) -> dict[str, Any]:
         "rules": [str(r) for r in policy.get("rules") or ()],
         "agent": task.requester.agent_id,
         "principal": task.requester.principal,
+        "claimed_user_id": task.requester.claimed_user_id,
         "group": task.approver_group,
         "approvals": len(task.approvals()),
         "required": task.approvals_required,

@@ -77,6 +77,9 @@ class PendingAppend:
     replay: ReplayKeys | None
     close: bool = False
     request: str | None = None
+    #: The registered agent key that signed the request: the append commits only while
+    #: it is unrevoked (checked in its transaction; :class:`~warden.errors.KeyRevoked`).
+    agent_key: str | None = None
 
 
 class Store(Protocol):
@@ -85,11 +88,14 @@ class Store(Protocol):
     #: Signs a session created without ``state.signature`` (the Ledger registers one).
     session_signer: SessionSigner | None
 
-    def create_session(self, state: SessionState, replay: ReplayKeys) -> None:
+    def create_session(
+        self, state: SessionState, replay: ReplayKeys, *, agent_key: str | None = None
+    ) -> None:
         """Insert a new session (with its signature) and its handshake's replay keys.
 
         Raises ``SessionRefused(reason=renegotiation_not_supported)`` if it exists,
-        ``ReplayDetected`` on a duplicate key.
+        ``ReplayDetected`` on a duplicate key, ``KeyRevoked`` if ``agent_key`` (the
+        registered agent key that signed the handshake) is revoked by then.
         """
 
     def load_session(self, session_id: str, *, fresh: bool = False) -> SessionState | None:

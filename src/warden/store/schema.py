@@ -10,7 +10,8 @@ columns on ``tasks``, ``approval_votes``, ``api_keys`` and ``webhook_deliveries`
 0006 the AdCP governance agent's ``adcp_plans``, ``adcp_checks``, ``adcp_outcomes`` and
 ``adcp_adjustments``; 0007 ``desk_sessions`` (approval-desk sessions kept server-side);
 0008 spend ownership: ``budgets.principals`` (who may spend a budget) and
-``reservations.principal`` / ``receipts.principal`` (who took a hold).
+``reservations.principal`` / ``receipts.principal`` (who took a hold); 0009 the agent
+identity registry, ``agents`` and ``agent_keys``.
 """
 
 from __future__ import annotations
@@ -234,6 +235,30 @@ desk_sessions = Table(
 )
 Index("ix_desk_sessions_key", desk_sessions.c.key_id)
 Index("ix_desk_sessions_expiry", desk_sessions.c.expires_at)
+
+#: Registered agents (migration 0009): the owner principal (the maker in maker-checker),
+#: groups and budgets as JSON lists, RFC 3339 UTC times; ``revoked_at`` NULL while active.
+agents = Table(
+    "agents",
+    metadata,
+    Column("agent_id", String(128), primary_key=True),
+    Column("owner", String(200), nullable=False),
+    Column("groups", Text, nullable=False),
+    Column("budgets", Text, nullable=False),
+    Column("created_at", String(40), nullable=False),
+    Column("revoked_at", String(40), nullable=True),
+)
+
+#: Each agent's ACS key ids (migration 0009); the key material is derived, never stored.
+agent_keys = Table(
+    "agent_keys",
+    metadata,
+    Column("key_id", String(64), primary_key=True),
+    Column("agent_id", String(128), nullable=False),
+    Column("created_at", String(40), nullable=False),
+    Column("revoked_at", String(40), nullable=True),
+)
+Index("ix_agent_keys_agent", agent_keys.c.agent_id)
 
 # -- AI agent action requests (migration 0005) ---------------------------------------
 

@@ -24,6 +24,7 @@ from warden.crypto.canonical import parse_strict_json
 from warden.spend.budgets import Budget, BudgetKind, Period
 from warden.spend.money import to_wire
 from warden.spend.records import HoldStatus, Receipt, Reservation
+from warden.store.agents_sql import SqlAgents
 from warden.store.base import PendingAppend, SessionState
 from warden.store.idempotency_sql import SqlIdempotencyKeys
 from warden.store.kla_sql import SqlKlaRecords
@@ -142,6 +143,12 @@ class SqlSpendTx:
         """The webhook outbox in this transaction: a task change and its notifications
         commit together (:meth:`warden.approvals.notifier.Notifier.enqueue`)."""
         return SqlOutbox(self._cur, self._q)
+
+    @property
+    def agents(self) -> SqlAgents:
+        """The agent registry in this transaction: a change and its audit entry commit
+        together (:mod:`warden.identity.agents`)."""
+        return SqlAgents(self._cur, self._q)
 
     @property
     def kla(self) -> SqlKlaRecords:

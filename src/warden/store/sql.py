@@ -43,6 +43,7 @@ from warden.errors import (
     HeadMoved,
     IntegrityError,
     IntegrityReason,
+    KeyRevoked,
     ParseError,
     ReplayDetected,
     SessionRefused,
@@ -53,6 +54,7 @@ from warden.errors import (
 if TYPE_CHECKING:
     from warden.spend.budgets import Budget
     from warden.store.spend_sql import SqlSpendTx
+from warden.store.agents_sql import SqlAgents
 from warden.store.base import PendingAppend, ReplayKeys, SessionSigner, SessionState
 from warden.store.driver_errors import is_integrity
 from warden.store.schema import entries, replay_keys, sessions
@@ -440,10 +442,13 @@ class SqlStore:
                 raise ReplayDetected("duplicate request_id or nonce") from exc
             raise
 
-    def create_session(self, state: SessionState, replay: ReplayKeys) -> None:
+    def create_session(
+        self, state: SessionState, replay: ReplayKeys, *, agent_key: str | None = None
+    ) -> None:
         if state.signature is None and self.session_signer is not None:
             state = replace(state, signature=self.session_signer(state))
         with self._write() as cur:
+            self._check_agent_key(cur, agent_key)
             self._insert_replay(cur, state.session_id, replay)
             try:
                 self._insert_session(cur, state)
@@ -587,7 +592,7 @@ class SqlStore:
                 cur.execute(f"SAVEPOINT {savepoint}")
                 try:
                     self._append_one(cur, item)
-                except (HeadMoved, ReplayDetected, _EntryConflict) as exc:
+                except (HeadMoved, ReplayDetected, KeyRevoked, _EntryConflict) as exc:
                     cur.execute(f"ROLLBACK TO {savepoint}")
                     cur.execute(f"RELEASE {savepoint}")
                     outcomes.append(
@@ -609,8 +614,15 @@ class SqlStore:
     def _step_id(item: PendingAppend) -> str:
         return str(item.entry.get("step_id", ""))
 
+    def _check_agent_key(self, cur: Any, agent_key: str | None) -> None:
+        """Raise KeyRevoked unless ``agent_key`` (if any) and its agent are unrevoked: a
+        revocation made on any replica stops the next write here (issue 15)."""
+        if agent_key is not None and not SqlAgents(cur, self._q).key_active(agent_key):
+            raise KeyRevoked("the agent key that signed this request is revoked")
+
     def _append_one(self, cur: Any, item: PendingAppend) -> None:
         seq = item.expected_seq + 1
+        self._check_agent_key(cur, item.agent_key)
         if item.replay is not None:
             self._insert_replay(cur, item.session_id, item.replay)
         cur.execute(

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conftest import ROOT
+from conftest import ROOT, ensure_agent
 from fastapi.testclient import TestClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "spend"))
@@ -98,6 +98,7 @@ class Caller:
 
 
 def key(rt: Runtime, client: TestClient, principal: str, role: Role, *groups: str) -> Caller:
+    ensure_agent(rt, principal, role)
     _, token = rt.api_keys.create(principal, role, groups)
     return Caller(client, token, principal)
 

@@ -93,7 +93,7 @@ def test_a_checker_approves_then_the_outcome_is_recorded_once(
     (event,) = shown.data["approval_events"]
     record = event["record"]
     assert record["outcome"] == "approve" and record["task_id"] == tid
-    assert record["maker"] == {"principal": "bot-1"}
+    assert record["maker"] == {"principal": "bot-1.owner"}  # the agent's registered owner
     assert record["checker"]["principal"] == "fay" and record["reason"] == "within mandate"
     assert record["policy_decision_id"] == shown.data["decision"]["id"]
     assert record["correlation"] == load(CREDIT)["correlation"]

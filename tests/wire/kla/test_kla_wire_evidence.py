@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import asset, start_server
+from conftest import asset, ensure_agent, start_server
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 from kla_wire_helpers import (
@@ -191,6 +191,7 @@ def test_the_flow_over_real_http(tmp_path: Path) -> None:
     try:
 
         def make_key(principal: str, role: str, *groups: str) -> str:
+            ensure_agent(data, principal, role)
             args = [sys.executable, "-m", "warden", "keys", "create", "--principal", principal]
             args += ["--role", role, "--json", "--data-dir", str(data)]
             for g in groups:

@@ -136,7 +136,8 @@ def test_the_financial_example_needs_approval_and_files_a_task(rt: Runtime, agen
     filed = rt.desk.get(task["id"])
     assert filed is not None and filed.kind.value == "action_request"
     assert filed.approver_group == "finance" and filed.scope == f"kla:{EXECUTION}"
-    assert filed.requester.names() == {"bot-1"}
+    # The makers: the agent and its registered owner (issue 15).
+    assert filed.requester.names() == {"bot-1", "bot-1.owner"}
     assert filed.detail["amount"] == "12500.00" and filed.detail["currency"] == "EUR"
     assert filed.action["arguments"]["action_request_digest"] == r.data["action_request"]["digest"]
     # The agent polls its own task on the spend wire's task route too.

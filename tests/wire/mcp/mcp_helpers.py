@@ -16,6 +16,7 @@ from typing import Any
 
 import mcp_types as types
 import yaml
+from conftest import agent_credential, write_key
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -34,11 +35,29 @@ def mcp_bundle(tmp_path: Path, writable_root: Path) -> Path:
     return out
 
 
+def agent_key_file(data_dir: Path, agent_id: str = "test-agent") -> Path:
+    """Register ``agent_id`` in the data directory's database (created if absent, keyed by
+    TEST_IKM) and write its key file (0600) beside it; the file's path."""
+    from warden.store import open_store
+
+    key = data_dir / "agents" / f"{agent_id}.key"
+    if key.exists():
+        return key
+    if not (data_dir / "ikm.key").exists():
+        write_key(data_dir / "ikm.key")
+    store = open_store(f"sqlite:///{data_dir / 'warden.db'}")
+    store.close()
+    agent_credential(f"sqlite:///{data_dir / 'warden.db'}", agent_id).write(key)
+    return key
+
+
 @asynccontextmanager
 async def proxied(
     data_dir: Path, policy: Path, server: list[str], *extra: str
 ) -> AsyncIterator[ClientSession]:
-    """An initialized MCP client session to the real ``server`` through the proxy."""
+    """An initialized MCP client session to the real ``server`` through the proxy, which
+    runs as the registered agent ``test-agent`` (:func:`agent_key_file`)."""
+    key = agent_key_file(data_dir)
     params = StdioServerParameters(
         command=sys.executable,
         args=[
@@ -49,8 +68,8 @@ async def proxied(
             str(data_dir),
             "--policy",
             str(policy),
-            "--agent-id",
-            "test-agent",
+            "--agent-key",
+            str(key),
             *extra,
             "--",
             *server,

@@ -22,7 +22,7 @@ import anyio
 import pytest
 from conftest import free_port
 from mcp.shared.exceptions import MCPError
-from mcp_helpers import ROOT, proxied, text, verify, warden_meta
+from mcp_helpers import ROOT, agent_key_file, proxied, text, verify, warden_meta
 
 from warden.approvals.tasks import ApprovalState
 from warden.identity.api_keys import Role
@@ -164,6 +164,8 @@ def proxy_command(data: Path, url: str) -> list[str]:
         "mcp-proxy",
         "--data-dir",
         str(data),
+        "--agent-key",
+        str(agent_key_file(data)),
         "--policy",
         str(BUNDLE),
         "--upstream",

@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import TEST_IKM
+from conftest import TEST_IKM, agent_credential
 from mcp_helpers import proxied, text, verify, warden_meta
 
 from warden.runtime import Runtime
@@ -97,26 +97,30 @@ def test_a_gateway_that_cannot_reach_warden_denies() -> None:
     def broken(_body: bytes) -> dict[str, Any]:
         raise ConnectionError("store gone")
 
-    ruling = Gateway(broken, TEST_IKM, agent_id="a").check(call_message("write_file", {}))
+    ruling = Gateway(broken, TEST_IKM, agent_id="a", key_id="agk_0000000000000000").check(
+        call_message("write_file", {})
+    )
     assert ruling.decision == "deny" and not ruling.forwards
     assert ruling.reason_codes == ["gateway_error"]
 
 
 def test_an_unsigned_or_refused_answer_denies(runtime: Runtime) -> None:
     # No handshake: Warden answers a protocol error (-32003), which is no verdict.
-    gateway = Gateway(runtime.acs.handle, TEST_IKM, agent_id="a")
+    gateway = Gateway.for_agent(runtime.acs.handle, agent_credential(runtime, "a"))
     ruling = gateway.check(call_message("get_current_time", {}))
     assert ruling.decision == "deny" and not ruling.forwards
 
     def unsigned(_body: bytes) -> dict[str, Any]:
         return {"jsonrpc": "2.0", "id": "x", "result": {"decision": "allow"}}
 
-    forged = Gateway(unsigned, TEST_IKM, agent_id="a").check(call_message("x", {}))
+    forged = Gateway.for_agent(unsigned, agent_credential(runtime, "a")).check(
+        call_message("x", {})
+    )
     assert forged.decision == "deny" and forged.reason_codes == ["gateway_error"]
 
 
 def test_the_default_bundle_decides_mcp_calls_through_the_acs_path(runtime: Runtime) -> None:
-    gateway = Gateway(runtime.acs.handle, TEST_IKM, agent_id="a")
+    gateway = Gateway.for_agent(runtime.acs.handle, agent_credential(runtime, "a"))
     gateway.open()
     allowed = gateway.check(call_message("read_file", {"path": "/tmp/x"}))
     assert allowed.decision == "allow" and allowed.rule_ids == ["tool-calls"]

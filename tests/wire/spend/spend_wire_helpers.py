@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from conftest import ROOT
+from conftest import ROOT, ensure_agent
 from fastapi.testclient import TestClient
 from jsonschema import Draft202012Validator, FormatChecker
 from referencing import Registry, Resource
@@ -234,6 +234,7 @@ def server_api(data_dir: Path, url: str, token: str | None = None) -> Iterator[A
 
 def cli_key(data_dir: Path, principal: str, *groups: str, role: str = "agent") -> str:
     """A new API key's token, made with ``warden keys create`` on a server's data dir."""
+    ensure_agent(data_dir, principal, role)
     done = subprocess.run(
         [sys.executable, "-m", "warden", "keys", "create", "--principal", principal]
         + ["--role", role, "--json", "--data-dir", str(data_dir)]

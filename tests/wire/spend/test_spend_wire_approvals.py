@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import ensure_agent
 from fastapi.testclient import TestClient
 from spend_wire_helpers import Reply, assert_error, check_envelope, db_rows, tree
 
@@ -50,6 +51,7 @@ def client(rt: Runtime) -> Iterator[TestClient]:
 
 
 def key(rt: Runtime, client: TestClient, principal: str, role: Role, *groups: str) -> Caller:
+    ensure_agent(rt, principal, role)
     _, token = rt.api_keys.create(principal, role, groups)
     return Caller(client, token)
 
@@ -76,7 +78,7 @@ def test_a_large_quote_waits_for_finance_then_reserves_once(
         "action": "buy",
     }
     assert task["policy"]["rules"] == ["spend-quotes", "large-spend-needs-approval"]
-    assert task["requester"] == {"agent_id": "bot-1", "principal": "bot-1"}
+    assert task["requester"] == {"agent_id": "bot-1", "principal": "bot-1.owner"}
     # The agent polls its task; another agent cannot see it.
     assert agent.call("GET", f"/v1/tasks/{tid}").data["task"]["state"] == "pending"
     other = key(rt, client, "bot-2", Role.AGENT)

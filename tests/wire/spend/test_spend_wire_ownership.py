@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from conftest import ensure_agent
 from fastapi.testclient import TestClient
 from spend_wire_helpers import Api, Reply, assert_error, db_rows
 
@@ -43,6 +44,7 @@ def client(rt: Runtime) -> Iterator[TestClient]:
 
 
 def key(rt: Runtime, client: TestClient, principal: str, *groups: str, admin: bool = False) -> Api:
+    ensure_agent(rt, principal, "admin" if admin else "agent")
     _, token = rt.api_keys.create(principal, Role.ADMIN if admin else Role.AGENT, groups)
     return Api(client, token)
 
@@ -227,6 +229,7 @@ def test_groups_bind_and_bindings_are_not_inherited(rt: Runtime, client: TestCli
 def test_an_adcp_plan_budget_is_reachable_only_by_its_owner(
     rt: Runtime, client: TestClient
 ) -> None:
+    ensure_agent(rt, "buyer-a")
     owner_token = rt.api_keys.create("buyer-a", "agent")[1]
     adcp_headers = {"authorization": f"Bearer {owner_token}", "content-type": "application/json"}
     plan = {

@@ -675,6 +675,11 @@ ROUTES = {
     ("get", "/v1/kla-records/{record_id}"): "Success_RecordData_",
     ("get", "/v1/executions/{execution_id}/evidence"): "Success_EvidenceData_",
     ("get", "/v1/keys"): "Success_KeysData_",
+    ("get", "/v1/agents"): "Success_AgentList_",
+    ("post", "/v1/agents"): "Success_AgentCreated_",
+    ("get", "/v1/agents/{agent_id}"): "Success_AgentData_",
+    ("post", "/v1/agents/{agent_id}/rotate"): "Success_KeyIssued_",
+    ("post", "/v1/agents/{agent_id}/revoke"): "Success_AgentData_",
 }
 
 
@@ -693,11 +698,12 @@ def test_every_route_is_in_the_openapi_document_with_response_models(api: Api) -
         assert "422" not in op["responses"]
         assert op["security"] == [{"HTTPBearer": []}]
         if method in ("post", "put") and not path.startswith(
-            ("/v1/approvals", "/v1/action-requests")
+            ("/v1/approvals", "/v1/action-requests", "/v1/agents")
         ):
             # Approval decisions need no key: deciding twice is a 409, never a second effect.
             # Action requests neither: the action_request_id is the idempotency key (the
-            # same record replays its answer), and an outcome is recorded once.
+            # same record replays its answer), and an outcome is recorded once. Agents
+            # (admin): a second add is a 409 and revoke is idempotent (decision 229).
             names = {p["name"] for p in op.get("parameters", [])}
             assert "Idempotency-Key" in names
     assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"

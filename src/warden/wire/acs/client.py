@@ -58,8 +58,10 @@ class AcsClient:
     """One ACS session seen from the Observed Agent's side.
 
     Every request is HMAC-signed with the session key; every signed answer is
-    verified (``IntegrityError`` if it does not verify). ``chain_hash`` tracks
-    the Guardian's published head and is sent back in
+    verified (``IntegrityError`` if it does not verify). ``ikm`` is the agent's key
+    material and ``key_id`` names it (a registered agent's credential,
+    :meth:`for_agent`; Warden accepts the master IKM only with ``--unsafe-shared-ikm``).
+    ``chain_hash`` tracks the Guardian's published head and is sent back in
     ``metadata.session_state`` when ``track_chain`` is on.
     """
 
@@ -80,6 +82,14 @@ class AcsClient:
         self.key = SessionKeys(ikm).key_for(self.session_id)
         self.track_chain = track_chain
         self.chain_hash: str | None = None
+
+    @classmethod
+    def for_agent(cls, transport: Transport, credential: Any, **kw: Any) -> AcsClient:
+        """A client signing as a registered agent: ``credential`` is an
+        :class:`~warden.identity.agents.AgentCredential` (``agent_id``, ``key_id``, ``ikm``),
+        e.g. from :func:`~warden.identity.agents.load_agent_key`."""
+        kw.setdefault("agent_id", credential.agent_id)
+        return cls(transport, credential.ikm, key_id=credential.key_id, **kw)
 
     def envelope(
         self,

@@ -5,9 +5,11 @@ Dispatch order (specs/acs.md §17, REF-PY, asserted by the black-box probes):
 1. body cap, strict JSON (-32700, id null); batch → -32600
 2. request-envelope.json (-32600, unsigned); JCS domain (-32600)
 3. ``system/ping`` → allow (never chained; signed only if the request was)
-4. HKDF session key, HMAC verify (-32004, unsigned)
+4. the key named by ``key_id`` (a registered agent's, or the shared IKM's only with
+   ``--unsafe-shared-ikm``), HKDF session key, HMAC verify (-32004, unsigned)
    — from here every answer is signed —
-5. ``handshake/hello`` → ServerHello (or -32001/-32000/-32002)
+5. ``handshake/hello`` → ServerHello (or -32001/-32000/-32002; -32004 when the claimed
+   ``agent_id`` is not the key's registered agent)
 6. route (-32601; agbom/* → -32003); session lookup (-32003)
 7. replay: request_id, then nonce (-32005); recorded on arrival, persisted
 8. key_id / agent_id binding, closed session → signed DENY without an entry
@@ -17,7 +19,9 @@ Dispatch order (specs/acs.md §17, REF-PY, asserted by the black-box probes):
     holds its cost or becomes a DENY ``budget_exceeded``, a tool result settles or
     releases its request's hold (store work yielded as :class:`Offload`)
 11. ContextEntry appended and committed; response with ``chain_hash``, signed; if the
-    commit fails, a hold taken for it is released
+    commit fails, a hold taken for it is released. The commit re-checks in its own
+    transaction that the agent key is unrevoked: a key revoked on any replica is
+    answered -32004, unsigned, from the next request on
 
 Once authenticated, a failure to decide or to store is a signed DENY, never a
 silent allow and never an unsigned error.
@@ -38,7 +42,7 @@ from functools import partial
 from typing import Any
 
 from warden.core.guardian import Guardian
-from warden.core.types import Effect, Verdict
+from warden.core.types import NO_AGENT, Effect, Verdict, user_id_claim
 from warden.crypto.canonical import (
     MAX_REQUEST_DEPTH,
     canonical_bytes,
@@ -54,9 +58,11 @@ from warden.errors import (
     HeadMoved,
     InvalidParams,
     InvalidRequest,
+    KeyRevoked,
     ParseError,
     ProtocolError,
     SessionRefused,
+    SignatureInvalid,
     StoreUnavailable,
     TimestampOutOfWindow,
     UnsupportedVersion,
@@ -72,6 +78,7 @@ from warden.provenance.tracker import DEFAULT_CACHE_BYTES, ProvenanceTracker
 from warden.schemas import SchemaSet
 from warden.store.base import PendingAppend, ReplayKeys, SessionState, Store
 from warden.store.group_commit import GroupCommitter
+from warden.wire.acs.callers import Caller, CallerKeys, request_key_id
 from warden.wire.acs.handshake import SUPPORTED_VERSIONS, HandshakeConfig, negotiate
 from warden.wire.acs.mcp import check_wrapped
 from warden.wire.acs.methods import HANDSHAKE, PING, MethodInfo, is_negotiated, route
@@ -152,12 +159,15 @@ class AcsService:
         clock: Any = _utcnow,
         spend_gate: SpendGate | None = None,
         approval_gate: ApprovalGate | None = None,
+        callers: CallerKeys | None = None,
     ) -> None:
         self.guardian = guardian
         self.spend_gate = spend_gate
         self.approval_gate = approval_gate
         self.store = store
         self.keys = keys
+        # Without a registry every caller signs with the shared IKM (library use).
+        self.callers = callers or CallerKeys(None, keys, unsafe_shared_ikm=True)
         self.key_id = key_id
         self.cfg = handshake or HandshakeConfig()
         self.max_body_bytes = max_body_bytes
@@ -297,7 +307,7 @@ class AcsService:
                         pointer=at,
                     ),
                 )
-        problem = self.schemas.first_error("request-envelope.json", msg)
+        problem = self.schemas.first_error("request-envelope.json", _with_key_id(msg))
         if problem is not None:
             pointer, text = problem
             return error_response(
@@ -315,28 +325,35 @@ class AcsService:
         params = msg["params"]
         method = msg["method"]
         sid = params["metadata"]["session_id"]
-        key = self.keys.key_for(sid)
-        try:
-            authentic = verify_request(msg, key, known_fast=fast)
-        except InvalidRequest as exc:  # a lone surrogate passes is_fast_canonical's walk
-            return error_response(rid, exc)
+        key_id = request_key_id(params)
+        caller = self.callers.resolve(key_id, sid) if key_id is not None else None
+        authentic = False
+        if caller is not None:
+            try:
+                authentic = verify_request(msg, caller.key, known_fast=fast)
+            except InvalidRequest as exc:  # a lone surrogate passes is_fast_canonical's walk
+                return error_response(rid, exc)
         if method == PING:
-            return self._ping(msg, key if authentic else None)
-        if not authentic:
-            from warden.errors import SignatureInvalid
-
+            return self._ping(msg, caller.key if authentic and caller is not None else None)
+        if not authentic or caller is None:
             return error_response(
                 rid,
                 SignatureInvalid(
-                    "request signature is missing or does not verify (HMAC-SHA256 over the JCS "
-                    "envelope without params.signature, key = HKDF(IKM, session_id))"
+                    "request signature is missing or does not verify: sign with a registered "
+                    "agent's key (HMAC-SHA256 over the JCS envelope without params.signature, "
+                    "key = HKDF(agent IKM, session_id)) and name it in signature.key_id"
                 ),
             )
+        key = caller.key
         try:
             if method == HANDSHAKE:
-                return self._sign(key, self._handshake(msg))
+                return self._sign(key, self._handshake(msg, caller))
             info = route(method)
-            return (yield from self._step(msg, info, key, fast))
+            return (yield from self._step(msg, info, caller, fast))
+        except KeyRevoked as exc:
+            # Revoked on some replica since this one cached the key: unauthenticated.
+            self.callers.forget(caller.key_id)
+            return error_response(rid, exc)
         except ProtocolError as exc:
             return self._sign(key, error_response(rid, exc))
         except WardenError as exc:
@@ -347,16 +364,22 @@ class AcsService:
                 return self._sign(
                     key, error_response(rid, SessionRefused(_FAILURE_TEXT[reason], reason=reason))
                 )
-            return self._sign(key, self._bare_deny(msg, reason, _FAILURE_TEXT[reason]))
+            return self._sign(
+                key, self._bare_deny(msg, reason, _FAILURE_TEXT[reason], caller.shared)
+            )
 
     # -- pieces ------------------------------------------------------------------
 
     def _sign(self, key: bytes, response: dict[str, Any]) -> dict[str, Any]:
         return sign_response(response, key, self.key_id)
 
-    def _bare_deny(self, msg: dict[str, Any], reason: str, text: str) -> dict[str, Any]:
+    def _bare_deny(
+        self, msg: dict[str, Any], reason: str, text: str, shared: bool = False
+    ) -> dict[str, Any]:
         """A signed DENY for a step that wrote no entry (no chain_hash)."""
         verdict = Verdict(decision=Effect.DENY, reasoning=text, reason_codes=(reason,))
+        if shared:
+            verdict = _mark_shared(verdict)
         return {
             "jsonrpc": "2.0",
             "id": msg["id"],
@@ -409,9 +432,15 @@ class AcsService:
                 skew_window_ms=self.cfg.skew_window_ms,
             )
 
-    def _handshake(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def _handshake(self, msg: dict[str, Any], caller: Caller) -> dict[str, Any]:
         params = msg["params"]
         sid = params["metadata"]["session_id"]
+        if caller.agent is not None and params["metadata"]["agent_id"] != caller.agent.agent_id:
+            # The key is the agent's identity; a claim of another id opens nothing.
+            raise SignatureInvalid(
+                "metadata.agent_id is not the agent this key is registered to",
+                reason="agent_id_not_bound",
+            )
         replay = ReplayKeys(params["request_id"], params.get("nonce"))
         existing = self.store.load_session(sid)
         if existing is not None:
@@ -435,18 +464,20 @@ class AcsService:
             SessionState(
                 session_id=sid,
                 agent_id=params["metadata"]["agent_id"],
-                key_id=params["signature"]["key_id"],
+                key_id=caller.key_id,
                 created_at=self._clock().isoformat(),
                 negotiated={
                     "server_hello": hello,
                     "provenance_producer": params["payload"]["provenance_producer"],
+                    "identity": caller.identity_record(),
                 },
             ),
             replay,
+            agent_key=caller.agent_key,
         )
         return {"jsonrpc": "2.0", "id": msg["id"], "result": hello}
 
-    def _step(self, msg: dict[str, Any], info: MethodInfo, key: bytes, fast: bool) -> Flow:
+    def _step(self, msg: dict[str, Any], info: MethodInfo, caller: Caller, fast: bool) -> Flow:
         """A signed response for a routed step (protocol errors are raised).
 
         Optimistic: the entry is chained on the head as last seen; if another
@@ -455,6 +486,7 @@ class AcsService:
         """
         params = msg["params"]
         sid = params["metadata"]["session_id"]
+        key = caller.key
         replay = ReplayKeys(params["request_id"], params.get("nonce"))
         yield SessionLock(sid)
         gate = (
@@ -475,7 +507,7 @@ class AcsService:
                 raise CapabilityNotNegotiated(
                     "no handshake/hello for this session", method=msg["method"]
                 )
-            refusal = self._refusal(msg, info, session)
+            refusal = self._refusal(msg, info, session, caller)
             if refusal is not None:
                 # Recorded on arrival: raises ReplayDetected first if this is a replay.
                 self.store.record_replay(sid, replay)
@@ -497,8 +529,10 @@ class AcsService:
                     )
             after: list[SessionProvenance] = []
             pending = yield from self._decide(
-                msg, info, session, replay, key, fast, gate, approval, after
+                msg, info, session, replay, caller, fast, gate, approval, after
             )
+            if caller.agent_key is not None:
+                pending = replace(pending, agent_key=caller.agent_key)
             # The commit's unique replay keys detect a replay (-32005) atomically.
             outcome = yield pending
             if outcome is None:
@@ -517,22 +551,29 @@ class AcsService:
         raise StoreUnavailable("the session head kept moving; try again")
 
     def _refusal(
-        self, msg: dict[str, Any], info: MethodInfo, session: SessionState
+        self, msg: dict[str, Any], info: MethodInfo, session: SessionState, caller: Caller
     ) -> dict[str, Any] | ProtocolError | None:
         """Checks after replay: a signed deny (no entry), a protocol error, or None."""
         params = msg["params"]
-        if params["signature"]["key_id"] != session.key_id:
+        shared = caller.shared
+        if caller.key_id != session.key_id:
             return self._bare_deny(
-                msg, "key_not_bound", "The request's key_id is not the one bound at handshake."
+                msg,
+                "key_not_bound",
+                "The request's key_id is not the one bound at handshake.",
+                shared,
             )
-        if params["metadata"]["agent_id"] != session.agent_id:
+        if params["metadata"]["agent_id"] != session.agent_id or (
+            caller.agent is not None and caller.agent.agent_id != session.agent_id
+        ):
             return self._bare_deny(
                 msg,
                 "agent_id_not_bound",
                 "The request's agent_id is not the one bound at handshake.",
+                shared,
             )
         if session.closed:
-            return self._bare_deny(msg, "session_closed", "This session has ended.")
+            return self._bare_deny(msg, "session_closed", "This session has ended.", shared)
         evaluated = session.negotiated.get("server_hello", {}).get("methods_evaluated", [])
         if not is_negotiated(msg["method"], info, evaluated):
             return CapabilityNotNegotiated(
@@ -572,7 +613,7 @@ class AcsService:
         info: MethodInfo,
         session: SessionState,
         replay: ReplayKeys,
-        key: bytes,
+        caller: Caller,
         fast: bool,
         gate: SpendStep | None = None,
         approval: ApprovalStep | None = None,
@@ -583,7 +624,12 @@ class AcsService:
         provenance view, and ``after`` receives the session's provenance state after it."""
         started = time.perf_counter()
         params = msg["params"]
-        request = action_request(info, params, session)
+        key = caller.key
+        request = replace(
+            action_request(info, params, session),
+            agent=caller.agent.facts() if caller.agent is not None else dict(NO_AGENT),
+            claims={"user_id": user_id_claim(params["metadata"])},
+        )
         spec = self.guardian.engine.bundle.provenance
         prior: SessionProvenance | None = None
         if spec is not None:
@@ -619,6 +665,8 @@ class AcsService:
         if approval is not None and approval.granted and verdict.decision is Effect.DENY:
             # The spend gate refused the granted step: the grant was not used.
             yield Offload(partial(approval.abandon, "the granted step was denied"))
+        if caller.shared:
+            verdict = _mark_shared(verdict)
         acs_version = session.negotiated.get("server_hello", {}).get(
             "negotiated_version", SUPPORTED_VERSIONS[0]
         )
@@ -690,6 +738,30 @@ class AcsService:
             if gate is not None:
                 gate.abandon()
             raise
+
+
+def _mark_shared(verdict: Verdict) -> Verdict:
+    """``verdict`` marked as signed for a caller authenticated by the shared master IKM
+    only (``--unsafe-shared-ikm``): nothing about its identity was verified."""
+    return replace(verdict, policy_data={**verdict.policy_data, "unsafe_shared_ikm": True})
+
+
+def _with_key_id(msg: Any) -> Any:
+    """``msg`` as the request schema should see it: a v0.1 bare signature
+    ``{algorithm, value}`` whose key is named in ``metadata.key_id`` gets that
+    ``key_id`` (the shipped v0.1.3 schema requires it in the signature object)."""
+    params = msg.get("params") if isinstance(msg, dict) else None
+    sig = params.get("signature") if isinstance(params, dict) else None
+    meta = params.get("metadata") if isinstance(params, dict) else None
+    if (
+        isinstance(params, dict)
+        and isinstance(sig, dict)
+        and "key_id" not in sig
+        and isinstance(meta, dict)
+        and isinstance(meta.get("key_id"), str)
+    ):
+        return {**msg, "params": {**params, "signature": {**sig, "key_id": meta["key_id"]}}}
+    return msg
 
 
 def _internal() -> ProtocolError:

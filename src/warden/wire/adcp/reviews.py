@@ -72,7 +72,7 @@ class Reviews(CheckAnswers):
                     "name": check.tool or "check_governance",
                     "arguments": detail,
                 },
-                requester=Requester(agent_id=who.principal, principal=who.principal),
+                requester=Requester(agent_id=who.principal, principal=who.owner or who.principal),
                 correlation={"check_id": check_id, "key_id": who.key_id},
                 policy=policy_of(verdict) if verdict is not None else {},
                 detail=detail,

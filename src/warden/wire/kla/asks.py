@@ -56,6 +56,7 @@ def action_request(record: dict[str, Any], who: Identity) -> ActionRequest:
         args=policy_args(record),
         raw_command="",
         session={"id": execution, "agent_id": who.principal, "step_count": 0},
+        agent=who.facts(),
     )
 
 
@@ -98,7 +99,10 @@ def desk_ask(
         wire=WIRE,
         scope=f"kla:{execution}",
         action={"method": METHOD, "name": record["action"], "arguments": arguments},
-        requester=Requester(agent_id=principal, principal=principal),
+        requester=Requester(
+            agent_id=principal,
+            principal=who.owner if who.owner and principal == who.principal else principal,
+        ),
         correlation={
             "key_id": who.key_id,
             "correlation_id": record["correlation"]["correlation_id"],

@@ -116,12 +116,29 @@ class Gateway:
         ikm: bytes,
         *,
         agent_id: str,
+        key_id: str = "client",
         session_id: str | None = None,
         methods: Sequence[str] = GATEWAY_METHODS,
     ) -> None:
-        self.client = AcsClient(transport, ikm, agent_id=agent_id, session_id=session_id)
+        """``ikm``/``key_id``: the registered agent's key material and key id
+        (:meth:`for_agent`); Warden refuses the master IKM without ``--unsafe-shared-ikm``."""
+        self.client = AcsClient(
+            transport, ikm, agent_id=agent_id, key_id=key_id, session_id=session_id
+        )
         self._methods = tuple(methods)
         self._open = False
+
+    @classmethod
+    def for_agent(cls, transport: Transport, credential: Any, **kw: Any) -> Gateway:
+        """A gateway signing as the registered agent of ``credential``
+        (:class:`~warden.identity.agents.AgentCredential`)."""
+        return cls(
+            transport,
+            credential.ikm,
+            agent_id=credential.agent_id,
+            key_id=credential.key_id,
+            **kw,
+        )
 
     @property
     def session_id(self) -> str:

@@ -295,6 +295,7 @@ class SpendWire:
             },
             raw_command="",
             session={"id": "", "agent_id": who.principal, "step_count": 0},
+            agent=who.facts(),
         )
         verdict = self.guardian.decide(request)
         if verdict.decision is VerdictEffect.ALLOW:
@@ -357,7 +358,7 @@ class SpendWire:
             wire="spend",
             scope=f"spend:{who.principal}",
             action={"method": "spend/quote", "name": body.action, "arguments": arguments},
-            requester=Requester(agent_id=who.principal, principal=who.principal),
+            requester=Requester(agent_id=who.principal, principal=who.owner or who.principal),
             correlation={"key_id": who.key_id},
             policy=policy_of(verdict),
             detail=dict(arguments),
@@ -572,7 +573,7 @@ class SpendWire:
                     "name": "budget_increase",
                     "arguments": detail,
                 },
-                requester=Requester(agent_id=who.principal, principal=who.principal),
+                requester=Requester(agent_id=who.principal, principal=who.owner or who.principal),
                 approver_group=BUDGET_APPROVERS,
                 question=f"Raise budget {budget.id} from {to_wire(budget.cap)} to "
                 f"{to_wire(cap)} USD? Reason given: {body.reason or '(none)'}",

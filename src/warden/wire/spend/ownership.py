@@ -35,9 +35,16 @@ def is_admin(who: Identity) -> bool:
     return who.role is Role.ADMIN
 
 
+def is_bound(budget: Budget, who: Identity) -> bool:
+    """True if ``who`` may spend ``budget``: its ``principals`` name the caller or one of
+    its groups, or (an agent key) the agent registry lists the budget for the agent
+    (issue 15: either admin-set binding suffices)."""
+    return budget.spendable_by(who.principal, who.groups) or budget.id in who.budgets
+
+
 def may_read_budget(budget: Budget, who: Identity) -> bool:
     """True if ``who`` may read ``budget``: bound to it, or an admin key."""
-    return is_admin(who) or budget.spendable_by(who.principal, who.groups)
+    return is_admin(who) or is_bound(budget, who)
 
 
 _OWNER_HINT = (
@@ -66,7 +73,7 @@ def spendable_path(eng: SpendEngine, budget_id: str, who: Identity) -> list[Budg
     it is absent or not readable, :class:`Refusal` ``403 auth:forbidden`` when an admin
     key is not bound to it."""
     path = readable_path(eng, budget_id, who)
-    if not path[0].spendable_by(who.principal, who.groups):
+    if not is_bound(path[0], who):
         raise _forbidden(
             f"budget {budget_id} is not bound to {who.principal}; its principals are "
             f"{', '.join(path[0].principals) or 'none (nobody may spend it)'}"

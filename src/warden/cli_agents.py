@@ -1,0 +1,230 @@
+"""``warden agents``: register, list, show, revoke and rotate agent identities.
+
+A Typer sub-app (:data:`agents_app`) that ``warden.cli`` mounts as ``agents``. Like
+``warden keys`` it works on an existing database and reads the master IKM from the key
+file (agent key material is derived from it; :mod:`warden.identity.agents`). Every
+change is an audit event on the agent's ``agents`` chain.
+
+``add`` and ``rotate`` show the new key once: ``--json`` prints ``{agent_id, key_id,
+ikm}`` (with the agent for ``add``), ``--key-out FILE`` writes it to a new 0600 file.
+Every reporting command takes ``--json`` (one JSON document on stdout).
+
+Exit codes: 0 success, 1 unknown agent, 2 bad input or configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from warden.cli_options import DataDir, DbUrl, KeyFile, _fail, console, err_console
+from warden.errors import WardenError
+
+if TYPE_CHECKING:
+    from warden.identity.agents import Agent, AgentCredential, AgentRegistry
+
+agents_app = typer.Typer(
+    help="Agent identities: who each ACS, spend, KLA and AdCP caller is.", no_args_is_help=True
+)
+
+EXIT_NOT_FOUND = 1
+
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+KeyOut = Annotated[
+    Path | None,
+    typer.Option("--key-out", help="Also write the new key to this file (created, mode 0600)."),
+]
+AgentId = Annotated[str, typer.Argument(help="The agent id.")]
+
+
+@contextmanager
+def _registry(
+    data_dir: Path, database_url: str | None, key_file: Path | None
+) -> Iterator[AgentRegistry]:
+    """The registry on the existing database (with its audit chain), closed afterwards."""
+    from warden.cli_options import existing_database_url
+    from warden.crypto.hmac_keys import SessionKeys
+    from warden.crypto.keystore import load_ikm
+    from warden.identity.agents import AgentRegistry
+    from warden.ledger.ledger import Ledger
+    from warden.store import open_store
+
+    ikm = load_ikm(key_file or data_dir / "ikm.key")
+    store = open_store(existing_database_url(data_dir, database_url), migrate=False)
+    try:
+        yield AgentRegistry(store, ikm, Ledger(store, SessionKeys(ikm), "warden"))
+    finally:
+        store.close()
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True) + "\n")
+
+
+def _not_found(exc: WardenError) -> typer.Exit:
+    from warden.identity.agents import AgentNotFound
+
+    return _fail(exc, EXIT_NOT_FOUND if isinstance(exc, AgentNotFound) else 2)
+
+
+def _show_key(
+    cred: AgentCredential, key_out: Path | None, as_json: bool, agent: Agent | None
+) -> None:
+    if key_out is not None:
+        cred.write(key_out)
+        err_console.print(f"wrote the key of {escape(cred.agent_id)} to {key_out} (mode 0600)")
+    else:
+        err_console.print(
+            "[yellow]warning:[/yellow] the key is shown only once; store it now "
+            "(or use --key-out FILE)."
+        )
+    if as_json:
+        doc: dict[str, Any] = dict(cred.as_dict())
+        if key_out is not None:
+            doc.pop("ikm")
+            doc["key_file"] = str(key_out)
+        if agent is not None:
+            doc["agent"] = agent.as_dict()
+        _print_json(doc)
+        return
+    console.print(f"agent [bold]{escape(cred.agent_id)}[/bold] key [bold]{cred.key_id}[/bold]")
+    if key_out is None:
+        sys.stdout.write(json.dumps(cred.as_dict()) + "\n")
+
+
+@agents_app.command()
+def add(
+    agent_id: AgentId,
+    owner: Annotated[
+        str, typer.Option("--owner", help="The principal accountable for the agent (the maker).")
+    ],
+    group: Annotated[
+        list[str] | None, typer.Option("--group", help="A group of the agent (repeatable).")
+    ] = None,
+    budget: Annotated[
+        list[str] | None, typer.Option("--budget", help="A budget it may spend (repeatable).")
+    ] = None,
+    key_out: KeyOut = None,
+    as_json: AsJson = False,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+    key_file: KeyFile = None,
+) -> None:
+    """Register an agent and issue its first ACS key (shown once)."""
+    try:
+        if key_out is not None and key_out.exists():
+            from warden.errors import ConfigError
+
+            raise ConfigError(f"agent key file {key_out} already exists")
+        with _registry(data_dir, database_url, key_file) as reg:
+            agent, cred = reg.add(agent_id, owner, group or (), budget or ())
+        _show_key(cred, key_out, as_json, agent)
+    except WardenError as exc:
+        raise _fail(exc) from exc
+
+
+@agents_app.command("list")
+def list_agents(
+    as_json: AsJson = False,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+    key_file: KeyFile = None,
+) -> None:
+    """List every agent, active and revoked."""
+    try:
+        with _registry(data_dir, database_url, key_file) as reg:
+            agents = reg.list()
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json([a.as_dict() for a in agents])
+        return
+    if not agents:
+        console.print("no agents (register one with `warden agents add ID --owner P`)")
+        return
+    table = Table("agent_id", "owner", "groups", "budgets", "status")
+    for a in agents:
+        table.add_row(
+            escape(a.agent_id),
+            escape(a.owner),
+            escape(", ".join(a.groups)),
+            escape(", ".join(a.budgets)),
+            "active" if a.active else f"revoked {a.revoked_at}",
+        )
+    console.print(table)
+
+
+@agents_app.command()
+def show(
+    agent_id: AgentId,
+    as_json: AsJson = False,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+    key_file: KeyFile = None,
+) -> None:
+    """Show one agent and its key ids (never key material). Exit 1 if unknown."""
+    from warden.identity.agents import AgentNotFound
+
+    try:
+        with _registry(data_dir, database_url, key_file) as reg:
+            agent = reg.get(agent_id)
+            if agent is None:
+                raise AgentNotFound(f"no agent {agent_id!r}")
+            keys = reg.keys(agent_id)
+    except WardenError as exc:
+        raise _not_found(exc) from exc
+    doc = {**agent.as_dict(), "keys": [k.as_dict() for k in keys]}
+    if as_json:
+        _print_json(doc)
+        return
+    for name in ("agent_id", "owner", "groups", "budgets", "created_at", "revoked_at"):
+        console.print(f"{name}: {escape(str(doc[name]))}")
+    for k in keys:
+        status = "active" if k.revoked_at is None else f"revoked {k.revoked_at}"
+        console.print(f"key {k.key_id}: {status}")
+
+
+@agents_app.command()
+def revoke(
+    agent_id: AgentId,
+    as_json: AsJson = False,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+    key_file: KeyFile = None,
+) -> None:
+    """Revoke an agent, its ACS keys and its agent API keys, on every replica at once."""
+    try:
+        with _registry(data_dir, database_url, key_file) as reg:
+            agent = reg.revoke(agent_id)
+    except WardenError as exc:
+        raise _not_found(exc) from exc
+    if as_json:
+        _print_json(agent.as_dict())
+        return
+    console.print(f"revoked {escape(agent.agent_id)} at {agent.revoked_at}")
+
+
+@agents_app.command()
+def rotate(
+    agent_id: AgentId,
+    key_out: KeyOut = None,
+    as_json: AsJson = False,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+    key_file: KeyFile = None,
+) -> None:
+    """Issue a new ACS key (shown once) and revoke the previous ones."""
+    try:
+        with _registry(data_dir, database_url, key_file) as reg:
+            cred = reg.rotate(agent_id)
+        _show_key(cred, key_out, as_json, None)
+    except WardenError as exc:
+        raise _not_found(exc) from exc

@@ -1,0 +1,435 @@
+"""The agent identity registry (issue 15): who an Observed Agent is, verified by Warden.
+
+An agent is registered with an id, an **owner** principal (the person or team accountable
+for it, the maker in maker-checker), groups, and the budgets it may spend. Each agent
+holds ACS key material named by a ``key_id`` (``agk_`` + 16 lowercase hex). Nothing
+secret is stored per agent: the key material is derived from the master IKM,
+
+    agent IKM = HKDF-SHA256(master IKM, salt=None, info=b"warden/agent-ikm/v1:" + key_id, L=32)
+
+and the ACS session key is then ``HKDF(agent IKM, info=session_id)`` exactly as before
+(:func:`warden.crypto.hmac_keys.derive_session_key`). Rotation issues a new ``key_id``
+and revokes the previous ones; revocation of an agent revokes its keys and its ``agent``
+API keys. Every change is an audit event on the Warden-authored ``agents`` chain of the
+agent (``warden/agents.registered|rotated|revoked``), committed with the change.
+
+Lookup (:meth:`AgentRegistry.resolve`) is an in-process map ``key_id → Agent``; a miss
+reads the database once. A revocation made on another replica is caught by the check
+every authenticated ACS write makes in its own transaction
+(:meth:`warden.store.agents_sql.SqlAgents.key_active`), after which
+:meth:`AgentRegistry.forget` drops the stale entry.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import re
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from threading import Lock
+from typing import TYPE_CHECKING, Any
+
+from warden.core.types import agent_facts
+from warden.crypto.hmac_keys import derive_agent_ikm
+from warden.crypto.keystore import _create_private, _read_private
+from warden.errors import ConfigError, StoreUnavailable, WardenError
+from warden.identity.api_keys import check_groups, check_principal
+from warden.spend.budgets import budget_id_problem
+from warden.store.agents_sql import AgentKeyRow, AgentRow, SqlAgents
+from warden.store.api_keys_sql import read_cursor
+
+if TYPE_CHECKING:
+    from warden.ledger.ledger import Ledger
+    from warden.store.sql import SqlStore
+
+AGENT_IKM_BYTES = 32
+MAX_BUDGETS = 64
+
+_AGENT_ID = re.compile(r"^[A-Za-z0-9_.@+-][A-Za-z0-9_.:@+-]{0,127}$")
+_KEY_ID = re.compile(r"^agk_[0-9a-f]{16}$")
+
+
+class AgentNotFound(WardenError):
+    """No such agent (or, to a caller who may not see it, one that is not theirs)."""
+
+    reason = "agent_not_found"
+
+
+class AgentExists(WardenError):
+    """An agent with this id is already registered (revoked ids are never reused)."""
+
+    reason = "agent_exists"
+
+
+class AgentRevoked(WardenError):
+    """The agent is revoked: it gets no new keys."""
+
+    reason = "agent_revoked"
+
+
+def is_agent_key_id(key_id: str) -> bool:
+    """True if ``key_id`` has the shape of a registered agent key (``agk_`` + 16 hex)."""
+    return bool(_KEY_ID.match(key_id))
+
+
+def check_agent_id(agent_id: object) -> str:
+    """``agent_id`` unchanged if valid: 1..128 of ``A-Z a-z 0-9 _ . : @ + -``, not starting
+    with ``:`` and never ``group:…`` (it is also an API key principal and may appear in
+    a budget's ``principals``). :class:`ConfigError` otherwise."""
+    if (
+        not isinstance(agent_id, str)
+        or not _AGENT_ID.match(agent_id)
+        or agent_id.startswith("group:")
+    ):
+        raise ConfigError(
+            f"invalid agent id {agent_id!r}: 1 to 128 letters, digits and _ . : @ + -, "
+            "not starting with group:"
+        )
+    return agent_id
+
+
+def check_budgets(budgets: Iterable[str]) -> tuple[str, ...]:
+    """Budget ids sorted and deduplicated; :class:`ConfigError` for a bad id or too many."""
+    if isinstance(budgets, str):
+        raise ConfigError("budgets must be a list of budget ids, not one string")
+    out: set[str] = set()
+    for b in budgets:
+        problem = budget_id_problem(b)
+        if problem is not None:
+            raise ConfigError(problem)
+        out.add(b)
+    if len(out) > MAX_BUDGETS:
+        raise ConfigError(f"an agent may list at most {MAX_BUDGETS} budgets, got {len(out)}")
+    return tuple(sorted(out))
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A registered agent. Times are RFC 3339 UTC; ``revoked_at`` None while active."""
+
+    agent_id: str
+    owner: str
+    groups: tuple[str, ...]
+    budgets: tuple[str, ...]
+    created_at: str
+    revoked_at: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+    def facts(self) -> dict[str, Any]:
+        """The CEL ``agent`` facts: ``{id, owner, groups, budgets, verified: true}``."""
+        return agent_facts(self.agent_id, self.owner, self.groups, self.budgets)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``{agent_id, owner, groups, budgets, created_at, revoked_at, active}``."""
+        return {
+            "agent_id": self.agent_id,
+            "owner": self.owner,
+            "groups": list(self.groups),
+            "budgets": list(self.budgets),
+            "created_at": self.created_at,
+            "revoked_at": self.revoked_at,
+            "active": self.active,
+        }
+
+
+@dataclass(frozen=True)
+class AgentKey:
+    """One ACS key id of an agent (never its material)."""
+
+    key_id: str
+    agent_id: str
+    created_at: str
+    revoked_at: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key_id": self.key_id,
+            "agent_id": self.agent_id,
+            "created_at": self.created_at,
+            "revoked_at": self.revoked_at,
+        }
+
+
+@dataclass(frozen=True)
+class AgentCredential:
+    """What an agent signs with: shown once at ``add``/``rotate``."""
+
+    agent_id: str
+    key_id: str
+    ikm: bytes
+
+    def as_dict(self) -> dict[str, str]:
+        """``{agent_id, key_id, ikm}`` with the IKM as 64 lowercase hex characters."""
+        return {"agent_id": self.agent_id, "key_id": self.key_id, "ikm": self.ikm.hex()}
+
+    def write(self, path: Path) -> None:
+        """Write the credential as JSON to a new file with mode 0600 (never replacing
+        one: :class:`ConfigError` if it exists)."""
+        try:
+            _create_private(path, json.dumps(self.as_dict(), sort_keys=True))
+        except FileExistsError as exc:
+            raise ConfigError(f"agent key file {path} already exists") from exc
+
+
+def load_agent_key(path: Path) -> AgentCredential:
+    """Read an agent key file written by ``warden agents add|rotate --key-out``.
+
+    Raises :class:`ConfigError` if it is missing, readable by others, or not
+    ``{agent_id, key_id, ikm}`` with a 32-byte hex IKM and a well-formed key id.
+    """
+    text = _read_private(path, "agent key file")
+    try:
+        doc = json.loads(text)
+        cred = AgentCredential(
+            check_agent_id(doc["agent_id"]), str(doc["key_id"]), bytes.fromhex(doc["ikm"])
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"agent key file {path} is not {{agent_id, key_id, ikm}} JSON "
+            "(as written by `warden agents add --key-out`)"
+        ) from exc
+    if not is_agent_key_id(cred.key_id) or len(cred.ikm) != AGENT_IKM_BYTES:
+        raise ConfigError(f"agent key file {path} holds a malformed key_id or IKM")
+    return cred
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _json_list(text: str, what: str) -> tuple[str, ...]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise StoreUnavailable(f"agent row has a damaged {what} column") from exc
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise StoreUnavailable(f"agent row has a damaged {what} column")
+    return tuple(value)
+
+
+def _agent(row: AgentRow) -> Agent:
+    agent_id, owner, groups, budgets, created_at, revoked_at = row
+    return Agent(
+        agent_id,
+        owner,
+        _json_list(groups, "groups"),
+        _json_list(budgets, "budgets"),
+        created_at,
+        revoked_at,
+    )
+
+
+def _key(row: AgentKeyRow) -> AgentKey:
+    return AgentKey(*row)
+
+
+class AgentRegistry:
+    """Agents and their keys in the store; derives key material from ``master_ikm``.
+
+    ``ledger`` (optional) records every change on the agent's Warden-authored chain in
+    the same transaction. Thread-safe. Store failures raise
+    :class:`~warden.errors.StoreUnavailable`.
+    """
+
+    def __init__(
+        self,
+        store: SqlStore,
+        master_ikm: bytes,
+        ledger: Ledger | None = None,
+        clock: Callable[[], str] = _now,
+    ) -> None:
+        self._store = store
+        self._ikm = master_ikm
+        self._clock = clock
+        self._chain = None
+        if ledger is not None:
+            from warden.ledger.warden_chain import WardenChain
+
+            self._chain = WardenChain(ledger, "agents")
+        self._cache: dict[str, Agent] = {}
+        self._lock = Lock()
+
+    # -- reads ---------------------------------------------------------------------
+
+    def get(self, agent_id: str) -> Agent | None:
+        """One agent (active or revoked) by id, or None."""
+        with read_cursor(self._store) as cur:
+            row = SqlAgents(cur, self._store._q).agent(agent_id)
+        return _agent(row) if row is not None else None
+
+    def list(self) -> builtins.list[Agent]:
+        """Every agent, active and revoked, by id."""
+        with read_cursor(self._store) as cur:
+            rows = SqlAgents(cur, self._store._q).agents()
+        return [_agent(r) for r in rows]
+
+    def keys(self, agent_id: str) -> builtins.list[AgentKey]:
+        """The ACS keys of ``agent_id``, oldest first (ids and times only)."""
+        with read_cursor(self._store) as cur:
+            rows = SqlAgents(cur, self._store._q).keys_of(agent_id)
+        return [_key(r) for r in rows]
+
+    def active(self, agent_id: str) -> Agent | None:
+        """The agent if registered and active, else None (a read per call)."""
+        agent = self.get(agent_id)
+        return agent if agent is not None and agent.active else None
+
+    def resolve(self, key_id: str) -> Agent | None:
+        """The active agent holding ACS key ``key_id``, or None (unknown, malformed or
+        revoked). Cached: a hit costs no query; a miss reads the database once."""
+        with self._lock:
+            hit = self._cache.get(key_id)
+        if hit is not None:
+            return hit
+        if not is_agent_key_id(key_id):
+            return None
+        with read_cursor(self._store) as cur:
+            table = SqlAgents(cur, self._store._q)
+            key = table.key(key_id)
+            row = table.agent(key[1]) if key is not None and key[3] is None else None
+        if row is None:
+            return None
+        agent = _agent(row)
+        if not agent.active:
+            return None
+        with self._lock:
+            self._cache[key_id] = agent
+        return agent
+
+    def forget(self, key_id: str) -> None:
+        """Drop ``key_id`` from the cache (its revocation was seen in a transaction)."""
+        with self._lock:
+            self._cache.pop(key_id, None)
+
+    def credential(self, key_id: str) -> AgentCredential:
+        """The credential of an active key (for the operator: the demo agent's file,
+        tests). :class:`AgentNotFound` if the key is unknown or revoked."""
+        agent = self.resolve(key_id)
+        if agent is None:
+            raise AgentNotFound(f"no active agent key {key_id!r}")
+        return AgentCredential(agent.agent_id, key_id, derive_agent_ikm(self._ikm, key_id))
+
+    def session_ikm(self, key_id: str) -> bytes:
+        """The agent IKM of ``key_id`` (derived; no lookup)."""
+        return derive_agent_ikm(self._ikm, key_id)
+
+    # -- changes ---------------------------------------------------------------------
+
+    def add(
+        self,
+        agent_id: str,
+        owner: str,
+        groups: Iterable[str] = (),
+        budgets: Iterable[str] = (),
+        *,
+        by: str = "cli",
+        key_id: str | None = None,
+    ) -> tuple[Agent, AgentCredential]:
+        """Register an agent and issue its first key: ``(agent, credential)``.
+
+        ``key_id`` (``agk_`` + 16 hex, unused) fixes the first key's id, for reproducible
+        set-ups; by default it is random. Raises :class:`ConfigError` for an invalid id,
+        owner, group, budget or key id and :class:`AgentExists` if the id is taken (also
+        by a revoked agent).
+        """
+        if key_id is not None and not is_agent_key_id(key_id):
+            raise ConfigError(f"invalid agent key id {key_id!r}: agk_ and 16 lowercase hex")
+        agent_id = check_agent_id(agent_id)
+        owner = check_principal(owner)
+        group_tuple = check_groups(groups)
+        budget_tuple = check_budgets(budgets)
+        now = self._clock()
+        with self._store.transaction() as tx:
+            table = tx.agents
+            if not table.insert_agent(
+                agent_id,
+                owner,
+                json.dumps(list(group_tuple)),
+                json.dumps(list(budget_tuple)),
+                now,
+            ):
+                raise AgentExists(f"agent {agent_id!r} is already registered")
+            if key_id is None:
+                key_id = self._new_key(table, agent_id, now)
+            elif table.key(key_id) is not None:
+                raise ConfigError(f"agent key id {key_id} is already used")
+            else:
+                table.insert_key(key_id, agent_id, now)
+            agent = Agent(agent_id, owner, group_tuple, budget_tuple, now)
+            self._audit(tx, agent_id, "registered", {**agent.as_dict(), "key_id": key_id, "by": by})
+        return agent, AgentCredential(agent_id, key_id, derive_agent_ikm(self._ikm, key_id))
+
+    def rotate(self, agent_id: str, *, by: str = "cli") -> AgentCredential:
+        """Issue a new key and revoke the agent's previous keys at once. Sessions signed
+        under an old key stay verifiable offline (the material is derived, not stored).
+        Raises :class:`AgentNotFound` or :class:`AgentRevoked`."""
+        now = self._clock()
+        with self._store.transaction() as tx:
+            table = tx.agents
+            row = table.agent(agent_id)
+            if row is None:
+                raise AgentNotFound(f"no agent {agent_id!r}")
+            if row[5] is not None:
+                raise AgentRevoked(f"agent {agent_id!r} is revoked; register a new one")
+            old = [k[0] for k in table.keys_of(agent_id) if k[3] is None]
+            key_id = self._new_key(table, agent_id, now)
+            table.revoke_keys(agent_id, now, keep=key_id)
+            self._audit(
+                tx,
+                agent_id,
+                "rotated",
+                {"agent_id": agent_id, "key_id": key_id, "revoked_keys": old, "by": by},
+            )
+        self._drop(old)
+        return AgentCredential(agent_id, key_id, derive_agent_ikm(self._ikm, key_id))
+
+    def revoke(self, agent_id: str, *, by: str = "cli") -> Agent:
+        """Revoke the agent, its ACS keys and its ``agent`` API keys, from now on, on
+        every replica. Idempotent (the first ``revoked_at`` is kept). Raises
+        :class:`AgentNotFound`."""
+        now = self._clock()
+        with self._store.transaction() as tx:
+            table = tx.agents
+            row = table.agent(agent_id)
+            if row is None:
+                raise AgentNotFound(f"no agent {agent_id!r}")
+            keys = [k[0] for k in table.keys_of(agent_id) if k[3] is None]
+            table.revoke_agent(agent_id, now)
+            api_keys = table.revoke_api_keys(agent_id, now)
+            if row[5] is None:
+                self._audit(
+                    tx,
+                    agent_id,
+                    "revoked",
+                    {"agent_id": agent_id, "keys": keys, "api_keys": api_keys, "by": by},
+                )
+            row = table.agent(agent_id)
+        self._drop(keys)
+        assert row is not None
+        return _agent(row)
+
+    # -- pieces ----------------------------------------------------------------------
+
+    def _new_key(self, table: SqlAgents, agent_id: str, now: str) -> str:
+        for _ in range(8):
+            key_id = "agk_" + secrets.token_hex(8)
+            if table.key(key_id) is None:
+                table.insert_key(key_id, agent_id, now)
+                return key_id
+        raise StoreUnavailable("could not allocate an unused agent key id")  # pragma: no cover
+
+    def _drop(self, key_ids: Iterable[str]) -> None:
+        with self._lock:
+            for key_id in key_ids:
+                self._cache.pop(key_id, None)
+
+    def _audit(self, tx: Any, agent_id: str, event: str, detail: dict[str, Any]) -> None:
+        if self._chain is not None:
+            self._chain.append(tx, agent_id, event, f"{event}:{secrets.token_hex(8)}", detail)

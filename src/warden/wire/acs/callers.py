@@ -1,0 +1,113 @@
+"""Who signed an ACS request: the registered agent behind its ``key_id`` (issue 15).
+
+The signature object names the key. ACS v0.1.3 writes signatures as
+``{algorithm, value, key_id}``; the v0.1 bare form ``{algorithm, value}`` names the key
+in ``params.metadata.key_id`` instead (covered by the signature there). Both are
+accepted; naming two different keys is refused (-32004).
+
+A ``key_id`` of a registered, active agent key selects that key's material (derived from
+the master IKM; :mod:`warden.identity.agents`). The master IKM's own session keys are
+accepted only with ``--unsafe-shared-ikm``; every decision they sign is then marked
+``policy_data.unsafe_shared_ikm``. Lookups are cached maps: no query per request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from threading import Lock
+from typing import Any
+
+from warden.crypto.hmac_keys import AGENT_KEY_SCHEME, SessionKeys
+from warden.identity.agents import Agent, AgentRegistry
+
+#: How a session created with the master IKM records its scheme.
+SHARED_IKM_SCHEME = "shared-ikm"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The authenticated signer of one request.
+
+    ``key`` is the 32-byte session key that verifies the request and signs the answer;
+    ``agent`` the verified registered agent (None only under the shared IKM, when
+    ``shared`` is True and nothing about the caller is verified beyond the IKM).
+    """
+
+    key: bytes
+    key_id: str
+    agent: Agent | None
+    shared: bool = False
+
+    @property
+    def agent_key(self) -> str | None:
+        """The registered key to re-check in the write transaction (None when shared)."""
+        return self.key_id if self.agent is not None else None
+
+    def identity_record(self) -> dict[str, Any]:
+        """What the session record keeps about its signer (``negotiated.identity``):
+        ``{scheme, agent_id?, owner?}``; ``warden verify`` derives the response keys by it."""
+        if self.agent is None:
+            return {"scheme": SHARED_IKM_SCHEME}
+        return {
+            "scheme": AGENT_KEY_SCHEME,
+            "agent_id": self.agent.agent_id,
+            "owner": self.agent.owner,
+        }
+
+
+def request_key_id(params: dict[str, Any]) -> str | None:
+    """The key a request names: ``signature.key_id`` (v0.1.3), else ``metadata.key_id``
+    (v0.1 bare form). None when neither names one or they name different keys."""
+    sig = params.get("signature")
+    in_sig = sig.get("key_id") if isinstance(sig, dict) else None
+    meta = params.get("metadata")
+    in_meta = meta.get("key_id") if isinstance(meta, dict) else None
+    if isinstance(in_sig, str) and isinstance(in_meta, str) and in_sig != in_meta:
+        return None
+    found = in_sig if isinstance(in_sig, str) else in_meta
+    return found if isinstance(found, str) else None
+
+
+class CallerKeys:
+    """Resolves a request's ``key_id`` to its :class:`Caller`. Thread-safe.
+
+    ``registry`` None means no registry at all (library use): every request is treated
+    as signed with the shared IKM, which then needs ``unsafe_shared_ikm``.
+    """
+
+    def __init__(
+        self,
+        registry: AgentRegistry | None,
+        master: SessionKeys,
+        *,
+        unsafe_shared_ikm: bool = False,
+    ) -> None:
+        self.registry = registry
+        self.master = master
+        self.unsafe_shared_ikm = unsafe_shared_ikm
+        self._keys: dict[str, SessionKeys] = {}
+        self._lock = Lock()
+
+    def resolve(self, key_id: str, session_id: str) -> Caller | None:
+        """The caller signing with ``key_id`` in ``session_id``, or None (unknown or
+        revoked key, and the shared IKM not allowed)."""
+        agent = self.registry.resolve(key_id) if self.registry is not None else None
+        if agent is not None:
+            assert self.registry is not None
+            with self._lock:
+                keys = self._keys.get(key_id)
+            if keys is None:
+                keys = SessionKeys(self.registry.session_ikm(key_id))
+                with self._lock:
+                    self._keys[key_id] = keys
+            return Caller(keys.key_for(session_id), key_id, agent)
+        if self.unsafe_shared_ikm:
+            return Caller(self.master.key_for(session_id), key_id, None, shared=True)
+        return None
+
+    def forget(self, key_id: str) -> None:
+        """Drop ``key_id`` everywhere (its revocation was seen in a transaction)."""
+        with self._lock:
+            self._keys.pop(key_id, None)
+        if self.registry is not None:
+            self.registry.forget(key_id)
