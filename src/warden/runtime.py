@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from warden.adcp.governance_token import load_governance_signer
 from warden.approvals.desk import ApprovalDesk
@@ -69,6 +70,9 @@ class Runtime:
     #: The AdCP governance agent (``/adcp/<task>``, ``/mcp``), its tokens signed with the
     #: governance key (``<data-dir>/governance-signing.key``).
     adcp: AdcpService | None = None
+    #: Its ``GET /metrics`` instruments and registry (warden.server.metrics.WardenMetrics),
+    #: made by the first ``create_app`` for this runtime.
+    metrics: Any = None
 
     @classmethod
     def start(cls, settings: Settings) -> Runtime:

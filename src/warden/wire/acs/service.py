@@ -38,6 +38,7 @@ from functools import partial
 from typing import Any
 
 from warden.core.guardian import Guardian
+from warden.core.observe import Wire
 from warden.core.types import Effect, Verdict
 from warden.crypto.canonical import (
     MAX_REQUEST_DEPTH,
@@ -452,6 +453,8 @@ class AcsService:
         request moved the head first, the commit fails with ``HeadMoved`` and the
         step is decided again on the fresh head.
         """
+        started = time.perf_counter()
+        wire: Wire = "mcp" if info.kind == "mcp" else "acs"
         params = msg["params"]
         sid = params["metadata"]["session_id"]
         replay = ReplayKeys(params["request_id"], params.get("nonce"))
@@ -480,6 +483,7 @@ class AcsService:
                 self.store.record_replay(sid, replay)
                 if isinstance(refusal, ProtocolError):
                     raise refusal
+                self._observed(wire, refusal["result"], started)
                 return self._sign(key, refusal)
             spec = self.guardian.engine.bundle.provenance
             if spec is not None:
@@ -502,6 +506,8 @@ class AcsService:
             outcome = yield pending
             if outcome is None:
                 assert pending.response is not None
+                # Final only now: after both gates and the durable commit.
+                self._observed(wire, pending.entry.get("verdict", {}), started)
                 if after:
                     self.provenance.committed(sid, pending.entry["entry_hash"], after[0])
                 return pending.response
@@ -514,6 +520,17 @@ class AcsService:
                     yield Offload(approval.abandon)
                 raise outcome
         raise StoreUnavailable("the session head kept moving; try again")
+
+    def _observed(self, wire: Wire, verdict: dict[str, Any], started: float) -> None:
+        """Report a final verdict (an entry's or a response's ``verdict`` object)."""
+        refs = verdict.get("policy_references") or []
+        self.guardian.observers.decided_raw(
+            wire,
+            str(verdict.get("decision", "deny")),
+            [r["rule_id"] for r in refs],
+            list(verdict.get("reason_codes") or []),
+            started,
+        )
 
     def _refusal(
         self, msg: dict[str, Any], info: MethodInfo, session: SessionState
