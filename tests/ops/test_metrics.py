@@ -28,7 +28,9 @@ BUDGETS = """\
 """
 
 
-def scrape(url: str, token: str | None = None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def scrape(
+    url: str, token: str | None = None
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     headers = {"authorization": f"Bearer {token}"} if token else {}
     r = httpx.get(url + "/metrics", headers=headers, timeout=30)
     assert r.status_code == 200, r.text
@@ -100,9 +102,7 @@ def test_scrape_counts_real_decisions(ops_server: Server) -> None:
     assert (
         moved("warden_decisions_total", wire="acs", outcome="deny", rule="destructive-shell") == 1
     )
-    assert (
-        moved("warden_decisions_total", wire="acs", outcome="ask", rule="ask-before-delete") == 1
-    )
+    assert moved("warden_decisions_total", wire="acs", outcome="ask", rule="ask-before-delete") == 1
     assert moved("warden_decisions_total", wire="spend", outcome="allow", rule="spend-quotes") == 1
     assert moved("warden_decision_seconds_count", wire="acs") >= 4
     assert moved("warden_decision_seconds_count", wire="spend") == 1

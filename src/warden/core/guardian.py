@@ -30,9 +30,7 @@ class Guardian:
     def __init__(self, engine: PolicyEngine) -> None:
         self.engine = engine
         #: Told each wire's final verdict (the metrics; see warden.core.observe).
-        self.observers = DecisionObservers(
-            {r.id: r.effect.value for r in engine.bundle.rules}
-        )
+        self.observers = DecisionObservers({r.id: r.effect.value for r in engine.bundle.rules})
 
     @property
     def bundle_ref(self):  # type: ignore[no-untyped-def]
