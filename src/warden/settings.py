@@ -46,6 +46,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1 << 20, ge=1024)
     #: Byte budget of the per-process cache of session provenance graphs (decision 197).
     provenance_cache_bytes: int = Field(256 * 1024 * 1024, ge=0)
+    #: The bootstrap admin API token (0600; created on first start); default
+    #: ``<data-dir>/api.token``.
     api_token_file: Path | None = None
     #: A YAML list of budgets upserted at start (see warden.spend.config).
     budgets: Path | None = None
