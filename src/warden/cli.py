@@ -18,6 +18,7 @@ from rich.markup import escape
 from warden import __version__
 from warden.cli_approvals import approvals_app
 from warden.cli_db import db_app
+from warden.cli_doctor import doctor_cmd
 from warden.cli_evidence import export_evidence_cmd
 from warden.cli_keys import keys_app
 from warden.cli_ledger import export_cmd, verify_cmd
@@ -293,6 +294,7 @@ app.command("verify-record")(verify_record_cmd)
 app.command("verify-bundle")(verify_bundle_cmd)
 app.command("export-evidence")(export_evidence_cmd)
 app.command("mcp-proxy")(mcp_proxy_cmd)
+app.command("doctor")(doctor_cmd)
 
 
 def main() -> None:
