@@ -153,6 +153,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def start_serve(
+    port: int, data: Path, policy: Path, log: Path, *extra: str
+) -> subprocess.Popen[bytes]:
+    """Start ``warden serve`` on ``port`` (data dir ``data``, bundle ``policy``, warnings
+    only) with ``extra`` options, its output appended to ``log``. The caller waits with
+    :func:`wait_ready` and stops it."""
+    with log.open("ab") as out:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "warden", "serve", "--port", str(port), "--data-dir",
+             str(data), "--policy", str(policy), "--log-level", "warning", *extra],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
 def wait_ready(port: int, timeout_s: float = 60.0) -> None:
     """Poll ``/healthz`` on ``port`` until it answers 200; OSError after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
@@ -239,26 +254,8 @@ def over_http(total: int, procs: int, threads: int, sync: str, workdir: Path) ->
     data = workdir / f"http-{sync}"
     write_key(data / "ikm.key")
     port = _free_port()
-    log = (workdir / f"serve-{sync}.log").open("wb")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "warden",
-            "serve",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(data),
-            "--policy",
-            str(workdir / "bench-100.yaml"),
-            "--sqlite-sync",
-            sync,
-            "--log-level",
-            "warning",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    server = start_serve(
+        port, data, workdir / "bench-100.yaml", workdir / f"serve-{sync}.log", "--sqlite-sync", sync
     )
     try:
         wait_ready(port)

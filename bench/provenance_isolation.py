@@ -33,15 +33,13 @@ import json
 import multiprocessing as mp
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from acs_decision import IKM, _free_port, percentiles, wait_ready, write_key
+from acs_decision import IKM, _free_port, percentiles, start_serve, wait_ready, write_key
 
 from warden.wire.acs.client import AcsClient
 
@@ -272,27 +270,7 @@ def main() -> None:
         policy = work / "bundle.yaml"
         policy.write_text(BUNDLE)
         port = _free_port()
-        log = (work / "serve.log").open("wb")
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "warden",
-                "serve",
-                "--port",
-                str(port),
-                "--data-dir",
-                str(data),
-                "--policy",
-                str(policy),
-                "--sqlite-sync",
-                "NORMAL",
-                "--log-level",
-                "warning",
-            ],  # fmt: skip
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        server = start_serve(port, data, policy, work / "serve.log", "--sqlite-sync", "NORMAL")
         try:
             wait_ready(port)
             q: Any = mp.Queue()

@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -35,6 +33,7 @@ from acs_decision import (
     _free_port,
     bundle_100_rules,
     percentiles,
+    start_serve,
     wait_ready,
     write_key,
 )
@@ -65,29 +64,8 @@ def replicas(n: int, database_url: str, data: Path, policy: Path) -> Iterator[li
     ports = [_free_port() for _ in range(n)]
     procs = []
     for port in ports:
-        log = (data / f"serve-{port}.log").open("wb")
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "warden",
-                    "serve",
-                    "--port",
-                    str(port),
-                    "--data-dir",
-                    str(data),
-                    "--database-url",
-                    database_url,
-                    "--policy",
-                    str(policy),
-                    "--log-level",
-                    "warning",
-                ],  # fmt: skip
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        )
+        log = data / f"serve-{port}.log"
+        procs.append(start_serve(port, data, policy, log, "--database-url", database_url))
     try:
         for port in ports:
             wait_ready(port)

@@ -129,7 +129,7 @@ def _print_task(task: dict[str, Any]) -> None:
         by = (h.get("by") or {}).get("principal") or "warden"
         console.print(
             f"  {h['at']}  {h['event']:<9} by {_safe(by)}  "
-            f"{_safe(h.get('reason') or '')}  [dim]{h['entry_hash'][:16]}…[/dim]"
+            f"{_safe(h.get('reason') or '')}  [dim]{_safe(h['entry_hash'])}[/dim]"
         )
 
 
@@ -159,7 +159,8 @@ def list_tasks(
         "group",
         "approvals",
         "left",
-        title=f"{data['count']} {_safe(state)} approval task(s){more}",
+        title=f"{data['count']} approval task(s){'' if state == 'all' else ', ' + _safe(state)}"
+        f"{more}",
     )
     for task in data["tasks"]:
         approvals = _approvals(task)

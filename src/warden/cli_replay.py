@@ -92,8 +92,12 @@ def _replay_efficacy(
 def replay_agentdojo(
     url: Annotated[str, typer.Option(help="Warden's ACS endpoint.")] = "http://127.0.0.1:8787/acs",
     key_file: Annotated[
-        Path, typer.Option(help="The IKM Warden uses (the replay signs as the Observed Agent).")
-    ] = Path(".warden/ikm.key"),
+        Path | None,
+        typer.Option(
+            help="The IKM Warden uses (the replay signs as the Observed Agent); "
+            "default <data-dir>/ikm.key."
+        ),
+    ] = None,
     suite: Annotated[
         list[str] | None,
         typer.Option(help="Suites to replay (default: all four)."),
@@ -151,6 +155,7 @@ def replay_agentdojo(
     if efficacy:
         _replay_efficacy(bundle, suite, paradigm, mode, user_tasks, attacks, markdown, as_json)
         return
+    key_file = key_file or data_dir / "ikm.key"
     try:
         ikm = load_ikm(key_file)
         summary = replay(url, ikm, suites=suite, console=err_console if as_json else console)
@@ -158,7 +163,8 @@ def replay_agentdojo(
         raise _fail(exc) from exc
     except ModuleNotFoundError as exc:
         err_console.print(
-            f"[red]error:[/red] {escape(str(exc))}; install it with: pip install -e '.[agentdojo]'"
+            f"[red]error:[/red] {escape(str(exc))}; install it with: "
+            + escape("pip install -e '.[agentdojo]'")
         )
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     except httpx.TransportError as exc:

@@ -80,6 +80,12 @@ def test_the_reported_spellings_ask_through_the_service(
         "repayLoan",
         "ISSUE_REFUND",
         "SENDMONEY",
+        # Hyphens and dots separate words in many MCP tool names (fresh-user review).
+        "SEND-MONEY",
+        "send.money",
+        "PAY-INVOICE",
+        "payments.pay",
+        "bill-pay",
     ],
 )
 def test_case_variants_ask_in_the_default_bundle(name: str) -> None:
@@ -88,7 +94,8 @@ def test_case_variants_ask_in_the_default_bundle(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["read_file", "READ_FILE", "displayName", "get_payload", "PAYLOAD"]
+    "name",
+    ["read_file", "READ_FILE", "displayName", "get_payload", "PAYLOAD", "payload-viewer"],
 )
 def test_ordinary_names_in_any_case_stay_allowed(name: str) -> None:
     assert DEFAULT.evaluate(tool_call(name, path="/tmp/x")).effect is Effect.ALLOW

@@ -235,7 +235,7 @@ def test_approver_sees_approves_and_the_step_is_allowed_once(
     assert detail.status_code == 200
     text = detail.text
     assert "Allow the agent to delete this data?" in text
-    assert "warden-default@1.4.0" in text
+    assert "warden-default@1.4.1" in text
     assert "destructive_action_requires_approval" in text
     task = runtime.desk.get(task_id)
     assert task is not None and task.action_hash in text

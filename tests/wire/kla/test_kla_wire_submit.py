@@ -92,7 +92,7 @@ def test_the_seed_example_is_allowed_and_stored_with_its_digest(rt: Runtime, age
     assert decision["correlation"] == record["correlation"]
     assert [x["rule_id"] for x in decision["rules"]] == ["kla-actions"]
     assert decision["policy"]["bundle_id"] == "warden-default"
-    assert decision["policy"]["version"] == "1.4.0"
+    assert decision["policy"]["version"] == "1.4.1"
     assert "task" not in r.data and "task_id" not in decision
     # The decision validates, and Warden's signature verifies with the published key.
     assert verify_record_value(decision, expected_digest=r.data["decision_digest"]).ok
