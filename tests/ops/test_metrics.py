@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import DEFAULT_POLICY, TEST_IKM, Server, start_server
+from conftest import DEFAULT_POLICY, ROOT, TEST_IKM, Server, start_server
 from prometheus_client.parser import text_string_to_metric_families
 
 from warden.runtime import Runtime
@@ -179,3 +179,39 @@ def test_one_registry_per_runtime(make_runtime) -> None:  # type: ignore[no-unty
     assert a.metrics is not None and b.metrics is not None
     assert a.metrics.registry is not b.metrics.registry
     assert len(a.guardian.observers._observers) == 1  # noqa: SLF001
+
+
+def test_kla_decision_is_counted_once(runtime: Runtime) -> None:
+    from fastapi.testclient import TestClient
+
+    from warden.identity.api_keys import Role
+
+    _, agent = runtime.api_keys.create("kla-agent", Role.AGENT, ())
+    record = ROOT / "src" / "warden" / "schemas" / "kla" / "examples" / "basic-read.json"
+    admin = {"authorization": f"Bearer {runtime.api_token}"}
+    with TestClient(create_app(runtime)) as c:
+        # TestClient's peer is "testclient", not loopback: the admin key is required.
+        assert c.get("/metrics").status_code == 401
+        r = c.post(
+            "/v1/action-requests",
+            content=record.read_bytes(),
+            headers={"authorization": f"Bearer {agent}", "content-type": "application/json"},
+        )
+        assert r.status_code in (200, 201), r.text
+        decision = r.json()["data"]["decision"]
+        # The same request again is a replay of the stored answer, not a new decision.
+        c.post(
+            "/v1/action-requests",
+            content=record.read_bytes(),
+            headers={"authorization": f"Bearer {agent}", "content-type": "application/json"},
+        )
+        text = c.get("/metrics", headers=admin).text
+    kla = [
+        s
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "warden_decisions_total" and s.labels["wire"] == "kla"
+    ]
+    assert [(s.labels["outcome"], s.labels["rule"], s.value) for s in kla] == [
+        ("allow", "kla-actions", 1.0)
+    ], (kla, decision)
