@@ -6,7 +6,8 @@ connection and refuses new ones (a server that stopped or a network that split),
 the store (a database that can no longer be read: the store's reads fail the way they
 do on an I/O error), on either backend. ``hold_write_lock`` keeps the database's write
 lock from another connection (SQLite ``BEGIN IMMEDIATE``; PostgreSQL a ``SHARE`` lock on
-``server_secrets``, which every insert into it waits for)."""
+``server_secrets``, which every insert into it waits for, or an ``EXCLUSIVE`` lock on
+every table)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from contextlib import contextmanager, suppress
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
+
+from warden.store.schema import metadata
 
 
 class TcpProxy:
@@ -97,8 +100,12 @@ def repair(database_url: str, table: str = "api_keys") -> None:
 
 
 @contextmanager
-def hold_write_lock(database_url: str) -> Iterator[None]:
-    """Hold a lock that keeps Warden's writes waiting, from another connection."""
+def hold_write_lock(database_url: str, *, every_table: bool = False) -> Iterator[None]:
+    """Hold a lock that keeps Warden's writes waiting, from another connection.
+
+    ``every_table``: on PostgreSQL, an ``EXCLUSIVE`` lock on every Warden table (reads
+    go on, every write waits), as SQLite's ``BEGIN IMMEDIATE`` does to the whole file.
+    """
     url = make_url(database_url)
     if url.get_backend_name() == "sqlite":
         conn = sqlite3.connect(str(url.database), isolation_level=None)
@@ -113,7 +120,11 @@ def hold_write_lock(database_url: str) -> Iterator[None]:
     try:
         with engine.connect() as c:
             tx = c.begin()
-            c.execute(text("LOCK TABLE server_secrets IN SHARE MODE"))
+            if every_table:
+                names = ", ".join(t.name for t in metadata.sorted_tables)
+                c.execute(text(f"LOCK TABLE {names} IN EXCLUSIVE MODE"))
+            else:
+                c.execute(text("LOCK TABLE server_secrets IN SHARE MODE"))
             try:
                 yield
             finally:

@@ -239,3 +239,5 @@ def reroute(
         print_json(data)
     else:
         console.print(f"task {_safe(task_id)} is routed to {_safe(data['task']['approver_group'])}")
+        if data.get("warning"):
+            err_console.print(f"[yellow]warning:[/yellow] {_safe(data['warning'])}")

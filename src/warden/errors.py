@@ -27,6 +27,7 @@ Each protocol error knows its ACS JSON-RPC code (specs/acs.md §14, spec §17.1)
 
 from __future__ import annotations
 
+import logging
 from enum import IntEnum, StrEnum
 from typing import Any
 
@@ -156,6 +157,17 @@ class StoreUnavailable(CouldNotDecide):
     """The store failed; the decision cannot be made durable."""
 
     reason = "store_unavailable"
+
+
+def failure_log_level(exc: BaseException) -> int:
+    """The :mod:`logging` level a request's failure is logged at: ``WARNING`` for a
+    store that is unavailable (a locked SQLite file, an unreachable server: an outage
+    the caller is told to retry and ``/readyz`` reports, logged once per request with
+    no traceback), ``ERROR`` for everything else, including a COMMIT whose outcome is
+    unknown."""
+    if isinstance(exc, StoreUnavailable) and not exc.data.get("outcome_unknown"):
+        return logging.WARNING
+    return logging.ERROR
 
 
 class HeadMoved(StoreUnavailable):

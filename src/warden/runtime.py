@@ -21,6 +21,7 @@ from warden.core.guardian import Guardian
 from warden.crypto.ed25519_keys import load_or_create_signing_key
 from warden.crypto.hmac_keys import SessionKeys, ikm_fingerprint
 from warden.crypto.keystore import load_or_create_api_token, load_or_create_ikm
+from warden.errors import StoreUnavailable
 from warden.gates.approval import ApprovalGate
 from warden.gates.spend import SpendGate
 from warden.identity.api_keys import ApiKeys, Role, api_key_pepper
@@ -210,6 +211,15 @@ class Runtime:
         self.store.close()
 
 
+def _log_tick_failure(what: str, exc: Exception) -> None:
+    """One warning per failed tick; the traceback only for an unexpected error (a
+    locked or unreachable store is an outage /readyz reports, not a bug)."""
+    if isinstance(exc, StoreUnavailable):
+        log.warning("%s: %s", what, exc.diagnostics())
+    else:
+        log.warning(what, exc_info=exc)
+
+
 class HoldExpirer:
     """A daemon thread that releases expired spend holds every ``interval`` seconds
     (:meth:`SpendEngine.expire_due`), so a hold nobody concludes does not wait for the
@@ -231,8 +241,8 @@ class HoldExpirer:
         while not self._stop.wait(self._interval):
             try:
                 released = self._engine.expire_due()
-            except Exception:  # noqa: BLE001 - retried next tick; the server keeps serving
-                log.warning("releasing expired spend holds failed", exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - retried next tick; the server keeps serving
+                _log_tick_failure("releasing expired spend holds failed", exc)
                 continue
             if released:
                 log.info("released %d expired spend hold(s)", released)
@@ -240,8 +250,8 @@ class HoldExpirer:
                 continue
             try:
                 expired = self._desk.expire_due()
-            except Exception:  # noqa: BLE001 - retried next tick
-                log.warning("expiring approval tasks failed", exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - retried next tick
+                _log_tick_failure("expiring approval tasks failed", exc)
                 continue
             if expired:
                 log.info("expired %d approval task(s)", expired)

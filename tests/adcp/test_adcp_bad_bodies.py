@@ -245,3 +245,45 @@ def test_paths_under_adcp_that_name_no_task(
     assert "location" not in r.headers
     assert r.headers["x-adcp-status"] == "failed" and body["status"] == "failed"
     assert snapshot(srv.rt) == before
+
+
+BAD_UTF8 = b'{"adcp_major_version": 3, "context": {"x": "\xff"}}'
+
+
+def test_bad_utf8_is_one_message_on_rest_and_mcp(srv: Live, http: httpx.Client) -> None:
+    before = snapshot(srv.rt)
+    auth = {"authorization": f"Bearer {srv.agent_token}"}
+    rest = _failure(
+        http.post("/adcp/get_adcp_capabilities", content=BAD_UTF8, headers=auth),
+        "get_adcp_capabilities",
+        400,
+        "INVALID_REQUEST",
+    )
+    mcp = _failure(
+        http.post("/mcp", content=BAD_UTF8, headers={**auth, **MCP_HEADERS}),
+        "get_adcp_capabilities",
+        400,
+        "INVALID_REQUEST",
+    )
+    assert rest["adcp_error"]["message"] == mcp["adcp_error"]["message"]
+    assert "body is not valid UTF-8" in rest["adcp_error"]["message"]
+    assert "codec" not in rest["adcp_error"]["message"]  # never Python's own words
+    assert snapshot(srv.rt) == before
+    _still_served(http, srv)
+
+
+@pytest.mark.parametrize("content", [b"", b"  \r\n\t "], ids=["empty", "whitespace"])
+@pytest.mark.parametrize("task", ["get_adcp_capabilities", "sync_plans"])
+def test_an_empty_body_on_rest_is_a_parse_error(
+    srv: Live, http: httpx.Client, task: str, content: bytes
+) -> None:
+    before = snapshot(srv.rt)
+    r = http.post(
+        f"/adcp/{task}",
+        content=content,
+        headers={"authorization": f"Bearer {srv.agent_token}", "content-type": "application/json"},
+    )
+    body = _failure(r, task, 400, "INVALID_REQUEST")
+    assert "the body is empty" in body["adcp_error"]["message"], body
+    assert snapshot(srv.rt) == before
+    _still_served(http, srv)

@@ -117,6 +117,13 @@ def test_reroute_and_bad_credentials(server: Server) -> None:
     _, tid = pending_delete(server, "/srv/y")
     moved = approvals(server, olga, "reroute", tid, "--group", "storage", "--reason", "theirs")
     assert moved.returncode == 0 and "storage" in moved.stdout
+    # Accepted, but nobody can decide it yet: said on stderr (fresh-user review of issue 14).
+    warned = " ".join(moved.stderr.split())
+    assert "warning: no active approver key is in group 'storage'" in warned, moved.stderr
+    sam = make_key(server, "sam", "approver", "storage")
+    back = approvals(server, sam, "reroute", tid, "--group", "operators")
+    assert back.returncode == 0 and "operators" in back.stdout
+    assert "warning" not in back.stderr
     forbidden = approvals(server, agent_key, "list")
     assert forbidden.returncode == 1 and "auth:forbidden" in forbidden.stderr
     bad = approvals(server, "wdn_000000000000_" + "x" * 43, "list")

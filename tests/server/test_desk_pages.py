@@ -385,6 +385,7 @@ def test_the_requesting_principal_cannot_approve(runtime: Runtime, client: TestC
 
 def test_reroute(runtime: Runtime, client: TestClient) -> None:
     _, token = key(runtime, "alice", "approver", "operators")
+    key(runtime, "fay", "approver", "finance")  # finance has an approver: no warning
     task_id, _ = ask(runtime, "delete_file", {"path": "/tmp/c"})
     csrf = login(client, token)
     r = post(client, f"/desk/tasks/{task_id}/reroute", csrf_token=csrf, group=" ", reason="")
@@ -403,6 +404,21 @@ def test_reroute(runtime: Runtime, client: TestClient) -> None:
     task = runtime.desk.get(task_id)
     assert task is not None and task.approver_group == "finance"
     assert task.state is ApprovalState.PENDING
+
+
+def test_reroute_to_a_group_without_approvers_warns(runtime: Runtime, client: TestClient) -> None:
+    _, token = key(runtime, "alice", "approver", "operators")
+    gone, _ = key(runtime, "gus", "approver", "ghosts")
+    assert runtime.api_keys.revoke(gone)  # a revoked key does not count
+    key(runtime, "root", "admin")  # nor does an admin (in every group)
+    task_id, _ = ask(runtime, "delete_file", {"path": "/tmp/d"})
+    csrf = login(client, token)
+    r = post(client, f"/desk/tasks/{task_id}/reroute", csrf_token=csrf, group="ghosts")
+    assert r.status_code == 303  # accepted: the group may be filled later
+    page = client.get(f"/desk/tasks/{task_id}").text
+    assert "Re-routed to ghosts. Warning: no active approver key is in group" in page
+    task = runtime.desk.get(task_id)
+    assert task is not None and task.approver_group == "ghosts"
 
 
 def test_revoked_key_is_logged_out_on_the_next_request(
@@ -431,6 +447,35 @@ def test_session_ends_after_eight_hours(
     later = time.time() + 8 * 3600 + 5
     monkeypatch.setattr(desk_module, "time", SimpleNamespace(time=lambda: later))
     assert client.get("/desk").status_code == 303
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/desk/nope"),
+        ("GET", "/desk/tasks"),
+        ("GET", "/desk/tasks/task_x/nope"),
+        ("POST", "/desk/nope"),
+        ("DELETE", "/desk/login/x"),
+    ],
+)
+def test_unknown_desk_paths_are_the_desk_404_page(
+    runtime: Runtime, client: TestClient, method: str, path: str
+) -> None:
+    login_page = client.get("/desk/login")
+    r = client.request(method, path)
+    assert r.status_code == 404, r.text
+    assert r.headers["content-type"].startswith("text/html")
+    assert "Page not found" in r.text and '"detail"' not in r.text
+    for header in ("content-security-policy", "x-frame-options", "cache-control"):
+        assert r.headers[header] == login_page.headers[header]
+
+
+def test_the_login_page_says_where_the_session_is_kept(client: TestClient) -> None:
+    text = " ".join(client.get("/desk/login").text.split())
+    assert "keeps only its id" not in text  # sessions are in the database now
+    assert "Warden keeps the session in its database" in text
+    assert "never stored" in text
 
 
 def test_unknown_task_is_a_404_page(runtime: Runtime, client: TestClient) -> None:

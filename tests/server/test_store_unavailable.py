@@ -6,12 +6,15 @@ answering (a TCP proxy between them drops every connection). Then ``/adcp/<task>
 ``/mcp`` answer AdCP's ``GOVERNANCE_UNAVAILABLE`` (503, ``Retry-After``), ``POST
 /desk/login`` the desk's 503 page, and nothing in the database changed. ``/readyz``
 answers 503 when writes fail (another connection holds the write lock) even though
-the database still answers reads, and 503 when it cannot be reached."""
+the database still answers reads, and 503 when it cannot be reached. A held write lock
+is logged once per request as a warning, with no traceback."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -20,13 +23,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEFAULT_POLICY, postgres_schema, write_key
+from conftest import (
+    DEFAULT_POLICY,
+    assert_valid_response,
+    postgres_schema,
+    service_client,
+    write_key,
+)
 from fastapi.testclient import TestClient
 from outage import TcpProxy, damage, hold_write_lock, repair
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import make_url
 
-from warden.runtime import Runtime
+from warden.runtime import HoldExpirer, Runtime
 from warden.server.app import create_app
 from warden.settings import Settings
 from warden.store.schema import metadata
@@ -228,3 +237,59 @@ def test_readyz_is_unavailable_while_postgresql_is_unreachable(tmp_path: Path) -
         finally:
             rt.close()
             proxy.close()
+
+
+def _assert_one_quiet_warning(
+    caplog: pytest.LogCaptureFixture, needle: str, *, ticks: bool = False
+) -> None:
+    """A locked database was logged as one warning naming ``needle`` (``ticks``: one per
+    tick of a loop): nothing at ERROR, no traceback (the lock is an outage the caller
+    retries, not a bug)."""
+    records = [r for r in caplog.records if r.name.startswith("warden")]
+    assert [r for r in records if r.levelno >= logging.ERROR] == [], caplog.text
+    assert [r for r in records if r.exc_info] == [], caplog.text
+    assert "Traceback" not in caplog.text
+    warned = [r for r in records if r.levelno == logging.WARNING]
+    assert len(warned) >= 1 if ticks else len(warned) == 1, caplog.text
+    assert all(needle in r.getMessage() for r in warned), caplog.text
+
+
+def test_a_held_write_lock_is_one_warning_per_request_and_fails_closed(
+    make_backend_runtime: Callable[..., Runtime],
+    database_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rt = make_backend_runtime()
+    acs = service_client(rt)
+    acs.hello()
+    assert acs.call("steps/sessionStart", {})["result"]["decision"] == "allow"
+    body = {"kind": "org", "currency": "USD", "cap": "10", "period": "none"}
+    auth = {"authorization": f"Bearer {rt.api_token}"}
+    with TestClient(create_app(rt)) as client:
+        before = snapshot(database_url)
+        with hold_write_lock(database_url, every_table=True):
+            caplog.clear()
+            with caplog.at_level(logging.INFO):
+                r = client.put("/v1/budgets/x", json=body, headers=auth)
+            assert r.status_code == 503, r.text
+            assert r.json()["blockedBy"] == "store:unavailable"
+            _assert_one_quiet_warning(caplog, "StoreUnavailable")
+
+            caplog.clear()
+            with caplog.at_level(logging.INFO):
+                denied = acs.tool_call("send_money", {"to": "bob", "amount": 5})
+            assert_valid_response(denied)  # signed, and verified by the client
+            assert denied["result"]["decision"] == "deny"
+            _assert_one_quiet_warning(caplog, "signed deny after failure")
+
+            caplog.clear()
+            with caplog.at_level(logging.INFO):
+                expirer = HoldExpirer(rt.spend, 0.01)
+                try:
+                    deadline = time.monotonic() + 30
+                    while not caplog.records and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                finally:
+                    expirer.stop()
+            _assert_one_quiet_warning(caplog, "releasing expired spend holds failed", ticks=True)
+        assert snapshot(database_url) == before

@@ -82,3 +82,64 @@ def test_applying_a_changed_binding_updates_it(tmp_path: Path) -> None:
     assert apply_budgets(engine, parse_budgets(line % "y")) == ["a"]
     assert [b.principals for b in store.budgets()] == [("y",)]
     assert apply_budgets(engine, parse_budgets(line % "y")) == []  # identical: untouched
+
+
+# -- one bad budget among valid ones (fresh-user review of issue 14) ---------------------------
+
+#: A valid four-budget file: each budget's fields as YAML ``key: value`` source text.
+FOUR: list[dict[str, str]] = [
+    {"id": "org", "kind": "org", "cap": '"100"', "principals": "[cfo]"},
+    {"id": "org.a", "kind": "team", "parent": "org", "cap": '"50"'},
+    {"id": "org.b", "kind": "team", "parent": "org", "cap": '"40"'},
+    {"id": "org.c", "kind": "team", "parent": "org", "cap": '"30"'},
+]
+
+#: Each bad value a fresh user typed, with the words the refusal must contain.
+BAD_VALUES = [
+    ("cap", '"abc"', "cap"),
+    ("cap", "10.5", "YAML float"),
+    ("currency", "usd$", "usd$"),
+    ("principals", "yes", "principals"),
+    ("principals", '"bob"', "principals"),
+    ("principals", "[null]", "must be a string"),
+    ("principals", '["group:"]', "a group is group:<name>"),
+]
+
+
+def four_budgets(**overrides: tuple[int, str]) -> str:
+    """FOUR as a YAML file, each ``key=(position, value)`` overriding one field."""
+    budgets = [{"currency": "USD", "period": "none", **b} for b in FOUR]
+    for key, (position, value) in overrides.items():
+        budgets[position][key] = value
+    return "".join("- " + "\n  ".join(f"{k}: {v}" for k, v in b.items()) + "\n" for b in budgets)
+
+
+@pytest.mark.parametrize("position", [0, 1, 2])
+@pytest.mark.parametrize(("key", "value", "needle"), BAD_VALUES)
+def test_a_bad_budget_before_a_valid_one_is_refused(
+    position: int, key: str, value: str, needle: str
+) -> None:
+    text = four_budgets(**{key: (position, value)})
+    with pytest.raises(ConfigError) as info:
+        parse_budgets(text)
+    message = info.value.message
+    assert f"budget #{position + 1} " in message, message
+    assert needle in message, message
+
+
+@pytest.mark.parametrize("position", [0, 1, 2])
+def test_every_problem_survives_later_valid_budgets(position: int) -> None:
+    # two bad budgets, both before valid ones: both are reported
+    text = four_budgets(cap=(position, '"abc"'), period=(3, "week"))
+    with pytest.raises(ConfigError) as info:
+        parse_budgets(text)
+    assert f"budget #{position + 1} " in info.value.message
+    assert "budget #4 " in info.value.message
+
+
+def test_a_duplicate_id_before_a_valid_budget_is_refused() -> None:
+    text = four_budgets(id=(2, "org.a"))
+    with pytest.raises(ConfigError) as info:
+        parse_budgets(text)
+    assert "budget #3 (org.a)" in info.value.message
+    assert "budget id org.a is defined twice" in info.value.message

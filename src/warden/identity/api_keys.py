@@ -416,6 +416,12 @@ class ApiKeys:
             rows = SqlApiKeys(cur, self._store._q).all()
         return [_info(r) for r in rows]
 
+    def has_active_approver(self, group: str) -> bool:
+        """True if an active (unrevoked) key with the approver role is in ``group``.
+        Admins are in every group and do not count: a group only admins can decide
+        has nobody assigned to it."""
+        return any(k.active and k.role is Role.APPROVER and group in k.groups for k in self.list())
+
     def revoke(self, key_id: str) -> bool:
         """Revoke ``key_id`` from now on: True if the key exists (an already revoked
         key keeps its first ``revoked_at``), False if there is no such key. Its

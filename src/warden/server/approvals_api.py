@@ -18,6 +18,7 @@ from fastapi.security import HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from warden.approvals.desk import ApprovalDesk, TaskNotFound
+from warden.approvals.group_check import empty_group_warning
 from warden.approvals.tasks import ApprovalState, Task, TaskKind
 from warden.identity.api_keys import ApiKeys, Role
 from warden.wire.spend.auth import KeyAuth, caller
@@ -66,6 +67,11 @@ class ApprovalList(BaseModel):
 
 class ApprovalData(BaseModel):
     task: ApprovalTask
+    warning: str | None = Field(
+        default=None,
+        description="Set when the change was made but may not be what was meant: a task "
+        "re-routed to a group in which no active approver key is (yet).",
+    )
 
 
 class VoteRequest(BaseModel):
@@ -189,7 +195,12 @@ def approvals_router(
         summary="Re-route a pending task to another approver group",
     )
     def reroute(task_id: str, raw: RawBody, body: RerouteRequest) -> Response:
-        return answer(desk.reroute(task_id, caller(), body.group, body.reason))
+        task = desk.reroute(task_id, caller(), body.group, body.reason)
+        warning = empty_group_warning(keys, task.approver_group)
+        if warning is None:
+            return answer(task)
+        data = ApprovalData(task=ApprovalTask(**desk.view(task)), warning=warning)
+        return json_response(200, success(data, [*_next(task), warning]))
 
     both = APIRouter()
     both.include_router(read)

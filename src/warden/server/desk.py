@@ -23,6 +23,7 @@ Routes (none in the OpenAPI schema)::
     POST /desk/tasks/{task_id}/deny      reason required
     POST /desk/tasks/{task_id}/reroute   group required, reason optional
     GET  /desk/static/desk.css           the stylesheet
+    *    /desk/<anything else>           the desk's 404 page
 
 **Session.** Starlette's ``SessionMiddleware`` (itsdangerous timestamp signature),
 applied to ``/desk`` paths only, cookie ``warden_desk`` with path ``/desk``,
@@ -69,8 +70,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from warden.approvals.desk import MAX_REASON_CHARS, DeskError, TaskNotFound
 from warden.approvals.display import Layout, shown
+from warden.approvals.group_check import empty_group_warning
 from warden.approvals.tasks import ApprovalState, Task
-from warden.errors import CouldNotDecide
+from warden.errors import CouldNotDecide, failure_log_level
 from warden.identity.api_keys import Identity, Role
 from warden.identity.desk_sessions import DeskSessionStore
 from warden.runtime import Runtime
@@ -94,6 +96,9 @@ PREVIEW_CHARS = 120
 
 #: The state filter of the task list; ``all`` is no filter.
 STATE_FILTERS = ("pending", "approved", "denied", "expired", "consumed", "all")
+
+#: Methods the catch-all 404 page answers (every method a browser or script may send).
+_ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 #: Sent with every desk response: no script, no framing, no referrer, no caching.
 SECURITY_HEADERS = {
@@ -661,6 +666,11 @@ class _Desk:
                     )
                 task = await run_in_threadpool(desk.reroute, task_id, viewer, group, reason)
                 done = f"Re-routed to {task.approver_group}"
+                warning = await run_in_threadpool(
+                    empty_group_warning, self.runtime.api_keys, task.approver_group
+                )
+                if warning is not None:
+                    done += f". Warning: {warning}."
         except TaskNotFound as exc:
             return self.problem(request, 404, "Task not found", exc.message, viewer)
         except DeskError as exc:
@@ -688,7 +698,12 @@ def _guarded(desk: _Desk) -> type[APIRoute]:
                 try:
                     return await handler(request)
                 except CouldNotDecide as exc:
-                    log.error("desk %s failed: %s", request.url.path, exc.diagnostics())
+                    log.log(
+                        failure_log_level(exc),
+                        "desk %s failed: %s",
+                        request.url.path,
+                        exc.diagnostics(),
+                    )
                     return desk.unavailable(request)
 
             return guarded
@@ -751,6 +766,15 @@ def mount_desk(app: FastAPI, runtime: Runtime) -> None:
     @router.post("/tasks/{task_id}/reroute")
     async def reroute(request: Request, task_id: str) -> Response:
         return await desk.act(request, task_id, "reroute")
+
+    @router.api_route("/{rest:path}", methods=_ANY_METHOD)
+    async def unknown_page(request: Request, rest: str) -> Response:
+        # Last: any other /desk path is the desk's own 404 page (same headers and
+        # CSP), never FastAPI's {"detail": "Not Found"}. No login is looked up, so it
+        # says nothing about whether the caller has a session.
+        return desk.problem(
+            request, 404, "Page not found", "There is no approval desk page at this address.", None
+        )
 
     app.include_router(router)
     public = runtime.settings.resolved_public_url()

@@ -104,8 +104,10 @@ def parse_budgets(text: str, *, source: str = "<budgets>") -> list[Budget]:
                 name=spec.name,
                 principals=tuple(spec.principals),
             )
-            if problems := principals_problems(spec.principals):
-                raise BudgetError("; ".join(problems))
+            # Not named ``problems``: that is the file-wide list (reusing the name once
+            # wiped earlier budgets' errors and let a bad file start the server).
+            if bad_principals := principals_problems(spec.principals):
+                raise BudgetError("; ".join(bad_principals))
             if budget.id in budgets:
                 raise BudgetError(f"budget id {budget.id} is defined twice")
         except WardenError as exc:

@@ -372,7 +372,7 @@ class SqlStore:
         """One write transaction on the raw connection; foreign errors translated."""
         with self._lock:
             cur = self._cursor()
-            committing = False
+            begun = committing = False
             try:
                 try:
                     cur.execute("BEGIN IMMEDIATE" if self._qmark else "BEGIN")
@@ -383,17 +383,15 @@ class SqlStore:
                     # been done yet, so reconnect and begin again instead of failing.
                     cur = self._cursor()
                     cur.execute("BEGIN IMMEDIATE" if self._qmark else "BEGIN")
+                begun = True
                 yield cur
                 committing = True
                 cur.execute("COMMIT")
             except BaseException as exc:
-                try:
-                    cur.execute("ROLLBACK")
-                except Exception:  # noqa: BLE001 - the original error matters more
-                    if self._broken():  # the connection is gone, and the transaction with it
-                        log.warning("rollback impossible: the database connection was lost")
-                    else:
-                        log.exception("rollback failed")
+                # A BEGIN that failed (SQLite's "database is locked" while another
+                # process holds the write lock) left no transaction to roll back.
+                if begun:
+                    self._rollback(cur)
                 if isinstance(exc, WardenError | KeyboardInterrupt | SystemExit):
                     raise
                 if is_integrity(exc):
@@ -409,6 +407,17 @@ class SqlStore:
                 raise StoreUnavailable(f"store error: {exc.__class__.__name__}: {exc}") from exc
             finally:
                 cur.close()
+
+    def _rollback(self, cur: Any) -> None:
+        """Roll back the transaction :meth:`_write` began; a failure is logged, never
+        raised (the error that caused the rollback is the one the caller needs)."""
+        try:
+            cur.execute("ROLLBACK")
+        except Exception:  # noqa: BLE001 - the original error matters more
+            if self._broken():  # the connection is gone, and the transaction with it
+                log.warning("rollback impossible: the database connection was lost")
+            else:
+                log.exception("rollback failed")
 
     @staticmethod
     def _replay_rows(session_id: str, replay: ReplayKeys) -> list[tuple[str, str, str, str]]:

@@ -247,3 +247,30 @@ def test_a_long_list_says_it_is_truncated(rt: Runtime, client: TestClient) -> No
     page = fay.call("GET", "/v1/approvals?limit=2").data
     assert (page["count"], page["truncated"]) == (2, True)
     assert fay.call("GET", "/v1/approvals?limit=3").data["truncated"] is False
+
+
+def test_reroute_to_a_group_without_approvers_is_accepted_with_a_warning(
+    make_backend_runtime: Any,
+) -> None:
+    # Reads the key table on each backend (fresh-user review of issue 14).
+    rt: Runtime = make_backend_runtime()
+    with TestClient(create_app(rt)) as client:
+        bot = tree(rt, org="5000", team="5000", agent="5000")
+        agent = key(rt, client, "bot-1", Role.AGENT)
+        fay = key(rt, client, "fay", Role.APPROVER, "finance")
+        key(rt, client, "olga", Role.APPROVER, "ops")
+        waiting = assert_error(
+            agent.quote(bot, "1500"), "approval:required", 403, resolution="human_approval"
+        )
+        tid = waiting["resolution"]["taskId"]
+        path = f"/v1/approvals/{tid}/reroute"
+        moved = fay.call("POST", path, {"group": "nonexistent-group"})
+        assert moved.status == 200, moved.body
+        assert moved.data["task"]["approver_group"] == "nonexistent-group"
+        warning = moved.data["warning"]
+        assert "no active approver key is in group 'nonexistent-group'" in warning
+        assert warning in moved.body["nextActions"]
+        # A group with an active approver: no warning member at all.
+        back = Caller(client, rt.api_token).call("POST", path, {"group": "ops"})
+        assert back.status == 200 and "warning" not in back.data, back.body
+        assert back.data["task"]["approver_group"] == "ops"

@@ -5,6 +5,7 @@ start on a bad budgets file."""
 
 from __future__ import annotations
 
+import copy
 import multiprocessing as mp
 import os
 import subprocess
@@ -18,8 +19,11 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from conftest import DEFAULT_POLICY, ROOT, Server, asset, start_server, write_key
 from spend_wire_helpers import assert_error, check_envelope, cli_key, server_api
+
+from warden.store import open_store
 
 DEFAULT_BUDGETS = ROOT / "examples" / "budgets" / "default.yaml"
 
@@ -204,7 +208,7 @@ def test_a_crash_mid_flight_keeps_holds_and_idempotency_records(tmp_path: Path) 
 # -- refused starts -----------------------------------------------------------------------------
 
 
-def _serve(data: Path, budgets: Path) -> subprocess.CompletedProcess[str]:
+def _serve(data: Path, budgets: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     write_key(data / "ikm.key")
     return subprocess.run(
         [
@@ -220,6 +224,7 @@ def _serve(data: Path, budgets: Path) -> subprocess.CompletedProcess[str]:
             str(DEFAULT_POLICY),
             "--budgets",
             str(budgets),
+            *extra,
         ],
         capture_output=True,
         text=True,
@@ -279,3 +284,62 @@ def test_a_budgets_file_that_conflicts_with_stored_budgets_changes_nothing(
             assert api.budget("acme.ops")["kind"] == "team"
     finally:
         srv.stop()
+
+
+#: Bad values on a budget that valid budgets follow (fresh-user review of issue 14): each
+#: once started the server with that budget silently missing. (field, value, words).
+TYPOS: list[tuple[str, Any, str]] = [
+    ("cap", "abc", "cap"),
+    ("cap", 10.5, "YAML float"),
+    ("currency", "usd$", "usd$"),
+    ("principals", True, "principals"),
+    ("principals", "bob", "principals"),
+    ("principals", [None], "must be a string"),
+    ("principals", ["group:"], "a group is group:<name>"),
+]
+
+
+def _stored(database_url: str) -> tuple[list[Any], int]:
+    """The budgets and the number of records in a database (no server running)."""
+    store = open_store(database_url)
+    try:
+        return store.budgets(), sum(1 for _ in store.iter_records())
+    finally:
+        store.close()
+
+
+def test_a_typo_before_valid_budgets_stops_the_start_and_changes_nothing(
+    tmp_path: Path, database_url: str
+) -> None:
+    data = tmp_path / "d"
+    db = ("--database-url", database_url)
+    srv = start_server(data, DEFAULT_POLICY, *db, "--budgets", str(DEFAULT_BUDGETS))
+    srv.stop()
+    before = _stored(database_url)
+    default = yaml.safe_load(DEFAULT_BUDGETS.read_text())
+    files: list[tuple[Path, list[str]]] = []
+    # Every value in TYPOS is refused at the parser (tests/spend/test_spend_config.py); a
+    # real start is checked on two of them and a duplicate id (each start costs seconds).
+    for i, (field, value, words) in enumerate(TYPOS[:2]):
+        budgets = copy.deepcopy(default)
+        position = i % 3  # budget #1, #2 or #3 of five
+        budgets[position][field] = value
+        budgets[4]["cap"] = "60"  # a valid lowered cap after it: must not be applied either
+        path = tmp_path / f"typo{i}.yaml"
+        path.write_text(yaml.safe_dump(budgets))
+        files.append((path, [f"budget #{position + 1} ", words]))
+    duplicate = copy.deepcopy(default)
+    duplicate.insert(2, {**default[1], "cap": "1"})  # a second acme.ops, valid ones after
+    path = tmp_path / "duplicate.yaml"
+    path.write_text(yaml.safe_dump(duplicate))
+    files.append((path, ["budget #3 (acme.ops): budget id acme.ops is defined twice"]))
+    for path, needles in files:
+        try:
+            done = _serve(data, path, *db)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"warden serve started on a bad budgets file:\n{path.read_text()}")
+        assert done.returncode == 2, (path.read_text(), done.stdout + done.stderr)
+        text = " ".join(done.stderr.split())
+        for needle in needles:
+            assert needle in text, text
+    assert _stored(database_url) == before

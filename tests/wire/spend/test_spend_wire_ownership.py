@@ -309,12 +309,32 @@ def test_acs_holds_are_owned_by_nobody_on_the_spend_wire(rt: Runtime, client: Te
     )
     admin = Api(client, rt.api_token)
     assert admin.get(f"/v1/reservations/{res.id}").data["reservation"]["status"] == "held"
-    assert_error(
+    refused = assert_error(
         admin.post(f"/v1/reservations/{res.id}/release"),
         "auth:forbidden",
         403,
         resolution="authenticate",
     )
+    # Owned by nobody, not by "another principal": an admin would look for a key that
+    # does not exist (fresh-user review of issue 14).
+    assert "another principal" not in refused["message"]
+    assert "has no owner on the spend wire" in refused["message"]
+    assert "ACS spend gate" in refused["message"]
+    assert "principal it belongs to" not in refused["resolution"]["hint"]
+
+    # The same for undoing the receipt of a settled ACS hold.
+    receipt = rt.spend.settle(res.id, "2")
+    before = usage(rt, "acs-budget")
+    undo = assert_error(
+        admin.post(f"/v1/receipts/{receipt.id}/undo"),
+        "auth:forbidden",
+        403,
+        resolution="authenticate",
+    )
+    assert "another principal" not in undo["message"]
+    assert f"receipt {receipt.id} has no owner on the spend wire" in undo["message"]
+    assert "ACS spend gate" in undo["message"]
+    assert usage(rt, "acs-budget") == before  # nothing undone
 
 
 def test_put_sets_and_keeps_the_binding(rt: Runtime, client: TestClient) -> None:

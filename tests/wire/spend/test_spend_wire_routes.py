@@ -330,6 +330,43 @@ def test_bad_json_and_content_types_get_the_error_envelope(
     assert db_rows(rt, "SELECT count(*) FROM reservations") == [(0,)]
 
 
+#: Every /v1 route that reads a body (the ids need not exist: the body is read first).
+BODY_ROUTES = [
+    ("POST", "/v1/quotes"),
+    ("POST", "/v1/budget-requests"),
+    ("POST", "/v1/reservations/res_x/commit"),
+    ("POST", "/v1/reservations/res_x/release"),
+    ("PUT", "/v1/budgets/x"),
+    ("POST", "/v1/approvals/task_x/approve"),
+    ("POST", "/v1/approvals/task_x/reroute"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), BODY_ROUTES)
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "arrays and objects are nested deeper than 128 levels"),
+        (b'{"a":' + b"[" * 128 + b"]" * 128 + b"}", "nested deeper than 128 levels"),
+        (b'{"budgetId": "\xff"}', "body is not valid UTF-8"),
+        (b"\xff\xfe{}", "body is not valid UTF-8"),
+    ],
+    ids=["deep_100000", "deep_129", "bad_utf8_string", "bad_utf8_bom"],
+)
+def test_unreadable_bodies_name_the_problem_on_every_route(
+    rt: Runtime, api: Api, method: str, path: str, content: bytes, problem: str
+) -> None:
+    # The words /v1/action-requests uses (warden.crypto.canonical.parse_request_json),
+    # never FastAPI's "There was an error parsing the body".
+    tree(rt)
+    before = db_rows(rt, "SELECT count(*) FROM budgets")
+    reply = api.request(method, path, content=content, headers={"content-type": "application/json"})
+    body = assert_error(reply, "input:invalid_json", 400, resolution="retry")
+    assert problem in body["message"], body
+    assert "could not be read" not in body["message"]
+    assert db_rows(rt, "SELECT count(*) FROM budgets") == before
+
+
 def test_oversized_bodies_are_refused_unread(rt: Runtime, api: Api) -> None:
     tree(rt)
     big = b'{"pad": "' + b"x" * (1 << 20) + b'"}'

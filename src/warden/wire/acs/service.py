@@ -62,6 +62,7 @@ from warden.errors import (
     TimestampOutOfWindow,
     UnsupportedVersion,
     WardenError,
+    failure_log_level,
 )
 from warden.gates.approval import ApprovalGate, ApprovalStep, needs_human
 from warden.gates.spend import SpendGate, SpendStep
@@ -341,7 +342,7 @@ class AcsService:
             return self._sign(key, error_response(rid, exc))
         except WardenError as exc:
             # The operator gets the detail; the wire gets a fixed sentence (STYLE.md 4).
-            log.error("signed deny after failure: %s", exc.diagnostics())
+            log.log(failure_log_level(exc), "signed deny after failure: %s", exc.diagnostics())
             reason = exc.reason if exc.reason in _FAILURE_TEXT else "evaluation_failed"
             if method == HANDSHAKE:
                 return self._sign(

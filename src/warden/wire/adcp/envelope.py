@@ -20,7 +20,7 @@ from functools import cache
 from typing import Any
 
 from warden.crypto.canonical import lone_surrogate_at
-from warden.errors import WardenError
+from warden.errors import ParseError, WardenError
 from warden.schemas import load_folder
 
 #: The release this agent speaks, on every response (``core/version-envelope.json``:
@@ -122,6 +122,14 @@ def unavailable() -> AdcpError:
         "nothing was changed, retry later",
         retry_after=UNAVAILABLE_RETRY_AFTER_S,
     )
+
+
+def unparsable(exc: ParseError) -> AdcpError:
+    """The answer to a body that is not strict JSON, the same on ``/adcp/<task>`` and
+    ``/mcp``: ``INVALID_REQUEST`` naming the problem in
+    :func:`~warden.crypto.canonical.parse_request_json`'s words ("body is not valid
+    UTF-8", "arrays and objects are nested deeper than 128 levels", …)."""
+    return AdcpError("INVALID_REQUEST", f"the body is not strict JSON: {exc.message}")
 
 
 def echoable_context_id(value: Any) -> str | None:

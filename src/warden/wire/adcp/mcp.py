@@ -27,7 +27,7 @@ from warden import __version__
 from warden.crypto.canonical import MAX_REQUEST_DEPTH, nesting_exceeds, parse_request_json
 from warden.errors import ParseError
 from warden.identity.api_keys import ApiKeys
-from warden.wire.adcp.envelope import AdcpError, echoable_context_id, failure
+from warden.wire.adcp.envelope import AdcpError, echoable_context_id, failure, unparsable
 from warden.wire.adcp.rest import authenticate
 from warden.wire.adcp.schemas import bundled_request_schema
 from warden.wire.adcp.service import AdcpService, Reply
@@ -148,7 +148,7 @@ class AdcpMcpEndpoint:
         try:
             parse_request_json(raw)
         except ParseError as exc:
-            problem = AdcpError("INVALID_REQUEST", f"the body is not strict JSON: {exc.message}")
+            problem = unparsable(exc)
         call = (
             lenient if isinstance(lenient, dict) and lenient.get("method") == "tools/call" else None
         )

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from warden.crypto.canonical import MAX_REQUEST_DEPTH, nesting_exceeds, parse_request_json
-from warden.errors import CouldNotDecide, ParseError
+from warden.errors import CouldNotDecide, ParseError, failure_log_level
 from warden.identity.api_keys import ApiKeys, Identity
 from warden.wire.adcp.envelope import (
     AdcpError,
@@ -29,6 +29,7 @@ from warden.wire.adcp.envelope import (
     failure,
     top_level_spans,
     unavailable,
+    unparsable,
 )
 from warden.wire.adcp.service import AdcpService, Reply
 
@@ -57,7 +58,11 @@ def authenticate(keys: ApiKeys, headers: Any) -> Identity:
     try:
         who = keys.authenticate(token)
     except CouldNotDecide as exc:
-        log.error("adcp authentication could not read the store: %s", exc.diagnostics())
+        log.log(
+            failure_log_level(exc),
+            "adcp authentication could not read the store: %s",
+            exc.diagnostics(),
+        )
         raise unavailable() from exc
     if who is None:
         raise AdcpError("AUTH_INVALID", "the API key is unknown or revoked")
@@ -105,13 +110,15 @@ def adcp_router(
             raw_bytes = await _body(request, max_body_bytes)
             context_id = _context_id(raw_bytes) or context_id
             who = await run_in_threadpool(authenticate, keys, request.headers)
+            if not raw_bytes.strip():
+                # Not {}: an empty body is no request at all (a schema error would
+                # send the caller looking for a missing field).
+                raise AdcpError("INVALID_REQUEST", "the body is empty; send one JSON object")
             try:
-                text = raw_bytes.decode("utf-8")
-                parsed = parse_request_json(text) if text.strip() else {}
-            except (UnicodeDecodeError, ParseError) as exc:
-                raise AdcpError(
-                    "INVALID_REQUEST", f"the body is not one strict JSON object: {exc}"
-                ) from exc
+                parsed = parse_request_json(raw_bytes)
+            except ParseError as exc:
+                raise unparsable(exc) from exc
+            text = raw_bytes.decode("utf-8")  # valid: parse_request_json decoded it
         except AdcpError as exc:
             return render(Reply(failure(exc, context_id=context_id), True, exc.http_status))
         reply = await run_in_threadpool(service.call, task, parsed, who)

@@ -31,7 +31,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from warden.errors import CouldNotDecide, InputRejected, InvalidRequest, StoreUnavailable
+from warden.errors import (
+    CouldNotDecide,
+    InputRejected,
+    InvalidRequest,
+    StoreUnavailable,
+    failure_log_level,
+)
 from warden.identity.api_keys import Identity, Role
 from warden.store.idempotency import (
     Idempotency,
@@ -155,7 +161,9 @@ class AdcpService:
             err = AdcpError("INVALID_REQUEST", exc.message)
             return self._fail(err, context_id, context, exc)
         except (StoreUnavailable, CouldNotDecide) as exc:
-            log.error("adcp %s could not complete: %s", task, exc.diagnostics())
+            log.log(
+                failure_log_level(exc), "adcp %s could not complete: %s", task, exc.diagnostics()
+            )
             return self._fail(unavailable(), context_id, context, exc)
 
     @staticmethod

@@ -40,16 +40,15 @@ def may_read_budget(budget: Budget, who: Identity) -> bool:
     return is_admin(who) or budget.spendable_by(who.principal, who.groups)
 
 
-def _forbidden(message: str) -> Refusal:
+_OWNER_HINT = (
+    "use a key of the principal it belongs to; an admin key reads every budget, "
+    "reservation and receipt but never spends as someone else"
+)
+
+
+def _forbidden(message: str, hint: str = _OWNER_HINT) -> Refusal:
     return Refusal(
-        "auth:forbidden",
-        403,
-        message,
-        resolution=Resolution(
-            type="authenticate",
-            hint="use a key of the principal it belongs to; an admin key reads every "
-            "budget, reservation and receipt but never spends as someone else",
-        ),
+        "auth:forbidden", 403, message, resolution=Resolution(type="authenticate", hint=hint)
     )
 
 
@@ -84,16 +83,33 @@ def readable_reservation(eng: SpendEngine, rid: str, who: Identity) -> Reservati
     return res
 
 
-def _not_owner(what: str, who: Identity) -> Refusal:
+#: Who took a hold of another wire, by its ``meta["wire"]``.
+_TAKEN_BY = {"adcp": "AdCP (report_plan_outcome concludes it)", "acs": "the ACS spend gate"}
+
+
+def _not_owner(what: str, who: Identity, owner: str | None, wire: object) -> Refusal:
+    if owner is None:
+        # Owned by nobody: the ACS gate and AdCP hold without a spend-wire principal
+        # (or a hold older than owners). "Another principal's" would send the admin
+        # looking for a key that does not exist.
+        taken = (
+            f"was taken by {_TAKEN_BY.get(str(wire), str(wire))}"
+            if wire not in (None, SPEND_WIRE)
+            else "was taken before holds had owners"
+        )
+        return _forbidden(
+            f"{what} has no owner on the spend wire: it {taken}; {who.principal} may read it only",
+            hint="no key concludes it on the spend wire; an admin key reads it but never "
+            "spends as someone else",
+        )
     return _forbidden(f"{what} belongs to another principal; {who.principal} may read it only")
 
 
 def _other_wire(what: str, wire: object) -> Refusal:
-    by = {"adcp": "AdCP (report_plan_outcome concludes it)", "acs": "the ACS spend gate"}
     return Refusal(
         "reservation:other_wire",
         409,
-        f"{what} was taken by {by.get(str(wire), str(wire))}; that wire concludes it, not "
+        f"{what} was taken by {_TAKEN_BY.get(str(wire), str(wire))}; that wire concludes it, not "
         "the spend wire",
     )
 
@@ -104,7 +120,7 @@ def concludable_reservation(eng: SpendEngine, rid: str, who: Identity) -> Reserv
     admin key, not the owner), ``409 reservation:other_wire``."""
     res = readable_reservation(eng, rid, who)
     if res.principal != who.principal:
-        raise _not_owner(f"reservation {rid}", who)
+        raise _not_owner(f"reservation {rid}", who, res.principal, res.meta.get("wire"))
     if res.meta.get("wire", SPEND_WIRE) != SPEND_WIRE:
         raise _other_wire(f"reservation {rid}", res.meta.get("wire"))
     return res
@@ -118,7 +134,8 @@ def undoable_receipt(eng: SpendEngine, rcp: str, who: Identity) -> Receipt:
     if receipt.principal != who.principal:
         if not is_admin(who):
             raise UnknownReceipt.of(rcp)
-        raise _not_owner(f"receipt {rcp}", who)
+        held = eng.reservation(receipt.reservation_id)
+        raise _not_owner(f"receipt {rcp}", who, receipt.principal, held.meta.get("wire"))
     res = eng.reservation(receipt.reservation_id)
     if res.meta.get("wire", SPEND_WIRE) != SPEND_WIRE:
         raise _other_wire(f"receipt {rcp}", res.meta.get("wire"))

@@ -161,6 +161,10 @@ def make_route_class(
                     length = request.headers.get("content-length", "")
                     if length.isdigit() and int(length) > limit:
                         raise _too_large(limit)
+                    # Parsed strictly before FastAPI reads it, so every route names the
+                    # problem (FastAPI only says "There was an error parsing the body").
+                    if not catch_all:  # an unknown path is answered 404 whatever its body
+                        await strict_body(request)
                     return await handler(request)
                 except _BodyTooLarge:  # read by a dependency, not by FastAPI's body parser
                     return error_response(_too_large(limit))
@@ -176,6 +180,21 @@ def make_route_class(
     return _Route
 
 
+async def strict_body(request: Request) -> Any:
+    """The body as one strict JSON value (``None`` if empty), parsed once per request.
+
+    Raises :class:`~warden.errors.ParseError` in
+    :func:`~warden.crypto.canonical.parse_request_json`'s words, the ones
+    ``/v1/action-requests`` and the other wires use ("body is not valid UTF-8",
+    "arrays and objects are nested deeper than 128 levels", "invalid JSON: …"),
+    answered ``400 input:invalid_json``; ``_BodyTooLarge`` past the body cap.
+    """
+    if not hasattr(request.state, "strict_body"):
+        raw = await request.body()
+        request.state.strict_body = parse_request_json(raw) if raw.strip() else None
+    return request.state.strict_body
+
+
 async def _strict_body(request: Request) -> Any:
     """The body parsed strictly (duplicate keys, NaN refused): what idempotency hashes.
 
@@ -187,8 +206,7 @@ async def _strict_body(request: Request) -> Any:
             gate="input:invalid_idempotency_key",
             hint="send the request again with a single Idempotency-Key header",
         )
-    raw = await request.body()
-    return parse_request_json(raw) if raw.strip() else None
+    return await strict_body(request)
 
 
 RawBody = Annotated[Any, Depends(_strict_body)]
