@@ -10,15 +10,15 @@ from __future__ import annotations
 import gc
 import logging
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from warden import __version__
 from warden.cli_agents import agents_app
 from warden.cli_approvals import approvals_app
 from warden.cli_db import db_app
+from warden.cli_doctor import doctor_cmd
 from warden.cli_evidence import export_evidence_cmd
 from warden.cli_keys import keys_app
 from warden.cli_ledger import export_cmd, verify_cmd
@@ -42,8 +42,6 @@ app.add_typer(db_app, name="db")
 app.add_typer(agents_app, name="agents")
 
 from warden.cli_options import (  # noqa: E402 - after the Typer apps
-    EXIT_BAD_INPUT,
-    DataDir,
     DbUrl,
     KeyFile,
     _fail,
@@ -51,16 +49,14 @@ from warden.cli_options import (  # noqa: E402 - after the Typer apps
     err_console,
     shown_url,
 )
-
-
-def _settings(**kw: Any) -> Any:
-    from warden.settings import Settings
-
-    try:
-        return Settings(**{k: v for k, v in kw.items() if v is not None})
-    except Exception as exc:  # pydantic ValidationError: report every problem at once
-        err_console.print(f"[red]invalid settings:[/red] {escape(str(exc))}")
-        raise typer.Exit(EXIT_BAD_INPUT) from exc
+from warden.cli_serve_options import (  # noqa: E402 - issue 18's serve options
+    ConfigFile,
+    MetricsAccess,
+    ReplicaId,
+    TlsCert,
+    TlsKey,
+    tls_options,
+)
 
 
 @app.command()
@@ -72,12 +68,19 @@ def version() -> None:
 @app.command()
 def serve(
     host: Annotated[
-        str, typer.Option(envvar="WARDEN_HOST", help="Interface to bind.")
-    ] = "127.0.0.1",
+        str | None, typer.Option(envvar="WARDEN_HOST", help="Interface to bind [127.0.0.1].")
+    ] = None,
     port: Annotated[
-        int, typer.Option(envvar="WARDEN_PORT", help="TCP port (0 = any free).")
-    ] = 8787,
-    data_dir: DataDir = Path(".warden"),
+        int | None, typer.Option(envvar="WARDEN_PORT", help="TCP port (0 = any free) [8787].")
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            envvar="WARDEN_DATA_DIR",
+            help="Folder for the default database and key file [.warden].",
+        ),
+    ] = None,
     database_url: DbUrl = None,
     policy: Annotated[
         Path | None,
@@ -89,31 +92,32 @@ def serve(
     ] = None,
     key_file: KeyFile = None,
     key_id: Annotated[
-        str, typer.Option(envvar="WARDEN_KEY_ID", help="key_id put on Warden's signatures.")
-    ] = "warden",
+        str | None,
+        typer.Option(envvar="WARDEN_KEY_ID", help="key_id put on Warden's signatures [warden]."),
+    ] = None,
     skew_window_ms: Annotated[
-        int,
+        int | None,
         typer.Option(
             envvar="WARDEN_SKEW_WINDOW_MS", help="Accepted clock skew of request timestamps."
         ),
-    ] = 300_000,
+    ] = None,
     sqlite_sync: Annotated[
-        str,
+        str | None,
         typer.Option(
             envvar="WARDEN_SQLITE_SYNC",
             help="SQLite synchronous mode: FULL (durable across power loss; default) or NORMAL "
             "(durable across process crashes only).",
         ),
-    ] = "FULL",
+    ] = None,
     max_body_bytes: Annotated[
-        int,
+        int | None,
         typer.Option(
             envvar="WARDEN_MAX_BODY_BYTES",
             help="Largest accepted request body; larger ones get -32600 unread.",
         ),
-    ] = 1 << 20,
+    ] = None,
     provenance_cache_bytes: Annotated[
-        int,
+        int | None,
         typer.Option(
             envvar="WARDEN_PROVENANCE_CACHE_BYTES",
             min=0,
@@ -121,14 +125,14 @@ def serve(
             "least recently used sessions are evicted past it and rebuilt from their chain "
             "when they return (default 256 MiB).",
         ),
-    ] = 256 * 1024 * 1024,
+    ] = None,
     policy_requires_provenance: Annotated[
-        bool,
+        bool | None,
         typer.Option(
             envvar="WARDEN_POLICY_REQUIRES_PROVENANCE",
             help="Refuse clients whose ClientHello says provenance_producer: none (-32002).",
         ),
-    ] = False,
+    ] = None,
     budgets: Annotated[
         Path | None,
         typer.Option(
@@ -156,22 +160,22 @@ def serve(
         ),
     ] = None,
     adcp_test_controller: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            "--adcp-test-controller",
+            "--adcp-test-controller/--no-adcp-test-controller",
             envvar="WARDEN_ADCP_TEST_CONTROLLER",
             help="Serve AdCP's comply_test_controller (the compliance runner's seeding "
             "hook, which overwrites the caller's plans). For compliance testing only.",
         ),
-    ] = False,
+    ] = None,
     idempotency_ttl_seconds: Annotated[
-        int,
+        int | None,
         typer.Option(
             envvar="WARDEN_IDEMPOTENCY_TTL_SECONDS",
             help="How long an idempotency key replays its stored answer (the spend wire's "
             "Idempotency-Key, AdCP's idempotency_key; AdCP's replay_ttl_seconds).",
         ),
-    ] = 86_400,
+    ] = None,
     signing_key_file: Annotated[
         Path | None,
         typer.Option(
@@ -189,51 +193,67 @@ def serve(
         ),
     ] = None,
     unsafe_shared_ikm: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            "--unsafe-shared-ikm",
+            "--unsafe-shared-ikm/--no-unsafe-shared-ikm",
             envvar="WARDEN_UNSAFE_SHARED_IKM",
             help="Accept ACS requests signed with the master IKM (no verified identity; "
             "every such decision is marked unsafe_shared_ikm).",
         ),
-    ] = False,
+    ] = None,
     log_level: Annotated[
-        str, typer.Option(envvar="WARDEN_LOG_LEVEL", help="Python logging level.")
-    ] = "INFO",
+        str | None, typer.Option(envvar="WARDEN_LOG_LEVEL", help="Python logging level [INFO].")
+    ] = None,
+    metrics_access: MetricsAccess = None,
+    replica_id: ReplicaId = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    config: ConfigFile = None,
 ) -> None:
     """Run Warden: ACS at POST /acs, the REST API under /v1 (API keys; the bootstrap admin
     token is <data-dir>/api.token), the approval desk at /desk, health at /healthz."""
     import uvicorn
 
+    from warden.config_file import load_settings
     from warden.runtime import Runtime
     from warden.server.app import create_app
 
+    try:
+        settings = load_settings(
+            config,
+            host=host,
+            port=port,
+            data_dir=data_dir,
+            database_url=database_url,
+            policy=policy,
+            key_file=key_file,
+            key_id=key_id,
+            skew_window_ms=skew_window_ms,
+            sqlite_sync=sqlite_sync.upper() if sqlite_sync is not None else None,
+            max_body_bytes=max_body_bytes,
+            provenance_cache_bytes=provenance_cache_bytes,
+            policy_requires_provenance=policy_requires_provenance,
+            budgets=budgets,
+            webhooks=webhooks,
+            public_url=public_url,
+            adcp_test_controller=adcp_test_controller,
+            idempotency_ttl_seconds=idempotency_ttl_seconds,
+            signing_key_file=signing_key_file,
+            kla_keys=kla_keys,
+            unsafe_shared_ikm=unsafe_shared_ikm,
+            log_level=log_level,
+            metrics_access=metrics_access,
+            replica_id=replica_id,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
+    except WardenError as exc:
+        raise _fail(exc) from exc
     logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    settings = _settings(
-        host=host,
-        port=port,
-        data_dir=data_dir,
-        database_url=database_url,
-        policy=policy,
-        key_file=key_file,
-        key_id=key_id,
-        skew_window_ms=skew_window_ms,
-        sqlite_sync=sqlite_sync.upper(),
-        max_body_bytes=max_body_bytes,
-        provenance_cache_bytes=provenance_cache_bytes,
-        policy_requires_provenance=policy_requires_provenance,
-        budgets=budgets,
-        webhooks=webhooks,
-        public_url=public_url,
-        adcp_test_controller=adcp_test_controller,
-        idempotency_ttl_seconds=idempotency_ttl_seconds,
-        signing_key_file=signing_key_file,
-        kla_keys=kla_keys,
-        unsafe_shared_ikm=unsafe_shared_ikm,
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        tls = tls_options(settings)  # before anything is created
         runtime = Runtime.start(settings)
     except WardenError as exc:
         raise _fail(exc) from exc
@@ -244,6 +264,7 @@ def serve(
         "key file "
         f"{settings.resolved_key_file()}, admin API token {settings.resolved_api_token_file()}, "
         f"approval desk {settings.resolved_public_url()}/desk"
+        + (", TLS" if settings.tls_cert is not None else "")
     )
     if runtime.demo_agent_key is not None:
         err_console.print(
@@ -262,8 +283,9 @@ def serve(
             app_,
             host=settings.host,
             port=settings.port,
-            log_level=log_level.lower(),
+            log_level=settings.log_level.lower(),
             access_log=False,
+            **tls,
         )
     finally:
         runtime.close()
@@ -277,6 +299,7 @@ app.command("verify-record")(verify_record_cmd)
 app.command("verify-bundle")(verify_bundle_cmd)
 app.command("export-evidence")(export_evidence_cmd)
 app.command("mcp-proxy")(mcp_proxy_cmd)
+app.command("doctor")(doctor_cmd)
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from warden.adcp.governance_token import load_governance_signer
 from warden.approvals.desk import ApprovalDesk
@@ -77,6 +78,9 @@ class Runtime:
     agents: AgentRegistry | None = None
     #: The key file of the demo agent registered on this data directory's first start.
     demo_agent_key: Path | None = None
+    #: Its ``GET /metrics`` instruments and registry (warden.server.metrics.WardenMetrics),
+    #: made by the first ``create_app`` for this runtime.
+    metrics: Any = None
 
     @classmethod
     def start(cls, settings: Settings) -> Runtime:

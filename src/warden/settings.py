@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATA_DIR = Path(".warden")
@@ -46,6 +46,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1 << 20, ge=1024)
     #: Byte budget of the per-process cache of session provenance graphs (decision 197).
     provenance_cache_bytes: int = Field(256 * 1024 * 1024, ge=0)
+    #: The bootstrap admin API token (0600; created on first start); default
+    #: ``<data-dir>/api.token``.
     api_token_file: Path | None = None
     #: A YAML list of budgets upserted at start (see warden.spend.config).
     budgets: Path | None = None
@@ -76,6 +78,30 @@ class Settings(BaseSettings):
     #: ``policy_data.unsafe_shared_ikm``. Registered agents' keys work either way.
     unsafe_shared_ikm: bool = False
 
+    # -- operations (issue 18; decisions 231-245) ----------------------------------------
+    #: Python logging level of ``warden serve`` (DEBUG, INFO, WARNING, ERROR, CRITICAL).
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    #: Who may read ``GET /metrics``: ``loopback`` serves loopback clients without a key
+    #: and everyone else with an admin API key; ``key`` asks every client for the key.
+    metrics_access: Literal["loopback", "key"] = "loopback"
+    #: This replica's name on ``warden_replica_info``; default ``<hostname>:<pid>``.
+    replica_id: str | None = Field(None, min_length=1, max_length=128)
+    #: Serve HTTPS with this PEM certificate (chain) file; needs ``tls_key``.
+    tls_cert: Path | None = None
+    #: The PEM private key of ``tls_cert`` (keep it 0600); needs ``tls_cert``.
+    tls_key: Path | None = None
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, v: object) -> object:
+        return v.upper() if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both or neither")
+        return self
+
     @field_validator("public_url")
     @classmethod
     def _http_url(cls, v: str | None) -> str | None:
@@ -87,7 +113,8 @@ class Settings(BaseSettings):
         return v
 
     def resolved_public_url(self) -> str:
-        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+        scheme = "https" if self.tls_cert is not None else "http"
+        return (self.public_url or f"{scheme}://{self.host}:{self.port}").rstrip("/")
 
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir / 'warden.db'}"

@@ -102,6 +102,7 @@ def test_every_schema_is_valid_and_listed() -> None:
     names = sorted(f.name for f in CLI_SCHEMAS.glob("*.json"))
     assert names == [
         "approvals-list.json",
+        "doctor.json",
         "export.json",
         "keys-list.json",
         "policy-check.json",

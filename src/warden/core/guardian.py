@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import traceback
 
+from warden.core.observe import DecisionObservers
 from warden.core.types import ActionRequest, Effect, Verdict
 from warden.errors import CouldNotDecide
 from warden.policy.engine import Evaluation, PolicyEngine
@@ -28,6 +29,8 @@ class Guardian:
 
     def __init__(self, engine: PolicyEngine) -> None:
         self.engine = engine
+        #: Told each wire's final verdict (the metrics; see warden.core.observe).
+        self.observers = DecisionObservers({r.id: r.effect.value for r in engine.bundle.rules})
 
     @property
     def bundle_ref(self):  # type: ignore[no-untyped-def]

@@ -29,6 +29,7 @@ from warden.runtime import Runtime
 from warden.server.agents_api import agents_router
 from warden.server.approvals_api import approvals_router
 from warden.server.desk import mount_desk
+from warden.server.metrics import WardenMetrics
 from warden.store.group_commit import GroupCommitter
 from warden.store.idempotency import Idempotency
 from warden.wire.acs.render import error_response
@@ -119,7 +120,11 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
     thread drains its queue and stops at shutdown. ``idempotency`` overrides the
     spend wire's replay rules (default: the configured TTL and the system clock).
     """
-    committer = GroupCommitter(runtime.store)
+    if runtime.metrics is None:
+        # One registry per runtime, however many apps are built around it.
+        runtime.metrics = WardenMetrics(runtime)
+    metrics: WardenMetrics = runtime.metrics
+    committer = GroupCommitter(runtime.store, on_batch=metrics.observe_batch)
     idem = idempotency or Idempotency(runtime.settings.idempotency_ttl_seconds)
     mcp_endpoint: AdcpMcpEndpoint | None = None
     if runtime.adcp is not None:
@@ -183,6 +188,8 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
     )
     app.add_middleware(SpendBodyCap, limit=runtime.settings.max_body_bytes)
     mount_desk(app, runtime)
+
+    app.add_api_route("/metrics", metrics.endpoint, methods=["GET"], include_in_schema=False)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -13,6 +13,8 @@ import asyncio
 import logging
 import queue
 import threading
+import time
+from collections.abc import Callable
 
 from warden.errors import StoreUnavailable
 from warden.store.base import PendingAppend, Store
@@ -25,9 +27,18 @@ _Item = tuple[PendingAppend, asyncio.AbstractEventLoop, "asyncio.Future[Exceptio
 class GroupCommitter:
     """A writer thread that commits queued appends in batches of up to ``max_batch``."""
 
-    def __init__(self, store: Store, *, max_batch: int = 256) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_batch: int = 256,
+        on_batch: Callable[[int, float], None] | None = None,
+    ) -> None:
+        """``on_batch(size, seconds)`` hears of every committed batch: its number of
+        entries and the wall time of its durable transaction (commit and fsync)."""
         self._store = store
         self._max = max_batch
+        self._on_batch = on_batch
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="warden-group-commit", daemon=True)
         self._thread.start()
@@ -57,6 +68,7 @@ class GroupCommitter:
                     stop = True
                     break
                 batch.append(nxt)
+            began = time.perf_counter()
             try:
                 outcomes: list[Exception | None] = self._store.append_many([b[0] for b in batch])
             except Exception as exc:  # noqa: BLE001 - every waiter must hear of it
@@ -67,10 +79,20 @@ class GroupCommitter:
                     else StoreUnavailable(f"store error: {exc!r}")
                 )
                 outcomes = [failure] * len(batch)
+            else:
+                self._observe(len(batch), time.perf_counter() - began)
             for (_, loop, future), outcome in zip(batch, outcomes, strict=True):
                 loop.call_soon_threadsafe(_resolve, future, outcome)
             if stop:
                 return
+
+    def _observe(self, size: int, seconds: float) -> None:
+        if self._on_batch is None:
+            return
+        try:
+            self._on_batch(size, seconds)
+        except Exception:  # noqa: BLE001 - metrics never fail a commit
+            log.warning("group commit observer failed", exc_info=True)
 
     def close(self) -> None:
         """Commit what is queued, then stop the writer thread."""

@@ -42,6 +42,7 @@ from functools import partial
 from typing import Any
 
 from warden.core.guardian import Guardian
+from warden.core.observe import Wire
 from warden.core.types import NO_AGENT, Effect, Verdict, user_id_claim
 from warden.crypto.canonical import (
     MAX_REQUEST_DEPTH,
@@ -484,6 +485,8 @@ class AcsService:
         request moved the head first, the commit fails with ``HeadMoved`` and the
         step is decided again on the fresh head.
         """
+        started = time.perf_counter()
+        wire: Wire = "mcp" if info.kind == "mcp" else "acs"
         params = msg["params"]
         sid = params["metadata"]["session_id"]
         key = caller.key
@@ -513,6 +516,7 @@ class AcsService:
                 self.store.record_replay(sid, replay)
                 if isinstance(refusal, ProtocolError):
                     raise refusal
+                self._observed(wire, refusal["result"], started)
                 return self._sign(key, refusal)
             spec = self.guardian.engine.bundle.provenance
             if spec is not None:
@@ -537,6 +541,8 @@ class AcsService:
             outcome = yield pending
             if outcome is None:
                 assert pending.response is not None
+                # Final only now: after both gates and the durable commit.
+                self._observed(wire, pending.entry.get("verdict", {}), started)
                 if after:
                     self.provenance.committed(sid, pending.entry["entry_hash"], after[0])
                 return pending.response
@@ -549,6 +555,17 @@ class AcsService:
                     yield Offload(approval.abandon)
                 raise outcome
         raise StoreUnavailable("the session head kept moving; try again")
+
+    def _observed(self, wire: Wire, verdict: dict[str, Any], started: float) -> None:
+        """Report a final verdict (an entry's or a response's ``verdict`` object)."""
+        refs = verdict.get("policy_references") or []
+        self.guardian.observers.decided_raw(
+            wire,
+            str(verdict.get("decision", "deny")),
+            [r["rule_id"] for r in refs],
+            list(verdict.get("reason_codes") or []),
+            started,
+        )
 
     def _refusal(
         self, msg: dict[str, Any], info: MethodInfo, session: SessionState, caller: Caller

@@ -24,6 +24,7 @@ plan's chain, in the transaction of its effect.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -142,12 +143,14 @@ class Checks(Reviews, Executions):
             raw_command="",
             session={"id": "", "agent_id": who, "step_count": 0},
         )
+        started = time.perf_counter()
         try:
             verdict = self.st.guardian.decide(request)
         except CouldNotDecide as exc:
             raise AdcpError(
                 "GOVERNANCE_UNAVAILABLE", "the governance agent could not decide", retry_after=5
             ) from exc
+        self.st.guardian.observers.decided("adcp", verdict, started)
         rules = [r.rule_id for r in verdict.policy_references]
         ev.policies_evaluated = [*ev.policies_evaluated, *rules]
         if verdict.decision is Effect.ALLOW:

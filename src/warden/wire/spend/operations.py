@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
@@ -297,7 +298,9 @@ class SpendWire:
             session={"id": "", "agent_id": who.principal, "step_count": 0},
             agent=who.facts(),
         )
+        started = time.perf_counter()
         verdict = self.guardian.decide(request)
+        self.guardian.observers.decided("spend", verdict, started)
         if verdict.decision is VerdictEffect.ALLOW:
             return None, None
         rules = [r.rule_id for r in verdict.policy_references]

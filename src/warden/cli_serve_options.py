@@ -1,0 +1,73 @@
+"""``warden serve``'s operations options (issue 18): the config file, metrics access,
+replica identity and TLS; and the uvicorn TLS arguments they become."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from warden.errors import ConfigError
+from warden.settings import Settings
+
+ConfigFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        envvar="WARDEN_CONFIG",
+        help="A warden.toml whose keys are these options' names with _ for - "
+        "(docs/configuration.md); options and WARDEN_* variables override it.",
+    ),
+]
+MetricsAccess = Annotated[
+    str | None,
+    typer.Option(
+        envvar="WARDEN_METRICS_ACCESS",
+        help="Who may read GET /metrics: loopback (loopback clients freely, others with an "
+        "admin API key) or key (an admin API key always) [loopback].",
+    ),
+]
+ReplicaId = Annotated[
+    str | None,
+    typer.Option(
+        envvar="WARDEN_REPLICA_ID",
+        help="This replica's name on warden_replica_info [<hostname>:<pid>].",
+    ),
+]
+TlsCert = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-cert",
+        envvar="WARDEN_TLS_CERT",
+        help="Serve HTTPS with this PEM certificate (chain); needs --tls-key.",
+    ),
+]
+TlsKey = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-key",
+        envvar="WARDEN_TLS_KEY",
+        help="The PEM private key of --tls-cert; needs --tls-cert.",
+    ),
+]
+
+
+def tls_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's ``ssl_certfile``/``ssl_keyfile`` for ``settings`` (empty without TLS).
+
+    The pair is loaded once here so a missing file, a bad PEM or a key that does not
+    match the certificate stops the start with a ConfigError instead of a traceback.
+    """
+    if settings.tls_cert is None or settings.tls_key is None:
+        return {}
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(str(settings.tls_cert), str(settings.tls_key))
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"TLS certificate {settings.tls_cert} / key {settings.tls_key}: cannot load them "
+            f"({exc})"
+        ) from exc
+    return {"ssl_certfile": str(settings.tls_cert), "ssl_keyfile": str(settings.tls_key)}

@@ -1,0 +1,203 @@
+"""``warden doctor``'s checks of a deployment (issue 18 item 5), read-only.
+
+:func:`run_checks` returns one :class:`Check` per aspect: key files (exist, mode 0600),
+the database (reachable, schema at this Warden's revision), the policy bundle, the
+budgets and webhooks files (the webhooks' destinations under their allow-list), TLS
+files, and the clock against the database server's. Each check is ``ok``, ``warn``,
+``fail`` or ``skip`` (not applicable or not configured: never counted as passed).
+Nothing is created or changed: a key file that ``serve`` would generate is a ``warn``,
+a missing SQLite database is a ``warn``, and the database is opened without migrating.
+"""
+
+from __future__ import annotations
+
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from warden.settings import Settings
+
+Status = Literal["ok", "warn", "fail", "skip"]
+
+#: Clock skew against the database server (s): above WARN a warning, above FAIL a failure.
+SKEW_WARN_S = 1.0
+SKEW_FAIL_S = 30.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's outcome: ``name`` (e.g. ``key:ikm``), ``status``, a one-line message."""
+
+    name: str
+    status: Status
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "status": self.status, "message": self.message}
+
+
+def _key_file(name: str, path: Path, *, created_on_start: bool) -> Check:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        if created_on_start:
+            return Check(name, "warn", f"{path} does not exist yet (serve creates it, mode 0600)")
+        return Check(name, "fail", f"{path} does not exist")
+    except OSError as exc:
+        return Check(name, "fail", f"{path} cannot be read: {exc.strerror or exc}")
+    if not stat.S_ISREG(st.st_mode):
+        return Check(name, "fail", f"{path} is not a regular file")
+    mode = st.st_mode & 0o777
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        return Check(
+            name, "fail", f"{path} is accessible by group/others (mode {oct(mode)}); chmod 600 it"
+        )
+    if st.st_size == 0:
+        return Check(name, "fail", f"{path} is empty")
+    return Check(name, "ok", f"{path} (mode {oct(mode)})")
+
+
+def check_keys(s: Settings) -> list[Check]:
+    """The secret files: HMAC master secret, admin token, signing keys, the TLS key."""
+    out = [
+        _key_file("key:ikm", s.resolved_key_file(), created_on_start=True),
+        _key_file("key:api_token", s.resolved_api_token_file(), created_on_start=True),
+        _key_file("key:signing", s.resolved_signing_key_file(), created_on_start=True),
+        _key_file("key:governance", s.data_dir / "governance-signing.key", created_on_start=True),
+    ]
+    if s.tls_key is not None:
+        out.append(_key_file("key:tls", s.tls_key, created_on_start=False))
+    return out
+
+
+def check_database(s: Settings) -> tuple[Check, Check]:
+    """Reachability and schema revision; then the clock against the database's (PostgreSQL
+    ``now()``; SQLite: ``skip``, it has no clock of its own)."""
+    from sqlalchemy.engine import make_url
+
+    from warden.cli_options import shown_url
+    from warden.errors import WardenError
+    from warden.store.sql import head_revision, parse_database_url
+
+    url = s.resolved_database_url()
+    shown = shown_url(url)
+    try:
+        parsed = parse_database_url(url)
+    except WardenError as exc:
+        return Check("database", "fail", exc.message), _skew_skip("no usable database URL")
+    if parsed.get_backend_name() == "sqlite":
+        db = make_url(url).database or ""
+        if db and db != ":memory:" and not Path(db).exists():
+            return (
+                Check("database", "warn", f"{shown}: no database yet (serve creates it)"),
+                _skew_skip("not applicable: SQLite runs on this host's clock"),
+            )
+    try:
+        revision, skew = _read_database(url)
+    except Exception as exc:  # noqa: BLE001 - any failure to read is "unreachable"
+        detail = getattr(exc, "orig", None) or exc
+        text = " ".join(str(detail).split())[:300]
+        return (
+            Check("database", "fail", f"{shown}: cannot be reached or read: {text}"),
+            _skew_skip("database unreachable"),
+        )
+    head = head_revision()
+    if revision is None:
+        db_check = Check(
+            "database", "warn", f"{shown}: reachable, no schema yet (serve or `warden db upgrade`)"
+        )
+    elif revision != head:
+        db_check = Check(
+            "database",
+            "fail",
+            f"{shown}: schema at revision {revision}, this Warden needs {head} "
+            "(run `warden db upgrade`; a newer schema needs a newer Warden)",
+        )
+    else:
+        db_check = Check("database", "ok", f"{shown}: reachable, schema at revision {head}")
+    if skew is None:
+        return db_check, _skew_skip("not applicable: SQLite runs on this host's clock")
+    if abs(skew) > SKEW_FAIL_S:
+        status: Status = "fail"
+    elif abs(skew) > SKEW_WARN_S:
+        status = "warn"
+    else:
+        status = "ok"
+    return db_check, Check(
+        "clock_skew",
+        status,
+        f"this host's clock is {skew:+.3f} s from the database server's "
+        f"(warn above {SKEW_WARN_S:g} s, fail above {SKEW_FAIL_S:g} s)",
+    )
+
+
+def _skew_skip(why: str) -> Check:
+    return Check("clock_skew", "skip", why)
+
+
+def _read_database(url: str) -> tuple[str | None, float | None]:
+    """(schema revision, host clock minus database clock in s, or None on SQLite)."""
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy import text
+
+    from warden.store.sql import _engine_for, parse_database_url
+
+    engine = _engine_for(parse_database_url(url), "FULL")
+    try:
+        with engine.connect() as conn:
+            revision = MigrationContext.configure(conn).get_current_revision()
+            if engine.dialect.name != "postgresql":
+                return revision, None
+            before = time.time()
+            db_now = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+            after = time.time()
+            # The server read its clock somewhere in the round trip: compare to its middle.
+            local = datetime.fromtimestamp((before + after) / 2, UTC)
+            return revision, (local - db_now).total_seconds()
+    finally:
+        engine.dispose()
+
+
+def _loads(name: str, path: Path | None, load: Callable[[Path], object], what: str) -> Check:
+    from warden.errors import WardenError
+
+    if path is None:
+        return Check(name, "skip", f"no {what} configured")
+    try:
+        load(path)
+    except WardenError as exc:
+        return Check(name, "fail", exc.message)
+    except Exception as exc:  # noqa: BLE001 - any failure to load is a failed check
+        return Check(name, "fail", f"{path}: {type(exc).__name__}: {exc}")
+    return Check(name, "ok", f"{path} is valid")
+
+
+def check_files(s: Settings) -> list[Check]:
+    """The bundle, budgets, webhooks (destinations resolved under ``allow_networks``) and
+    the TLS pair, each loaded as ``serve`` loads it."""
+    from warden.approvals.webhooks import load_webhooks
+    from warden.cli_serve_options import tls_options
+    from warden.policy.bundle import load_bundle
+    from warden.spend.config import load_budgets
+
+    out = [
+        _loads("bundle", s.resolved_policy(), load_bundle, "bundle"),
+        _loads("budgets", s.budgets, load_budgets, "budgets file"),
+        _loads("webhooks", s.webhooks, load_webhooks, "webhooks file"),
+    ]
+    out.append(
+        _loads("tls", s.tls_cert, lambda _: tls_options(s), "TLS certificate")
+        if s.tls_cert is not None
+        else Check("tls", "skip", "no TLS configured (plain HTTP)")
+    )
+    return out
+
+
+def run_checks(s: Settings) -> list[Check]:
+    """Every check, in a fixed order."""
+    db, skew = check_database(s)
+    return [*check_keys(s), db, *check_files(s), skew]

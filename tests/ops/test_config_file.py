@@ -1,0 +1,112 @@
+"""warden.toml (issue 18 item 5): every serve option as a key, precedence CLI > env >
+file > defaults, unknown keys refused by name, and the generated reference page."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import DEFAULT_POLICY, ROOT, start_server
+from prometheus_client.parser import text_string_to_metric_families
+
+from warden.config_file import load_settings
+from warden.errors import ConfigError
+from warden.settings import Settings
+from warden.settings_doc import _serve_params, generate
+
+
+def test_every_serve_option_is_a_settings_key() -> None:
+    options = set(_serve_params()) - {"config"}
+    assert options <= set(Settings.model_fields), options - set(Settings.model_fields)
+
+
+def test_precedence_cli_env_file_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("WARDEN_"):
+            monkeypatch.delenv(name)
+    cfg = tmp_path / "conf" / "warden.toml"
+    cfg.parent.mkdir()
+    cfg.write_text(
+        'port = 9001\nkey_id = "from-file"\nreplica_id = "file-replica"\n'
+        'policy = "bundles/p.yaml"\nmetrics_access = "key"\n'
+    )
+    s = load_settings(cfg)
+    assert (s.port, s.key_id, s.replica_id, s.metrics_access) == (
+        9001,
+        "from-file",
+        "file-replica",
+        "key",
+    )
+    assert s.policy == cfg.parent / "bundles" / "p.yaml"  # relative to the file
+    assert s.host == "127.0.0.1" and s.skew_window_ms == 300_000  # defaults
+    monkeypatch.setenv("WARDEN_PORT", "9002")
+    monkeypatch.setenv("WARDEN_KEY_ID", "from-env")
+    s = load_settings(cfg, port=9003, key_id=None)
+    assert (s.port, s.key_id, s.replica_id) == (9003, "from-env", "file-replica")
+    assert isinstance(s, Settings) and type(s) is Settings
+
+
+def test_unknown_key_and_bad_values_are_refused_by_name(tmp_path: Path) -> None:
+    cfg = tmp_path / "warden.toml"
+    cfg.write_text("port = 8787\nmetrics_acess = 'key'\n")
+    with pytest.raises(ConfigError, match="unknown key 'metrics_acess'"):
+        load_settings(cfg)
+    cfg.write_text("port = 'eighty'\n")
+    with pytest.raises(ConfigError, match="port"):
+        load_settings(cfg)
+    cfg.write_text("port = [\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(cfg)
+    cfg.write_text('tls_cert = "c.pem"\n')
+    with pytest.raises(ConfigError, match="tls_cert and tls_key go together"):
+        load_settings(cfg)
+
+
+def test_serve_refuses_an_unknown_key_and_starts_nothing(tmp_path: Path) -> None:
+    cfg = tmp_path / "warden.toml"
+    cfg.write_text("prot = 9000\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "warden", "serve", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")},
+    )
+    assert done.returncode == 2
+    assert "unknown key 'prot'" in done.stderr
+    assert not (tmp_path / ".warden").exists()  # nothing created
+
+
+def test_serve_reads_the_config_file_from_warden_config(tmp_path: Path) -> None:
+    data = tmp_path / "srv"
+    data.mkdir()
+    cfg = data / "warden.toml"
+    cfg.write_text('replica_id = "from-toml"\nmetrics_access = "loopback"\n')
+    os.environ["WARDEN_CONFIG"] = str(cfg)
+    try:
+        srv = start_server(data, DEFAULT_POLICY)
+    finally:
+        del os.environ["WARDEN_CONFIG"]
+    try:
+        text = httpx.get(srv.url + "/metrics", timeout=30).text
+        infos = [
+            s.labels
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "warden_replica_info"
+        ]
+        assert infos and infos[0]["replica_id"] == "from-toml"
+    finally:
+        srv.stop()
+
+
+def test_configuration_page_is_generated_from_the_model() -> None:
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert page == generate(), "run: python -m warden.settings_doc --write docs/configuration.md"
+    for name in Settings.model_fields:
+        assert f"| `{name}` |" in page

@@ -1,0 +1,144 @@
+"""warden doctor (issue 18 item 5): each failing check (bad key permissions, unreachable
+database, bad bundle, old migration, bad webhooks) exits 1 and names the problem; the
+--json document follows schemas/cli/doctor.json; a healthy deployment passes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.script import ScriptDirectory
+from conftest import DEFAULT_POLICY, write_key
+from jsonschema import Draft202012Validator
+from sqlalchemy import create_engine, text
+
+from warden.cli_output import cli_schema
+from warden.store.sql import _alembic_config, head_revision, open_store
+
+SCHEMA = Draft202012Validator(cli_schema("doctor"))
+
+
+def doctor(data: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "warden", "doctor", "--data-dir", str(data), "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=data.parent,
+        env={k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")},
+    )
+    doc = json.loads(done.stdout) if done.stdout else {}
+    if doc:
+        errors = [e.message for e in SCHEMA.iter_errors(doc)]
+        assert not errors, errors
+    return done.returncode, doc, done.stderr
+
+
+def by_name(doc: dict[str, Any]) -> dict[str, dict[str, str]]:
+    return {c["name"]: c for c in doc["checks"]}
+
+
+@pytest.fixture
+def deployment(tmp_path: Path, database_url: str) -> tuple[Path, str]:
+    """A data dir whose key files exist (0600) and whose database is at head."""
+    data = tmp_path / "data"
+    write_key(data / "ikm.key")
+    for name in ("api.token", "signing.key", "governance-signing.key"):
+        (data / name).write_text("x" * 40)
+        (data / name).chmod(0o600)
+    open_store(database_url).close()
+    return data, database_url
+
+
+def test_healthy_deployment_passes(deployment: tuple[Path, str]) -> None:
+    data, url = deployment
+    code, doc, _ = doctor(data, "--database-url", url)
+    checks = by_name(doc)
+    assert code == 0 and doc["ok"] is True, doc
+    assert checks["database"]["status"] == "ok" and head_revision() in checks["database"]["message"]
+    assert checks["key:ikm"]["status"] == "ok"
+    assert checks["bundle"]["status"] == "ok"
+    if url.startswith("sqlite"):
+        # Never presented as passed: SQLite has no server clock to compare with.
+        assert checks["clock_skew"]["status"] == "skip"
+        assert "not applicable" in checks["clock_skew"]["message"]
+    else:
+        assert checks["clock_skew"]["status"] == "ok"
+
+
+def test_key_readable_by_others_fails(deployment: tuple[Path, str]) -> None:
+    data, url = deployment
+    (data / "ikm.key").chmod(0o644)
+    code, doc, _ = doctor(data, "--database-url", url)
+    assert code == 1 and doc["ok"] is False
+    ikm = by_name(doc)["key:ikm"]
+    assert ikm["status"] == "fail" and "chmod 600" in ikm["message"] and "0o644" in ikm["message"]
+
+
+def test_old_migration_fails(deployment: tuple[Path, str]) -> None:
+    data, url = deployment
+    head = head_revision()
+    previous = ScriptDirectory.from_config(_alembic_config()).get_revision(head).down_revision
+    assert isinstance(previous, str)
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": previous})
+    engine.dispose()
+    code, doc, _ = doctor(data, "--database-url", url)
+    db = by_name(doc)["database"]
+    assert code == 1 and db["status"] == "fail"
+    assert previous in db["message"] and "warden db upgrade" in db["message"]
+
+
+def test_unreachable_database_fails(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write_key(data / "ikm.key")
+    code, doc, _ = doctor(
+        data, "--database-url", "postgresql+psycopg://postgres@127.0.0.1:1/nowhere"
+    )
+    checks = by_name(doc)
+    assert code == 1 and checks["database"]["status"] == "fail"
+    assert "cannot be reached" in checks["database"]["message"]
+    assert checks["clock_skew"]["status"] == "skip"
+
+
+def test_bad_bundle_budgets_and_webhooks_fail(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write_key(data / "ikm.key")
+    bad_bundle = tmp_path / "bad.yaml"
+    bad_bundle.write_text("id: x\nversion: 1\nrules: [{id: r, effect: maybe}]\n")
+    hooks = tmp_path / "hooks.yaml"
+    secret = "a-long-enough-secret-0123456789-abc"
+    hook = f"webhooks:\n  - {{id: h, url: 'http://127.0.0.1:9/x', secret: '{secret}'}}\n"
+    hooks.write_text(hook)
+    budgets = tmp_path / "budgets.yaml"
+    budgets.write_text("- {id: b, kind: org, currency: USD, cap: 1.5, period: day}\n")
+    cfg = tmp_path / "warden.toml"
+    cfg.write_text(
+        f'policy = "{bad_bundle.name}"\nwebhooks = "{hooks.name}"\nbudgets = "{budgets.name}"\n'
+    )
+    code, doc, _ = doctor(data, "--config", str(cfg))
+    checks = by_name(doc)
+    assert code == 1
+    assert checks["bundle"]["status"] == "fail" and "bad.yaml" in checks["bundle"]["message"]
+    assert checks["budgets"]["status"] == "fail"
+    # A loopback destination is outside an empty allow-list.
+    assert checks["webhooks"]["status"] == "fail"
+    assert "allow_networks" in checks["webhooks"]["message"]
+    hooks.write_text("allow_networks: [loopback]\n" + hook)
+    cfg.write_text(f'policy = "{DEFAULT_POLICY}"\nwebhooks = "{hooks.name}"\n')
+    code, doc, _ = doctor(data, "--config", str(cfg))
+    assert by_name(doc)["webhooks"]["status"] == "ok", doc
+    assert by_name(doc)["bundle"]["status"] == "ok"
+
+
+def test_invalid_settings_exit_2_with_no_report(tmp_path: Path) -> None:
+    cfg = tmp_path / "warden.toml"
+    cfg.write_text("colour = 'blue'\n")
+    code, doc, err = doctor(tmp_path / "data", "--config", str(cfg))
+    assert code == 2 and doc == {} and "unknown key 'colour'" in err
