@@ -53,11 +53,19 @@ def _registry(
     from warden.cli_options import existing_database_url
     from warden.crypto.hmac_keys import SessionKeys
     from warden.crypto.keystore import load_ikm
+    from warden.errors import ConfigError
     from warden.identity.agents import AgentRegistry
     from warden.ledger.ledger import Ledger
     from warden.store import open_store
 
-    ikm = load_ikm(key_file or data_dir / "ikm.key")
+    path = key_file or data_dir / "ikm.key"
+    if key_file is None and not path.exists():
+        # A data dir never served has no key yet; say how to get one.
+        raise ConfigError(
+            f"key file {path} does not exist: run `warden serve --data-dir {data_dir}` "
+            "once first (it creates the key)"
+        )
+    ikm = load_ikm(path)
     store = open_store(existing_database_url(data_dir, database_url), migrate=False)
     try:
         yield AgentRegistry(store, ikm, Ledger(store, SessionKeys(ikm), "warden"))
@@ -75,8 +83,28 @@ def _not_found(exc: WardenError) -> typer.Exit:
     return _fail(exc, EXIT_NOT_FOUND if isinstance(exc, AgentNotFound) else 2)
 
 
+def _check_key_out(key_out: Path | None) -> None:
+    """ConfigError unless ``key_out`` can be created: it must not exist and its folder
+    must (a typo in the path creates no directories, and nothing is registered)."""
+    from warden.errors import ConfigError
+
+    if key_out is None:
+        return
+    if key_out.exists():
+        raise ConfigError(f"agent key file {key_out} already exists")
+    if not key_out.parent.is_dir():
+        raise ConfigError(
+            f"the folder of agent key file {key_out} does not exist ({key_out.parent}); "
+            "create it first"
+        )
+
+
 def _show_key(
-    cred: AgentCredential, key_out: Path | None, as_json: bool, agent: Agent | None
+    cred: AgentCredential,
+    key_out: Path | None,
+    as_json: bool,
+    agent: Agent | None,
+    warnings: list[str] | None = None,
 ) -> None:
     if key_out is not None:
         cred.write(key_out)
@@ -93,6 +121,8 @@ def _show_key(
             doc["key_file"] = str(key_out)
         if agent is not None:
             doc["agent"] = agent.as_dict()
+        if warnings is not None:
+            doc["warnings"] = warnings
         _print_json(doc)
         return
     console.print(f"agent [bold]{escape(cred.agent_id)}[/bold] key [bold]{cred.key_id}[/bold]")
@@ -120,13 +150,15 @@ def add(
 ) -> None:
     """Register an agent and issue its first ACS key (shown once)."""
     try:
-        if key_out is not None and key_out.exists():
-            from warden.errors import ConfigError
+        from warden.identity.agents import undefined_budget_warning
 
-            raise ConfigError(f"agent key file {key_out} already exists")
+        _check_key_out(key_out)
         with _registry(data_dir, database_url, key_file) as reg:
             agent, cred = reg.add(agent_id, owner, group or (), budget or ())
-        _show_key(cred, key_out, as_json, agent)
+            warnings = [undefined_budget_warning(b) for b in reg.undefined_budgets(agent.budgets)]
+        for warning in warnings:
+            err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+        _show_key(cred, key_out, as_json, agent, warnings)
     except WardenError as exc:
         raise _fail(exc) from exc
 
@@ -186,7 +218,9 @@ def show(
         _print_json(doc)
         return
     for name in ("agent_id", "owner", "groups", "budgets", "created_at", "revoked_at"):
-        console.print(f"{name}: {escape(str(doc[name]))}")
+        value = doc[name]
+        shown = ", ".join(value) or "none" if isinstance(value, list) else str(value)
+        console.print(f"{name}: {escape(shown)}")
     for k in keys:
         status = "active" if k.revoked_at is None else f"revoked {k.revoked_at}"
         console.print(f"key {k.key_id}: {status}")
@@ -223,6 +257,7 @@ def rotate(
 ) -> None:
     """Issue a new ACS key (shown once) and revoke the previous ones."""
     try:
+        _check_key_out(key_out)
         with _registry(data_dir, database_url, key_file) as reg:
             cred = reg.rotate(agent_id)
         _show_key(cred, key_out, as_json, None)

@@ -124,10 +124,12 @@ def mcp_proxy_cmd(
     try:
         if runtime.agents is None or runtime.agents.resolve(credential.key_id) is None:
             from warden.errors import ConfigError
+            from warden.identity.agents import REVOKED_HINT
 
             raise ConfigError(
                 f"agent key {credential.key_id} of {credential.agent_id} is not an active "
-                "registered key of this Warden (warden agents show ID; rotate or re-register)"
+                "registered key of this Warden (warden agents show ID: an active agent gets "
+                f"a new key with warden agents rotate ID; for a revoked one, {REVOKED_HINT})"
             )
         gateway = Gateway.for_agent(runtime.acs.handle, credential)
         ref = runtime.bundle.ref

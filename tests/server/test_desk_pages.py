@@ -369,13 +369,17 @@ def test_the_requesting_principal_cannot_approve(runtime: Runtime, client: TestC
     task_id, _ = ask(runtime, "delete_file", {"path": "/tmp/mine"}, user="alice")
     csrf = login(client, token)
     page = client.get(f"/desk/tasks/{task_id}").text
-    assert "requested this task, so you cannot decide it (maker-checker)" in page
+    # Named as the owner of the requesting agent, not as its requester (decision 256).
+    assert (
+        "You (bot.owner) own the agent bot that requested this task, so you cannot decide it "
+        "(maker-checker)" in page
+    )
     assert "alice <small>(the agent's claim, not verified)</small>" in page
     assert "owner bot.owner" in client.get("/desk").text
     for action in ("approve", "deny"):
         r = post(client, f"/desk/tasks/{task_id}/{action}", csrf_token=csrf, reason="mine")
         assert r.status_code == 403
-        assert "cannot decide it (maker-checker)" in r.text
+        assert "bot.owner owns the agent bot that requested task" in r.text
     assert task_state(runtime, task_id) is ApprovalState.PENDING
     # A colleague can.
     _, other = key(runtime, "carol", "approver", "operators")

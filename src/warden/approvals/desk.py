@@ -478,9 +478,13 @@ class ApprovalDesk:
         if task.state is not ApprovalState.PENDING:
             raise TaskConflict(f"task {task_id} is {task.state.value}; only a pending task can be")
         if who.principal.casefold() in {n.casefold() for n in task.requester.names()}:
-            raise NotPermitted(
-                f"{who.principal} requested task {task_id} and cannot decide it (maker-checker)"
+            maker = (
+                f"{who.principal} owns the agent {task.requester.agent_id} that requested "
+                f"task {task_id}"
+                if task.requester.owns_agent(who.principal)
+                else f"{who.principal} requested task {task_id}"
             )
+            raise NotPermitted(f"{maker} and cannot decide it (maker-checker)")
         if not who.in_group(task.approver_group):
             raise NotPermitted(
                 f"{who.principal} is not in approver group {task.approver_group!r} of task "

@@ -123,6 +123,17 @@ class Requester:
         """The makers: the agent and its accountable principal (never the claim)."""
         return frozenset(n for n in (self.agent_id, self.principal) if n)
 
+    def owns_agent(self, name: str) -> bool:
+        """True when ``name`` is a maker only as the owner of the requesting agent (not
+        the agent itself), compared case-insensitively like :meth:`names`; maker-checker
+        refusals then say "owns the agent", not "requested"."""
+        folded = name.casefold()
+        return (
+            self.principal is not None
+            and self.principal.casefold() == folded
+            and self.agent_id.casefold() != folded
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """``{agent_id, principal}``, plus ``claimed_user_id`` when the agent claimed one."""
         out: dict[str, Any] = {"agent_id": self.agent_id, "principal": self.principal}

@@ -48,6 +48,11 @@ if TYPE_CHECKING:
 
 AGENT_IKM_BYTES = 32
 MAX_BUDGETS = 64
+#: Every hint about a revoked agent says this (decision 253): the id is spent for good.
+REVOKED_HINT = (
+    "a revoked agent id is never reused: register the agent under a new id "
+    "(warden agents add NEW_ID --owner P)"
+)
 
 _AGENT_ID = re.compile(r"^[A-Za-z0-9_.@+-][A-Za-z0-9_.:@+-]{0,127}$")
 _KEY_ID = re.compile(r"^agk_[0-9a-f]{16}$")
@@ -90,6 +95,14 @@ def check_agent_id(agent_id: object) -> str:
             "not starting with group:"
         )
     return agent_id
+
+
+def undefined_budget_warning(budget: str) -> str:
+    """The warning for an agent listing ``budget`` while no budget has that id."""
+    return (
+        f"budget {budget!r} is not defined (yet): the agent cannot spend it until the "
+        "budgets file (warden serve --budgets) defines it"
+    )
 
 
 def check_budgets(budgets: Iterable[str]) -> tuple[str, ...]:
@@ -355,6 +368,9 @@ class AgentRegistry:
                 json.dumps(list(budget_tuple)),
                 now,
             ):
+                existing = table.agent(agent_id)
+                if existing is not None and existing[5] is not None:
+                    raise AgentExists(f"agent {agent_id!r} was revoked; {REVOKED_HINT}")
                 raise AgentExists(f"agent {agent_id!r} is already registered")
             if key_id is None:
                 key_id = self._new_key(table, agent_id, now)
@@ -377,7 +393,7 @@ class AgentRegistry:
             if row is None:
                 raise AgentNotFound(f"no agent {agent_id!r}")
             if row[5] is not None:
-                raise AgentRevoked(f"agent {agent_id!r} is revoked; register a new one")
+                raise AgentRevoked(f"agent {agent_id!r} is revoked; {REVOKED_HINT}")
             old = [k[0] for k in table.keys_of(agent_id) if k[3] is None]
             key_id = self._new_key(table, agent_id, now)
             table.revoke_keys(agent_id, now, keep=key_id)
@@ -414,6 +430,12 @@ class AgentRegistry:
         self._drop(keys)
         assert row is not None
         return _agent(row)
+
+    def undefined_budgets(self, budgets: Iterable[str]) -> tuple[str, ...]:
+        """Those of ``budgets`` no budget is defined for yet, sorted. Registering them is
+        allowed (the budgets file may define them later), so callers warn, not refuse."""
+        known = {b.id for b in self._store.budgets()}
+        return tuple(sorted({b for b in budgets if b not in known}))
 
     # -- pieces ----------------------------------------------------------------------
 

@@ -252,10 +252,15 @@ def _require_agent(cur: Any, q: Callable[[str], str], principal: str) -> AgentRo
     agent (an ``agent`` key belongs to one; :mod:`warden.identity.agents`)."""
     row = SqlAgents(cur, q).agent(principal)
     if row is None or row[5] is not None:
+        from warden.identity.agents import REVOKED_HINT
+
         raise ConfigError(
             f"an agent key belongs to a registered agent; {principal!r} is "
-            + ("revoked" if row is not None else "not registered")
-            + " (warden agents add ID --owner P)"
+            + (
+                f"revoked; {REVOKED_HINT}"
+                if row is not None
+                else "not registered (warden agents add ID --owner P)"
+            )
         )
     return row
 

@@ -26,6 +26,7 @@ from warden.identity.agents import (
     AgentNotFound,
     AgentRegistry,
     AgentRevoked,
+    undefined_budget_warning,
 )
 from warden.identity.api_keys import ApiKeys, Role
 from warden.wire.spend.auth import KeyAuth, caller
@@ -61,6 +62,10 @@ class AgentData(BaseModel):
 class AgentCreated(BaseModel):
     agent: AgentView
     credential: Credential
+    warning: str | None = Field(
+        default=None,
+        description="Present when a listed budget is not defined yet (registered anyway).",
+    )
 
 
 class KeyIssued(BaseModel):
@@ -129,6 +134,9 @@ def agents_router(
         except (ConfigError, AgentExists) as exc:
             raise _refusal(exc) from exc
         data = AgentCreated(agent=view(agent), credential=Credential(**cred.as_dict()))
+        undefined = registry.undefined_budgets(agent.budgets)
+        if undefined:
+            data.warning = "; ".join(undefined_budget_warning(b) for b in undefined)
         return json_response(
             200,
             success(

@@ -299,10 +299,12 @@ def _detail(task: Task, viewer: Identity, now: datetime) -> dict[str, Any]:
     if not pending:
         why_not = ""
     elif own:
-        why_not = (
-            f"You ({viewer.principal}) requested this task, so you cannot decide it "
-            "(maker-checker)."
+        did = (
+            f"own the agent {task.requester.agent_id} that requested this task"
+            if task.requester.owns_agent(viewer.principal)
+            else "requested this task"
         )
+        why_not = f"You ({viewer.principal}) {did}, so you cannot decide it (maker-checker)."
     elif not member:
         mine = ", ".join(viewer.groups) or "none"
         why_not = (
