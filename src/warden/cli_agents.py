@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from warden.cli_options import DataDir, DbUrl, KeyFile, _fail, console, err_console
+from warden.cli_output import print_json, print_table, table
 from warden.errors import WardenError
 
 if TYPE_CHECKING:
@@ -71,10 +71,6 @@ def _registry(
         yield AgentRegistry(store, ikm, Ledger(store, SessionKeys(ikm), "warden"))
     finally:
         store.close()
-
-
-def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True) + "\n")
 
 
 def _not_found(exc: WardenError) -> typer.Exit:
@@ -123,7 +119,7 @@ def _show_key(
             doc["agent"] = agent.as_dict()
         if warnings is not None:
             doc["warnings"] = warnings
-        _print_json(doc)
+        print_json(doc)
         return
     console.print(f"agent [bold]{escape(cred.agent_id)}[/bold] key [bold]{cred.key_id}[/bold]")
     if key_out is None:
@@ -177,21 +173,21 @@ def list_agents(
     except WardenError as exc:
         raise _fail(exc) from exc
     if as_json:
-        _print_json([a.as_dict() for a in agents])
+        print_json([a.as_dict() for a in agents])
         return
     if not agents:
         console.print("no agents (register one with `warden agents add ID --owner P`)")
         return
-    table = Table("agent_id", "owner", "groups", "budgets", "status")
+    listing = table("agent_id", "owner", "groups", "budgets", "status")
     for a in agents:
-        table.add_row(
+        listing.add_row(
             escape(a.agent_id),
             escape(a.owner),
             escape(", ".join(a.groups)),
             escape(", ".join(a.budgets)),
             "active" if a.active else f"revoked {a.revoked_at}",
         )
-    console.print(table)
+    print_table(console, listing)
 
 
 @agents_app.command()
@@ -215,7 +211,7 @@ def show(
         raise _not_found(exc) from exc
     doc = {**agent.as_dict(), "keys": [k.as_dict() for k in keys]}
     if as_json:
-        _print_json(doc)
+        print_json(doc)
         return
     for name in ("agent_id", "owner", "groups", "budgets", "created_at", "revoked_at"):
         value = doc[name]
@@ -241,7 +237,7 @@ def revoke(
     except WardenError as exc:
         raise _not_found(exc) from exc
     if as_json:
-        _print_json(agent.as_dict())
+        print_json(agent.as_dict())
         return
     console.print(f"revoked {escape(agent.agent_id)} at {agent.revoked_at}")
 
