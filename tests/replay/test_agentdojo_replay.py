@@ -41,16 +41,20 @@ def dojo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = start_server(data, AGENTDOJO_POLICY, "--budgets", str(AGENTDOJO_BUDGETS))
     # The replay signs as the registered demo agent (the bundle charges its transfers to
     # the banking budget by its verified id); registered here as the quick start would.
-    added = subprocess.run(
-        [sys.executable, "-m", "warden", "agents", "add", "demo-agent", "--owner", "demo-owner"]
-        + ["--key-out", str(data / "agents" / "demo-agent.key"), "--data-dir", str(data)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert added.returncode == 0, added.stderr
-    yield srv
-    srv.stop()
+    try:
+        (data / "agents").mkdir(exist_ok=True)  # --key-out writes into an existing folder only
+        added = subprocess.run(
+            [sys.executable, "-m", "warden", "agents", "add", "demo-agent"]
+            + ["--owner", "demo-owner", "--key-out", str(data / "agents" / "demo-agent.key")]
+            + ["--data-dir", str(data)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert added.returncode == 0, added.stderr
+        yield srv
+    finally:
+        srv.stop()  # also when the set-up failed: a leaked server fails a later test
 
 
 def test_ground_truth_counts() -> None:
