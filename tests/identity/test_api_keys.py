@@ -325,3 +325,13 @@ def test_in_group() -> None:
     assert not agent.in_group("ops")
     admin = Identity("0" * 12, "p", Role.ADMIN, ())
     assert admin.in_group("ops") and admin.in_group("anything")
+
+
+@pytest.mark.parametrize("text", ["not json", '{"a": 1}', '["ok", 3]', "null"])
+def test_a_damaged_stored_list_is_refused_never_read_as_empty(text: str) -> None:
+    from warden.errors import StoreUnavailable
+    from warden.identity.api_keys import stored_strings
+
+    with pytest.raises(StoreUnavailable, match="the agent's budgets column is damaged"):
+        stored_strings(text, "the agent's budgets column")
+    assert stored_strings('["a", "b"]', "x") == ("a", "b")

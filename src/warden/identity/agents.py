@@ -37,7 +37,7 @@ from warden.core.types import agent_facts
 from warden.crypto.hmac_keys import derive_agent_ikm
 from warden.crypto.keystore import _create_private, _read_private
 from warden.errors import ConfigError, StoreUnavailable, WardenError
-from warden.identity.api_keys import check_groups, check_principal
+from warden.identity.api_keys import check_groups, check_principal, stored_strings
 from warden.spend.budgets import budget_id_problem
 from warden.store.agents_sql import AgentKeyRow, AgentRow, SqlAgents
 from warden.store.api_keys_sql import read_cursor
@@ -217,23 +217,13 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def _json_list(text: str, what: str) -> tuple[str, ...]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise StoreUnavailable(f"agent row has a damaged {what} column") from exc
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise StoreUnavailable(f"agent row has a damaged {what} column")
-    return tuple(value)
-
-
 def _agent(row: AgentRow) -> Agent:
     agent_id, owner, groups, budgets, created_at, revoked_at = row
     return Agent(
         agent_id,
         owner,
-        _json_list(groups, "groups"),
-        _json_list(budgets, "budgets"),
+        stored_strings(groups, "an agent row's groups column"),
+        stored_strings(budgets, "an agent row's budgets column"),
         created_at,
         revoked_at,
     )

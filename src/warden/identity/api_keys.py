@@ -218,13 +218,18 @@ def _rfc3339(t: datetime) -> str:
     return t.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def _groups_from_json(text: str, key_id: str) -> tuple[str, ...]:
+def stored_strings(text: str, column: str) -> tuple[str, ...]:
+    """A stored JSON list of strings (groups, budgets) as a tuple.
+
+    Raises :class:`StoreUnavailable` naming ``column`` (e.g. "API key X's groups column")
+    when the text is not such a list: a damaged row is never read as an empty one.
+    """
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise StoreUnavailable(f"API key {key_id} has a damaged groups column") from exc
+        raise StoreUnavailable(f"{column} is damaged") from exc
     if not isinstance(value, list) or not all(isinstance(g, str) for g in value):
-        raise StoreUnavailable(f"API key {key_id} has a damaged groups column")
+        raise StoreUnavailable(f"{column} is damaged")
     return tuple(value)
 
 
@@ -241,7 +246,7 @@ def _info(row: ApiKeyRow) -> ApiKeyInfo:
         key_id=key_id,
         principal=principal,
         role=_role_from_row(role, key_id),
-        groups=_groups_from_json(groups, key_id),
+        groups=stored_strings(groups, f"API key {key_id}'s groups column"),
         created_at=created_at,
         revoked_at=revoked_at,
     )
@@ -269,8 +274,10 @@ def _as_agent(who: Identity, agent: AgentRow) -> Identity:
     """``who`` (an agent key) with its agent's registered groups, budgets and owner."""
     return replace(
         who,
-        groups=tuple(sorted(set(who.groups) | set(_groups_from_json(agent[2], who.key_id)))),
-        budgets=_groups_from_json(agent[3], who.key_id),
+        groups=tuple(
+            sorted(set(who.groups) | set(stored_strings(agent[2], "the agent's groups column")))
+        ),
+        budgets=stored_strings(agent[3], "the agent's budgets column"),
         owner=agent[1],
     )
 
