@@ -22,7 +22,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -882,6 +882,18 @@ class SqlStore:
         idempotency keys, the outbox, Warden-authored chains)."""
         return self.spend_transaction()
 
+    @contextmanager
+    def reading(self) -> Iterator[SqlReadTx]:
+        """A read-only view of the tables behind the wires: no write lock and no
+        transaction (each read sees what is committed). For lookups on the decision path
+        that usually need no write (a pending approval task), so that they do not take
+        a second write transaction (issue 16)."""
+        from warden.store.api_keys_sql import read_cursor
+        from warden.store.tasks_sql import SqlTasks
+
+        with read_cursor(self) as cur:
+            yield SqlReadTx(SqlTasks(cur, self._q, row_locks=False))
+
     def budgets(self) -> list[Budget]:
         """Every budget, by id."""
         from warden.store.spend_sql import list_budgets
@@ -946,6 +958,13 @@ class _Checkpointer:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+
+
+@dataclass(frozen=True)
+class SqlReadTx:
+    """What :meth:`SqlStore.reading` offers: the approval tasks, read only."""
+
+    tasks: Any
 
 
 def _engine_for(parsed: URL, sync: str) -> Engine:
