@@ -47,13 +47,13 @@ from warden.core.types import NO_AGENT, Effect, Verdict, user_id_claim
 from warden.crypto.canonical import (
     MAX_REQUEST_DEPTH,
     canonical_bytes,
-    is_fast_canonical,
     lone_surrogate_at,
     may_hold_surrogates,
     parse_strict_json,
     sha256_hex,
 )
 from warden.crypto.hmac_keys import SessionKeys
+from warden.crypto.jcs_fast import is_direct_jcs
 from warden.errors import (
     CapabilityNotNegotiated,
     HeadMoved,
@@ -317,7 +317,9 @@ class AcsService:
                     f"request envelope invalid at {pointer or '/'}: {text}", pointer=pointer
                 ),
             )
-        fast = is_fast_canonical(msg)
+        # One walk decides whether the C encoder writes this envelope as JCS (floats
+        # included); if so, every canonicalization below skips its own walk.
+        fast = is_direct_jcs(msg)
         if not fast:
             try:
                 canonical_bytes(msg)  # raises for values outside the JCS domain
@@ -332,7 +334,7 @@ class AcsService:
         if caller is not None:
             try:
                 authentic = verify_request(msg, caller.key, known_fast=fast)
-            except InvalidRequest as exc:  # a lone surrogate passes is_fast_canonical's walk
+            except InvalidRequest as exc:  # a lone surrogate passes is_direct_jcs's walk
                 return error_response(rid, exc)
         if method == PING:
             return self._ping(msg, caller.key if authentic and caller is not None else None)
