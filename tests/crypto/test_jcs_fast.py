@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from warden.crypto import jcs_fast
 from warden.crypto.canonical import canonical_bytes
 from warden.crypto.ecmascript_number import ecmascript_number
-from warden.crypto.jcs_fast import fast_jcs_bytes, is_direct_jcs
+from warden.crypto.jcs_fast import JcsRoute, fast_jcs_bytes, is_direct_jcs, jcs_route
 from warden.errors import InvalidRequest
 
 
@@ -149,22 +149,30 @@ def test_fresh_random_doubles_against_node() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "direct"),
+    ("value", "route"),
     [
-        ({"amount_usd": 1500.5, "n": [1, "x", None, True]}, True),
-        ({"p": 0.001, "q": -999999999999999.9}, True),
-        ({"amount_usd": 1500.0}, False),  # ECMAScript writes 1500
-        ({"x": 1e-7}, False),
-        ({"x": -0.0}, False),
-        ({"x": 1e21}, False),
-        ({"\U0001f600": 1}, False),  # UTF-16 order differs from code points
-        ({"x": 2**53}, False),
-        ({"x": math.nan}, False),
-        ({1: "a"}, False),
+        ({"amount_usd": 1500.5, "n": [1, "x", None, True]}, JcsRoute.DIRECT),
+        ({"p": 0.001, "q": -999999999999999.9, "\uffff": "\U0001f600"}, JcsRoute.DIRECT),
+        ({"amount_usd": 1500.0}, JcsRoute.NUMBERS),  # ECMAScript writes 1500
+        ({"x": [1e-7]}, JcsRoute.NUMBERS),
+        ({"x": -0.0}, JcsRoute.NUMBERS),
+        ({"x": 1e21}, JcsRoute.NUMBERS),
+        ({"\U0001f600": 1}, JcsRoute.ORDER),  # UTF-16 order differs from code points
+        ({"\U0001f600": 1.0, "a": 0.5}, JcsRoute.ORDER),
+        ({"x": 2**53}, JcsRoute.UNSURE),
+        ({"x": math.nan, "\U0001f600": 1}, JcsRoute.UNSURE),
+        ({"x": -math.inf}, JcsRoute.UNSURE),
+        ({1: "a"}, JcsRoute.UNSURE),
+        ([1, (2,)], JcsRoute.UNSURE),
     ],
 )
-def test_is_direct_jcs_admits_only_what_the_encoder_writes_as_jcs(value: Any, direct: bool) -> None:
-    assert is_direct_jcs(value) is direct
+def test_the_walk_routes_each_value_to_the_cheapest_exact_writer(
+    value: Any, route: JcsRoute
+) -> None:
+    assert jcs_route(value) is route
+    assert is_direct_jcs(value) is (route is JcsRoute.DIRECT)
+    if route is not JcsRoute.UNSURE:
+        assert fast_jcs_bytes(value) == rfc8785.dumps(value)
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from enum import IntEnum
 from typing import Any, Final
 
 from warden.crypto.ecmascript_number import ecmascript_number
@@ -44,10 +45,22 @@ _MAX_SAFE_INT: Final = 2**53 - 1
 _DIRECT_LOW: Final = 1e-3
 _DIRECT_HIGH: Final = 1e15
 
-# Verdicts of _scan, from best to worst.
-_DIRECT: Final = 0  # the C encoder's output for the value as it is, is its JCS
-_REWRITE: Final = 1  # JCS after rewriting some floats or reordering some objects
-_SLOW: Final = 2  # not sure: leave it to rfc8785
+
+class JcsRoute(IntEnum):
+    """How :func:`fast_jcs_bytes` writes a value, as :func:`jcs_route` finds it;
+    ordered from cheapest to "not sure"."""
+
+    DIRECT = 0  # the C encoder's output for the value as it is, is its JCS
+    NUMBERS = 1  # JCS once some floats are rewritten (objects still sorted by the encoder)
+    ORDER = 2  # also an object with a key beyond U+FFFF: sorted here, by UTF-16 code units
+    UNSURE = 3  # the fast path is not sure: rfc8785 writes it or raises
+
+
+_DIRECT: Final = JcsRoute.DIRECT
+_NUMBERS: Final = JcsRoute.NUMBERS
+_ORDER: Final = JcsRoute.ORDER
+_SLOW: Final = JcsRoute.UNSURE
+_MAX_EXACT: Final = float(2**53)  # below it an integral double's digits are its ECMAScript text
 
 _sorted_dumps = json.JSONEncoder(
     ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
@@ -57,8 +70,18 @@ _ordered_dumps = json.JSONEncoder(
 ).encode
 
 # A per-process nonce makes a placeholder unguessable; the count check in
-# _encode_rewritten keeps the output right even if caller data held one anyway.
+# _placed keeps the output right even if caller data held one anyway.
 _PLACEHOLDER_STEM: Final = f"\x00jcs-number-{secrets.token_hex(8)}-"
+
+
+def jcs_route(value: Any) -> JcsRoute:
+    """How the fast path would write ``value`` (one iterative walk, no copy).
+
+    Anything but ``UNSURE`` is inside the RFC 8785 domain, lone surrogates apart
+    (the walk does not read strings; the encoder refuses them). ``DIRECT`` means
+    :func:`is_direct_jcs`.
+    """
+    return _scan(value)
 
 
 def is_direct_jcs(value: Any) -> bool:
@@ -81,14 +104,19 @@ def fast_jcs_bytes(value: Any) -> bytes | None:
     try:
         if verdict == _DIRECT:
             return _sorted_dumps(value).encode("utf-8")
-        return _encode_rewritten(value)
+        numbers: list[str] = []
+        if verdict == _NUMBERS:
+            text = _sorted_dumps(_with_numbers(value, numbers))
+        else:
+            text = _ordered_dumps(_in_utf16_order(value, numbers))
+        return _placed(text, numbers)
     except (UnicodeEncodeError, RecursionError):
         return None
 
 
-def _scan(value: Any) -> int:
-    """Walk ``value`` once and say how the fast path can write it (_DIRECT,
-    _REWRITE or _SLOW). Iterative, so depth costs no recursion."""
+def _scan(value: Any) -> JcsRoute:
+    """Walk ``value`` once and say how the fast path can write it (_DIRECT, _NUMBERS,
+    _ORDER or _SLOW). Iterative, so depth costs no recursion."""
     verdict = _DIRECT
     stack = [value]
     pop, extend = stack.pop, stack.extend
@@ -106,14 +134,14 @@ def _scan(value: Any) -> int:
                 continue
             if v - v != 0.0:  # NaN or ±Infinity (x − x is NaN for both)
                 return _SLOW
-            verdict = _REWRITE
+            verdict = max(verdict, _NUMBERS)
             continue
         if t is dict:
             for k in v:
                 if type(k) is not str:
                     return _SLOW
                 if not k.isascii() and max(map(ord, k)) > 0xFFFF:
-                    verdict = _REWRITE  # UTF-16 order differs from code-point order
+                    verdict = _ORDER  # UTF-16 order differs from code-point order
             extend(v.values())
             continue
         if t is list:
@@ -123,33 +151,69 @@ def _scan(value: Any) -> int:
     return verdict
 
 
-def _encode_rewritten(value: Any) -> bytes | None:
-    numbers: list[str] = []
-    text = _ordered_dumps(_rewrite(value, numbers))
+def _placed(text: str, numbers: list[str]) -> bytes | None:
+    """``text`` with each placeholder replaced by its number's text (``numbers[i]``
+    for placeholder ``i``), as UTF-8; None when a placeholder is not there exactly
+    once (the caller's data holds it too, so replacing could change their string)."""
     for index, number in enumerate(numbers):
         token = _ordered_dumps(f"{_PLACEHOLDER_STEM}{index}\x00")
         if text.count(token) != 1:
-            return None  # the caller's data holds this placeholder too
+            return None
         text = text.replace(token, number)
     return text.encode("utf-8")
 
 
-def _rewrite(value: Any, numbers: list[str]) -> Any:
-    """A copy of the _scan-checked ``value`` whose objects are in UTF-16 key order and
-    whose floats the C encoder writes as ECMAScript does; the texts it cannot write
-    are appended to ``numbers`` and their place held by a placeholder string."""
+def _with_numbers(value: Any, numbers: list[str]) -> Any:
+    """``value`` with every float the C encoder would write wrongly replaced (see
+    :func:`_writable`); copies only the containers on the way to one."""
+    t = type(value)
+    if t is float:
+        return _writable(value, numbers)
+    if t is dict:
+        out = None
+        for k, v in value.items():
+            tv = type(v)
+            if tv is float or tv is dict or tv is list:
+                w = _with_numbers(v, numbers)
+                if w is not v:
+                    if out is None:
+                        out = dict(value)
+                    out[k] = w
+        return value if out is None else out
+    if t is list:
+        items = None
+        for i, v in enumerate(value):
+            tv = type(v)
+            if tv is float or tv is dict or tv is list:
+                w = _with_numbers(v, numbers)
+                if w is not v:
+                    if items is None:
+                        items = list(value)
+                    items[i] = w
+        return value if items is None else items
+    return value
+
+
+def _in_utf16_order(value: Any, numbers: list[str]) -> Any:
+    """A copy of ``value`` whose objects are in UTF-16 key order (for an encoder that
+    does not sort) and whose floats are rewritten as by :func:`_with_numbers`."""
     t = type(value)
     if t is dict:
         keys = sorted(value) if all(k.isascii() for k in value) else sorted(value, key=_utf16)
-        return {k: _rewrite(value[k], numbers) for k in keys}
+        return {k: _in_utf16_order(value[k], numbers) for k in keys}
     if t is list:
-        return [_rewrite(v, numbers) for v in value]
+        return [_in_utf16_order(v, numbers) for v in value]
     if t is float:
         return _writable(value, numbers)
     return value
 
 
 def _writable(value: float, numbers: list[str]) -> Any:
+    """What to give the C encoder for the finite double ``value``: ``value`` when its
+    repr is its ECMAScript text, the int ECMAScript's digits spell for an integral
+    double below 10^21, else a placeholder whose text is appended to ``numbers``."""
+    if -_MAX_EXACT < value < _MAX_EXACT and value.is_integer():
+        return int(value)  # below 2^53 the shortest digits are the integer's own
     text = ecmascript_number(value)
     if text == repr(value):
         return value
