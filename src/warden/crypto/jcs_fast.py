@@ -56,10 +56,6 @@ class JcsRoute(IntEnum):
     UNSURE = 3  # the fast path is not sure: rfc8785 writes it or raises
 
 
-_DIRECT: Final = JcsRoute.DIRECT
-_NUMBERS: Final = JcsRoute.NUMBERS
-_ORDER: Final = JcsRoute.ORDER
-_SLOW: Final = JcsRoute.UNSURE
 _MAX_EXACT: Final = float(2**53)  # below it an integral double's digits are its ECMAScript text
 
 _sorted_dumps = json.JSONEncoder(
@@ -91,7 +87,7 @@ def is_direct_jcs(value: Any) -> bool:
     :func:`~warden.crypto.canonical.canonical_bytes` with ``known_fast=True``, and so
     may every value inside it. Lone surrogates pass (the encoder refuses them later).
     """
-    return _scan(value) == _DIRECT
+    return _scan(value) is JcsRoute.DIRECT
 
 
 def fast_jcs_bytes(value: Any) -> bytes | None:
@@ -99,13 +95,13 @@ def fast_jcs_bytes(value: Any) -> bytes | None:
     them (the module docstring lists when). Never raises for a JSON-like value; a
     deep value the encoder gives up on answers None."""
     verdict = _scan(value)
-    if verdict == _SLOW:
+    if verdict is JcsRoute.UNSURE:
         return None
     try:
-        if verdict == _DIRECT:
+        if verdict is JcsRoute.DIRECT:
             return _sorted_dumps(value).encode("utf-8")
         numbers: list[str] = []
-        if verdict == _NUMBERS:
+        if verdict is JcsRoute.NUMBERS:
             text = _sorted_dumps(_with_numbers(value, numbers))
         else:
             text = _ordered_dumps(_in_utf16_order(value, numbers))
@@ -115,9 +111,9 @@ def fast_jcs_bytes(value: Any) -> bytes | None:
 
 
 def _scan(value: Any) -> JcsRoute:
-    """Walk ``value`` once and say how the fast path can write it (_DIRECT, _NUMBERS,
-    _ORDER or _SLOW). Iterative, so depth costs no recursion."""
-    verdict = _DIRECT
+    """Walk ``value`` once and say how the fast path can write it. Iterative, so
+    depth costs no recursion."""
+    verdict: JcsRoute = JcsRoute.DIRECT
     stack = [value]
     pop, extend = stack.pop, stack.extend
     while stack:
@@ -128,26 +124,26 @@ def _scan(value: Any) -> JcsRoute:
         if t is int:
             if -_MAX_SAFE_INT <= v <= _MAX_SAFE_INT:
                 continue
-            return _SLOW
+            return JcsRoute.UNSURE
         if t is float:
             if _DIRECT_LOW <= abs(v) < _DIRECT_HIGH and not v.is_integer():
                 continue
             if v - v != 0.0:  # NaN or ±Infinity (x − x is NaN for both)
-                return _SLOW
-            verdict = max(verdict, _NUMBERS)
+                return JcsRoute.UNSURE
+            verdict = max(verdict, JcsRoute.NUMBERS)
             continue
         if t is dict:
             for k in v:
                 if type(k) is not str:
-                    return _SLOW
+                    return JcsRoute.UNSURE
                 if not k.isascii() and max(map(ord, k)) > 0xFFFF:
-                    verdict = _ORDER  # UTF-16 order differs from code-point order
+                    verdict = JcsRoute.ORDER  # UTF-16 order differs from code-point order
             extend(v.values())
             continue
         if t is list:
             extend(v)
             continue
-        return _SLOW
+        return JcsRoute.UNSURE
     return verdict
 
 
