@@ -48,13 +48,13 @@ from warden.core.types import ActionRequest, Effect, Verdict, user_id_claim
 from warden.crypto.canonical import (
     MAX_REQUEST_DEPTH,
     canonical_bytes,
-    is_fast_canonical,
     lone_surrogate_at,
     may_hold_surrogates,
     parse_strict_json,
     sha256_hex,
 )
 from warden.crypto.hmac_keys import SessionKeys
+from warden.crypto.jcs_fast import JcsRoute, jcs_route
 from warden.errors import (
     CapabilityNotNegotiated,
     HeadMoved,
@@ -310,8 +310,13 @@ class AcsService:
                     f"request envelope invalid at {pointer or '/'}: {text}", pointer=pointer
                 ),
             )
-        fast = is_fast_canonical(msg)
-        if not fast:
+        # One walk checks the JCS domain and whether the C encoder writes this envelope
+        # as JCS as it is (floats included); if so, every canonicalization below skips
+        # its own walk. Only a value the walk is unsure of (NaN, an integer beyond
+        # 2^53, ...) is canonicalized here, to refuse it before anything else.
+        jcs = jcs_route(msg)
+        fast = jcs is JcsRoute.DIRECT
+        if jcs is JcsRoute.UNSURE:
             try:
                 canonical_bytes(msg)  # raises for values outside the JCS domain
             except InvalidRequest as exc:
@@ -325,7 +330,7 @@ class AcsService:
         if caller is not None:
             try:
                 authentic = verify_request(msg, caller.key, known_fast=fast)
-            except InvalidRequest as exc:  # a lone surrogate passes is_fast_canonical's walk
+            except InvalidRequest as exc:  # a lone surrogate passes jcs_route's walk
                 return error_response(rid, exc)
         if method == PING:
             return self._ping(msg, caller.key if authentic and caller is not None else None)
