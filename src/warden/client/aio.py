@@ -167,6 +167,7 @@ class AsyncClient:
         capability: str | None = None,
         raw_command: str | None = None,
         metadata: dict[str, Any] | None = None,
+        request_id: str | None = None,
     ) -> Decision:
         return await self._exchange(
             lambda: self._steps.tool_call_request(
@@ -177,6 +178,7 @@ class AsyncClient:
                 capability=capability,
                 raw_command=raw_command,
                 metadata=metadata,
+                request_id=request_id,
             )
         )
 
