@@ -90,9 +90,7 @@ class WardenGuard:
         data: dict[str, Any] = dict(hook_input)
         tool_input = dict(data.get("tool_input") or {})
         try:
-            decision = await self._decide(
-                str(data.get("tool_name", "")), tool_input, tool_use_id
-            )
+            decision = await self._decide(str(data.get("tool_name", "")), tool_input, tool_use_id)
         except WardenError as exc:
             return _pre("deny", _unavailable(exc))
         if not decision.allowed:
@@ -175,9 +173,7 @@ class WardenGuard:
         return str(uuid.uuid5(SESSION_NAMESPACE, f"{self.client.session_id}:{tool_use_id}"))
 
 
-def _pre(
-    decision: str, reason: str, updated: dict[str, Any] | None = None
-) -> SyncHookJSONOutput:
+def _pre(decision: str, reason: str, updated: dict[str, Any] | None = None) -> SyncHookJSONOutput:
     out: dict[str, Any] = {
         "hookEventName": "PreToolUse",
         "permissionDecision": decision,
