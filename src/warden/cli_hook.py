@@ -21,7 +21,13 @@ hook_app = typer.Typer(
     name="hook",
     help="Hook commands that put Warden in front of an agent framework.",
     no_args_is_help=True,
+    add_completion=False,
 )
+
+
+@hook_app.callback()
+def hooks() -> None:
+    """Hook commands that put Warden in front of an agent framework."""
 
 
 class OnAsk(StrEnum):

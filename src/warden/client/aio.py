@@ -28,7 +28,7 @@ from warden.client.errors import WardenUnavailable
 from warden.client.session import AcsSession, Prepared
 from warden.client.steps import StepBuilder
 from warden.client.sync import DEFAULT_APPROVAL_TIMEOUT_S, DEFAULT_POLL_S, DEFAULT_TIMEOUT_S
-from warden.identity.agents import AgentCredential
+from warden.crypto.agent_key import AgentCredential
 
 if TYPE_CHECKING:
     from warden.runtime import Runtime

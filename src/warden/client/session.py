@@ -18,9 +18,9 @@ from typing import Any
 
 from warden.client.decision import Decision, Step, decision_of
 from warden.client.errors import WardenProtocolError, WardenUnavailable
+from warden.crypto.agent_key import AgentCredential
 from warden.crypto.hmac_keys import SessionKeys
 from warden.errors import IntegrityError, IntegrityReason
-from warden.identity.agents import AgentCredential
 from warden.wire.acs.client import DEFAULT_METHODS, now_rfc3339, verify_response
 from warden.wire.acs.signing import sign_request
 

@@ -36,7 +36,7 @@ from warden.client.decision import APPROVAL_WAIT_TIMEOUT, Decision, client_deny
 from warden.client.errors import WardenUnavailable
 from warden.client.session import AcsSession, Prepared
 from warden.client.steps import StepBuilder
-from warden.identity.agents import AgentCredential
+from warden.crypto.agent_key import AgentCredential
 
 if TYPE_CHECKING:
     from warden.runtime import Runtime
