@@ -278,3 +278,18 @@ def test_fail_closed_without_warden_or_key_and_bad_input_blocks(
     assert rc == 2 and "session_id" in err
     # Nothing reached the audit log of that session.
     assert audit(srv, sid) == []
+
+
+def test_the_hook_command_starts_without_the_store_or_policy_engine() -> None:
+    """``warden hook`` is started once per Claude Code event: it must not load the
+    store, Alembic or the policy engine (decision 307)."""
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "warden", "hook", "claude-code"],
+        input="{}", capture_output=True, text=True, timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+    )  # fmt: skip
+    assert out.returncode == 2 and "no hook_event_name" in out.stderr
+    loaded = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line}
+    assert "warden.client.sync" in loaded and "warden.cli_hook" in loaded
+    for heavy in ("warden.store", "alembic", "sqlalchemy", "warden.policy.engine", "warden.cli"):
+        assert heavy not in loaded, heavy
