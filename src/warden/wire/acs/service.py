@@ -637,8 +637,12 @@ class AcsService:
         started = time.perf_counter()
         params = msg["params"]
         key = caller.key
-        request = replace(
-            action_request(info, params, session),
+        principal = caller.principal()
+        request = action_request(
+            info,
+            params,
+            session,
+            agent=principal.agent,
             claims={"user_id": user_id_claim(params["metadata"])},
         )
         spec = self.guardian.engine.bundle.provenance
@@ -659,7 +663,7 @@ class AcsService:
         # holds its cost or becomes a deny; a tool result settles or releases its hold.
         gates: list[Gate] = [g for g in (approval, gate) if g is not None]
         decided = yield from self.pipeline.decide(
-            caller.principal(), request, intake=intake, gates=gates, preempt=preempt
+            principal, request, intake=intake, gates=gates, preempt=preempt
         )
         request, verdict = decided.request, decided.verdict
         if caller.shared:
