@@ -214,7 +214,7 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=400, help="timed calls per case per round")
     ap.add_argument("--chunk-warmup", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=1000, help="untimed calls per case first")
-    ap.add_argument("--sync", default="NORMAL", choices=["OFF", "NORMAL", "FULL"])
+    ap.add_argument("--sync", default="NORMAL", choices=["NORMAL", "FULL", "EXTRA"])
     ap.add_argument("--seed", type=int, help="for the shuffles (default: random)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     ns = ap.parse_args()

@@ -35,18 +35,27 @@ class ScenarioWarden:
     """A started Warden deciding the scenario; ``close()`` stops it.
 
     ``workdir`` (created) holds the data directory; ``bundle`` is the scenario bundle
-    file; ``sync`` is SQLite's ``synchronous`` (``NORMAL`` or ``FULL``). Raises
-    whatever ``Runtime.start`` raises for a bad bundle or data directory.
+    file; ``sync`` is SQLite's ``synchronous`` (``NORMAL`` or ``FULL``);
+    ``database_url`` replaces the data directory's SQLite file (PostgreSQL). Raises
+    whatever ``Runtime.start`` raises for a bad bundle, data directory or database.
     """
 
-    def __init__(self, workdir: Path, bundle: Path, sync: str = "NORMAL") -> None:
+    def __init__(
+        self, workdir: Path, bundle: Path, sync: str = "NORMAL", database_url: str | None = None
+    ) -> None:
         data = workdir / "warden-data"
         data.mkdir(parents=True, exist_ok=True)
         key = data / "ikm.key"
         key.write_text(IKM.hex())
         key.chmod(0o600)
         self.runtime = Runtime.start(
-            Settings(data_dir=data, policy=bundle, key_file=key, sqlite_sync=sync)  # type: ignore[arg-type]
+            Settings(
+                data_dir=data,
+                policy=bundle,
+                key_file=key,
+                sqlite_sync=sync,  # type: ignore[arg-type]
+                database_url=database_url,
+            )
         )
         self._register()
         self.client = AcsClient(
