@@ -211,7 +211,7 @@ def main() -> None:
     ap.add_argument("--peers", nargs="*", default=list(PEER_CASES), choices=PEER_CASES,
                     help="peer cases to run (none: Wardens only)")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--chunk", type=int, default=400, help="timed calls per case per round")
+    ap.add_argument("--chunk", type=int, default=300, help="timed calls per case per round")
     ap.add_argument("--chunk-warmup", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=1000, help="untimed calls per case first")
     ap.add_argument("--sync", default="NORMAL", choices=["NORMAL", "FULL", "EXTRA"])
