@@ -344,12 +344,14 @@ def compare_http(
     checkout (``PYTHONPATH`` = its src), all started first; then ``ns.rounds`` rounds,
     each sending ``ns.http_decisions / ns.rounds`` decisions to every server in turn,
     the order rotating by round so that none is always first. Reports each checkout's
-    decisions/s over all its rounds and latency, and the ratios to the first checkout."""
+    decisions/s over all its rounds and latency, and the ratios to the first checkout
+    (also the median over rounds of the per-round decisions/s ratio)."""
     servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     walls: dict[str, float] = dict.fromkeys(checkouts, 0.0)
     lats: dict[str, list[float]] = {label: [] for label in checkouts}
     allowed: dict[str, int] = dict.fromkeys(checkouts, 0)
-    per_round = ns.http_decisions // ns.rounds
+    per_round: dict[str, list[float]] = {label: [] for label in checkouts}
+    round_size = ns.http_decisions // ns.rounds
     try:
         for label, src in checkouts.items():
             data = workdir / f"http-{sync}-{label}"
@@ -367,7 +369,8 @@ def compare_http(
         labels = list(checkouts)
         for r in range(ns.rounds):
             for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
-                wall, lat, ok = _http_load(servers[label][1], per_round, ns.procs, ns.threads)
+                wall, lat, ok = _http_load(servers[label][1], round_size, ns.procs, ns.threads)
+                per_round[label].append(len(lat) / wall)
                 walls[label] += wall
                 lats[label].extend(lat)
                 allowed[label] += ok
@@ -381,6 +384,7 @@ def compare_http(
             "decisions": len(lats[label]),
             "allowed": allowed[label],
             "decisions_per_s": len(lats[label]) / walls[label],
+            "decisions_per_s_by_round": per_round[label],
             "latency": percentiles(lats[label]),
         }
         for label in checkouts
@@ -394,6 +398,10 @@ def compare_http(
         "ratios": {
             f"{label} / {first}": {
                 "decisions_per_s": runs[label]["decisions_per_s"] / runs[first]["decisions_per_s"],
+                # Rounds close in time paired: less sensitive to the VM's slow phases.
+                "decisions_per_s_median_of_rounds": statistics.median(
+                    a / b for a, b in zip(per_round[label], per_round[first], strict=True)
+                ),
                 "median_latency": runs[label]["latency"]["median_us"]
                 / runs[first]["latency"]["median_us"],
             }
@@ -417,7 +425,7 @@ def main() -> None:
         "before) and alternate rounds between it and --src (after)",
     )
     ap.add_argument("--src", type=Path, default=ROOT / "src", help="with --compare-src")
-    ap.add_argument("--rounds", type=int, default=4, help="with --compare-src")
+    ap.add_argument("--rounds", type=int, default=10, help="with --compare-src")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     ap.add_argument("--register-agent", metavar="DATABASE_URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -456,7 +464,8 @@ def print_comparison(runs: list[dict[str, Any]]) -> None:
             )
         for name, ratio in run["ratios"].items():
             print(
-                f"{run['sync']:6} {name}: decisions/s {ratio['decisions_per_s']:.2f}, "
+                f"{run['sync']:6} {name}: decisions/s {ratio['decisions_per_s']:.2f} "
+                f"(median of rounds {ratio['decisions_per_s_median_of_rounds']:.2f}), "
                 f"median latency {ratio['median_latency']:.2f}",
                 file=sys.stderr,
             )
