@@ -7,15 +7,15 @@ One process, two MCP client sessions made with the official SDK's client over st
   python -m mcp_server_time`` (a fresh data directory, SQLite ``FULL``).
 
 Each session first makes ``--warmup`` calls, then ``--calls`` timed
-``get_current_time`` calls, alternating direct and proxied so both see the same
-machine state. Through the proxy each call is two chained ACS steps (the wrapped
+``get_current_time`` calls, one per session in a freshly shuffled order each time, so
+all see the same machine state. Through the proxy each call is two chained ACS steps (the wrapped
 request, then the wrapped response), each committed to SQLite before the answer.
 Reported: median, p99 and mean in ms for both, the added median and p99, and the
 ratio of the medians.
 
 The proxy runs this checkout's Warden (``--src``). ``--compare-src OTHER/src`` adds a
-second proxied session through that checkout (``before``; this one is ``after``), in
-the same rotation, and reports after ÷ before of the added median and p99.
+second proxied session through that checkout (``before``; this one is ``after``) to
+the same shuffles, and reports after ÷ before of the added median and p99.
 
     python bench/mcp_proxy.py                 # 1000 calls each
     python bench/mcp_proxy.py --calls 200 --json bench/out/mcp.json
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -105,9 +106,12 @@ def proxy_params(data_dir: Path, src: Path) -> StdioServerParameters:
     )
 
 
-async def run(calls: int, warmup: int, data_dir: Path, proxies: dict[str, Path]) -> dict[str, Any]:
+async def run(
+    calls: int, warmup: int, data_dir: Path, proxies: dict[str, Path], seed: int
+) -> dict[str, Any]:
     """Time ``calls`` calls on the direct session and on one proxied session per entry of
-    ``proxies`` (name → a checkout's src), visiting them in a rotating order."""
+    ``proxies`` (name → a checkout's src), visiting them in a shuffled order each time."""
+    rng = random.Random(seed)
     direct_params = StdioServerParameters(command=TIME_SERVER[0], args=TIME_SERVER[1:])
     args = {"timezone": "Europe/Paris"}
     names = ["direct", *proxies]
@@ -125,9 +129,13 @@ async def run(calls: int, warmup: int, data_dir: Path, proxies: dict[str, Path])
         for _ in range(warmup):
             for session in sessions.values():
                 await session.call_tool("get_current_time", args)
-        for i in range(calls):
-            # Rotate who goes first, so that no session always follows the same one.
-            for name in names[i % len(names) :] + names[: i % len(names)]:
+        order = list(names)
+        for _ in range(calls):
+            # A fresh order each time: a proxy's work after its answer (a checkpoint, the
+            # next commit) must not always fall on the same next session, as it would in
+            # a fixed rotation of three.
+            rng.shuffle(order)
+            for name in order:
                 started = time.perf_counter()
                 result = await sessions[name].call_tool("get_current_time", args)
                 times[name].append(time.perf_counter() - started)
@@ -160,13 +168,14 @@ def main() -> None:
         help="also proxy through this checkout (labelled before; --src is after) in the "
         "same run, and report after ÷ before",
     )
+    parser.add_argument("--seed", type=int, default=0, help="for the order of the sessions")
     parser.add_argument("--json", type=Path, help="write the results here too")
     ns = parser.parse_args()
     proxies = {"proxied": ns.src.resolve()}
     if ns.compare_src is not None:
         proxies = {"before": ns.compare_src.resolve(), "after": ns.src.resolve()}
     with tempfile.TemporaryDirectory(prefix="warden-bench-mcp-") as tmp:
-        out = anyio.run(run, ns.calls, ns.warmup, Path(tmp) / "warden", proxies)
+        out = anyio.run(run, ns.calls, ns.warmup, Path(tmp) / "warden", proxies, ns.seed)
     for name in ("direct", *proxies):
         s = out[name]
         print(

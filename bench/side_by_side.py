@@ -19,9 +19,13 @@ times one chunk of ``--chunk`` calls there (``perf_counter_ns`` per call, after
 machine state. Before timing, every Warden checks the scenario's 10 probes against the
 reference verdicts and the run stops if one differs.
 
-Printed: n, median, p90, p99, p99.9 and mean per case (µs), then the ratios: each
-Warden ÷ ``agt-file`` (median and p99), and each later Warden ÷ the first
-(``after ÷ before``). ``--json FILE`` writes the same, with the probe tables.
+Printed: n, median, p90, p99, p99.9 and mean of wall time per case (µs) and the
+median CPU time of the process per call, then the ratios: each Warden ÷ ``agt-file``
+and each later Warden ÷ the first (``after ÷ before``), of the wall-time medians and
+p99s (the issue's measures), ``paired`` (the median over rounds of the ratio of the
+two cases' chunk medians in that round) and ``cpu`` (of the CPU-time medians). On a
+loaded VM the last two move least between runs. ``--json FILE`` writes the same, with
+each chunk's median and the probe tables.
 
     python3 -m venv bench/.peers && bench/.peers/bin/pip install \\
       agent-governance-toolkit-core==5.0.0 agent-governance-toolkit-protocols==5.0.0 cedarpy==4.12.2
@@ -74,6 +78,9 @@ class Worker:
     info: dict[str, Any] = field(default_factory=dict)
     probes: list[dict[str, Any]] = field(default_factory=list)
     samples: list[int] = field(default_factory=list)
+    cpu: list[int] = field(default_factory=list)
+    #: The median wall time of each timed chunk, in round order (ns).
+    chunk_medians: list[float] = field(default_factory=list)
 
     def _read(self) -> dict[str, Any]:
         out: IO[str] | None = self.proc.stdout
@@ -93,7 +100,10 @@ class Worker:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps({"cmd": "run", "n": n, "warmup": warmup}) + "\n")
         self.proc.stdin.flush()
-        self.samples.extend(self._read()["samples"])
+        answer = self._read()
+        self.samples.extend(answer["samples"])
+        self.cpu.extend(answer["cpu"])
+        self.chunk_medians.append(statistics.median(answer["samples"]))
 
     def stop(self) -> None:
         if self.proc.poll() is None and self.proc.stdin is not None:
@@ -143,17 +153,25 @@ def summarize(samples_ns: list[int]) -> dict[str, float]:
     }
 
 
-def ratios(summary: dict[str, dict[str, float]], wardens: list[str]) -> list[dict[str, Any]]:
-    """Each Warden ÷ the reference peer, and each later Warden ÷ the first."""
+def ratios(workers: dict[str, Worker], wardens: list[str]) -> list[dict[str, Any]]:
+    """Each Warden ÷ the reference peer, and each later Warden ÷ the first: of the
+    medians and p99s of wall time; ``paired``, the median over rounds of the ratio of
+    the two chunk medians of the same round (chunks close in time, so a slow phase of
+    the VM falls on both); ``cpu``, of the medians of CPU time per call."""
     rows: list[dict[str, Any]] = []
-    pairs = [(w, REFERENCE) for w in wardens if REFERENCE in summary]
+    pairs = [(w, REFERENCE) for w in wardens if REFERENCE in workers]
     pairs += [(w, wardens[0]) for w in wardens[1:]]
     for num, den in pairs:
+        a, b = workers[num], workers[den]
         rows.append(
             {
                 "ratio": f"{num} ÷ {den}",
-                "median": summary[num]["median_us"] / summary[den]["median_us"],
-                "p99": summary[num]["p99_us"] / summary[den]["p99_us"],
+                "median": statistics.median(a.samples) / statistics.median(b.samples),
+                "p99": summarize(a.samples)["p99_us"] / summarize(b.samples)["p99_us"],
+                "paired": statistics.median(
+                    x / y for x, y in zip(a.chunk_medians, b.chunk_medians, strict=True)
+                ),
+                "cpu": statistics.median(a.cpu) / statistics.median(b.cpu),
             }
         )
     return rows
@@ -178,19 +196,23 @@ def check_probes(workers: list[Worker]) -> None:
             raise SystemExit(f"{w.name} does not decide the scenario as the reference:\n{rows}")
 
 
-def print_table(summary: dict[str, dict[str, float]], titles: dict[str, str],
-                ratio_rows: list[dict[str, Any]]) -> None:  # fmt: skip
+def print_table(workers: list[Worker], ratio_rows: list[dict[str, Any]]) -> None:
     head = f"{'case':16} {'n':>7} {'median':>9} {'p90':>9} {'p99':>9} {'p99.9':>9} {'mean':>9}"
-    print(head + "  (µs)")
-    for name, s in summary.items():
+    print(head + f" {'cpu med':>9}  (µs)")
+    for w in workers:
+        s = summarize(w.samples)
+        cpu = statistics.median(w.cpu) / 1000.0
         print(
-            f"{name:16} {s['n']:>7} {s['median_us']:>9.1f} {s['p90_us']:>9.1f} "
-            f"{s['p99_us']:>9.1f} {s['p999_us']:>9.1f} {s['mean_us']:>9.1f}  {titles[name]}"
+            f"{w.name:16} {s['n']:>7} {s['median_us']:>9.1f} {s['p90_us']:>9.1f} "
+            f"{s['p99_us']:>9.1f} {s['p999_us']:>9.1f} {s['mean_us']:>9.1f} {cpu:>9.1f}  {w.title}"
         )
     print()
-    print(f"{'ratio':34} {'median':>7} {'p99':>7}")
+    print(f"{'ratio':34} {'median':>7} {'p99':>7} {'paired':>7} {'cpu':>7}")
     for r in ratio_rows:
-        print(f"{r['ratio']:34} {r['median']:>7.2f} {r['p99']:>7.2f}")
+        print(
+            f"{r['ratio']:34} {r['median']:>7.2f} {r['p99']:>7.2f} {r['paired']:>7.2f} "
+            f"{r['cpu']:>7.2f}"
+        )
 
 
 def main() -> None:
@@ -216,6 +238,18 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1000, help="untimed calls per case first")
     ap.add_argument("--sync", default="NORMAL", choices=["NORMAL", "FULL", "EXTRA"])
     ap.add_argument("--seed", type=int, help="for the shuffles (default: random)")
+    ap.add_argument(
+        "--hash-seed",
+        default="0",
+        help="PYTHONHASHSEED of every worker, so that no two processes differ by their "
+        "string hashes' layout ('random' for Python's default)",
+    )
+    ap.add_argument(
+        "--pin",
+        type=int,
+        metavar="CPU",
+        help="run every worker on this one CPU (they take turns anyway): no migrations",
+    )
     ap.add_argument("--json", type=Path, help="also write the results here")
     ns = ap.parse_args()
 
@@ -236,12 +270,13 @@ def main() -> None:
 
     started = time.monotonic()
     workers: list[Worker] = []
+    common = {"PYTHONHASHSEED": ns.hash_seed}
     with tempfile.TemporaryDirectory(prefix="warden-side-by-side-") as tmp:
         work = Path(tmp)
         base = ["--peers-dir", str(ns.peers_dir)]
         try:
             for label, src in zip(labels, srcs, strict=True):
-                env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE}"}
+                env = {**os.environ, **common, "PYTHONPATH": f"{src}{os.pathsep}{HERE}"}
                 args = [*base, "--case", "warden", "--workdir", str(work / label),
                         "--bundle", str(BUNDLE_PATH), "--sync", ns.sync]  # fmt: skip
                 title = f"Warden full ACS ask, SQLite {ns.sync} ({src})"
@@ -249,12 +284,15 @@ def main() -> None:
             peer_env = {
                 k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")
             }
-            peer_env["PEERS_SCRATCH"] = str(work / "peers-scratch")
+            peer_env.update(common, PEERS_SCRATCH=str(work / "peers-scratch"))
             for name in ns.peers:
                 args = [*base, "--case", name, "--workdir", str(work / name)]
                 workers.append(
                     spawn(name, PEER_TITLES[name], ns.peers_python, args, peer_env, work)
                 )
+            for w in workers:
+                if ns.pin is not None:
+                    os.sched_setaffinity(w.proc.pid, {ns.pin})
             for w in workers:
                 w.start()
                 if w.name.startswith("warden:") and not Path(w.info["warden"]).is_relative_to(
@@ -265,6 +303,8 @@ def main() -> None:
             for w in workers:
                 w.run(ns.warmup, 0)
                 w.samples.clear()
+                w.cpu.clear()
+                w.chunk_medians.clear()
             for r in range(ns.rounds):
                 order = list(workers)
                 rng.shuffle(order)
@@ -277,10 +317,9 @@ def main() -> None:
                 w.stop()
 
     summary = {w.name: summarize(w.samples) for w in workers}
-    titles = {w.name: w.title for w in workers}
     wardens = [w.name for w in workers if w.name.startswith("warden:")]
-    ratio_rows = ratios(summary, wardens)
-    print_table(summary, titles, ratio_rows)
+    ratio_rows = ratios({w.name: w for w in workers}, wardens)
+    print_table(workers, ratio_rows)
     elapsed = time.monotonic() - started
     print(
         f"\n{ns.rounds} rounds × {ns.chunk} calls per case, shuffled (seed {seed}); {elapsed:.0f} s"
@@ -298,7 +337,15 @@ def main() -> None:
                 "seed": seed,
             },  # fmt: skip
             "cases": {
-                w.name: {"title": w.title, "info": w.info, **summary[w.name], "probes": w.probes}
+                w.name: {
+                    "title": w.title,
+                    "info": w.info,
+                    **summary[w.name],
+                    "cpu_median_us": statistics.median(w.cpu) / 1000.0,
+                    "cpu_p99_us": summarize(w.cpu)["p99_us"],
+                    "chunk_medians_us": [m / 1000.0 for m in w.chunk_medians],
+                    "probes": w.probes,
+                }
                 for w in workers
             },
             "ratios": ratio_rows,

@@ -18,7 +18,8 @@ Protocol: one JSON object per line. At start the worker prints ``{"ready": true,
 "info": {...}, "probes": [...]}`` (``probes``: the scenario's probe requests with the
 expected and obtained effect). Then for each ``{"cmd": "run", "n": N, "warmup": W}``
 on stdin it makes ``W`` untimed calls, ``gc.collect()``, then ``N`` calls each timed
-with ``perf_counter_ns``, and prints ``{"samples": [ns, ...]}``. ``{"cmd": "quit"}``
+with ``perf_counter_ns`` (and, around that, the process's CPU time with
+``process_time_ns``), and prints ``{"samples": [ns, ...], "cpu": [ns, ...]}``. ``{"cmd": "quit"}``
 (or end of input) ends it. Anything else the process prints goes to stderr.
 """
 
@@ -168,21 +169,29 @@ def _probe_rows(scenario: Any, decide: Callable[[dict[str, Any]], Any]) -> list[
     return rows
 
 
-def timed(case: Case, n: int, warmup: int) -> list[int]:
-    """``warmup`` untimed calls, a collection, then ``n`` calls timed one by one (ns)."""
+def timed(case: Case, n: int, warmup: int) -> tuple[list[int], list[int]]:
+    """``warmup`` untimed calls, a collection, then ``n`` calls timed one by one: wall
+    time (``perf_counter_ns``, as the peers' harness) and this process's CPU time
+    (``process_time_ns``, all its threads: what the call cost when the VM's other tenants
+    preempt it). The CPU clock is read outside the wall clock's readings."""
     case.prepare(n + warmup)
     for _ in range(warmup):
         case.call()
     gc.collect()
     samples = [0] * n
+    cpu = [0] * n
     pc = time.perf_counter_ns
+    pt = time.process_time_ns
     call = case.call
     for i in range(n):
+        c0 = pt()
         t0 = pc()
         call()
-        samples[i] = pc() - t0
+        t1 = pc()
+        cpu[i] = pt() - c0
+        samples[i] = t1 - t0
     case.check()
-    return samples
+    return samples, cpu
 
 
 def main() -> None:
@@ -215,8 +224,8 @@ def main() -> None:
         cmd = json.loads(line)
         if cmd.get("cmd") != "run":
             break
-        samples = timed(case, int(cmd["n"]), int(cmd.get("warmup", 0)))
-        out.write(json.dumps({"samples": samples}) + "\n")
+        samples, cpu = timed(case, int(cmd["n"]), int(cmd.get("warmup", 0)))
+        out.write(json.dumps({"samples": samples, "cpu": cpu}) + "\n")
     case.close()
 
 
