@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -107,10 +108,25 @@ class ProtocolTrace:
         for path in files:
             everything = path.read_bytes()
             start = mark.get(path, 0)
-            lines = everything[start:].decode("utf-8", "replace").splitlines()
+            lines = records(everything[start:].decode("utf-8", "replace"))
             if lines:
                 out.append((lines, prepared_sql(everything[:start].decode("utf-8", "replace"))))
         return out
+
+
+_RECORD = re.compile(r"^[FB]\t\d+\t")
+
+
+def records(trace: str) -> list[str]:
+    """The messages of a trace, one string each: libpq prints a statement's text as it
+    is, so a multi-line SQL statement continues on lines of its own."""
+    out: list[str] = []
+    for line in trace.splitlines():
+        if _RECORD.match(line) or not out:
+            out.append(line)
+        else:
+            out[-1] += "\n" + line
+    return out
 
 
 def _fields(rest: str) -> list[str]:
@@ -127,7 +143,7 @@ def prepared_sql(trace: str) -> dict[str, str]:
     """Statement name → SQL from a connection's ``Parse`` lines (the last one wins, as
     on the server: the unnamed statement is replaced by each unnamed Parse)."""
     names: dict[str, str] = {}
-    for line in trace.splitlines():
+    for line in records(trace):
         parts = line.split("\t", 3)
         if len(parts) == 4 and parts[0] == "F" and parts[2] == "Parse":
             words = _fields(parts[3])

@@ -11,7 +11,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
-from pg_round_trips import count  # noqa: E402
+from pg_round_trips import count, prepared_sql, records  # noqa: E402
 from scenario_bundle import (  # noqa: E402
     BUNDLE_PATH,
     DEFAULT_PEERS_DIR,
@@ -111,3 +111,20 @@ def test_round_trips_are_runs_of_client_messages_and_statements_are_executions()
         "INSERT INTO entries VALUES ($1)",
         "COMMIT",
     ]
+
+
+def test_a_multi_line_statement_is_one_record_and_keeps_its_name() -> None:
+    trace = (
+        'F\t40\tParse\t "_pg3_0" "WITH head AS (\n  UPDATE sessions SET seq = $1\n)\n'
+        'SELECT 1" 1 NNNN\n'
+        "B\t4\tParseComplete\n"
+        'F\t22\tBind\t "" "_pg3_0" 1 1 1 2\n'
+        'F\t9\tExecute\t "" 0\n'
+        "F\t4\tSync\n"
+    )
+    lines = records(trace)
+    assert len(lines) == 5
+    names = prepared_sql("\n".join(lines[:2]))
+    counted = count([(lines[2:], names)])
+    assert counted["sent"] == ["WITH head AS (\n  UPDATE sessions SET seq = $1\n)\nSELECT 1"]
+    assert (counted["round_trips"], counted["statements"]) == (1, 1)
