@@ -770,6 +770,11 @@ def mount_desk(app: FastAPI, runtime: Runtime) -> None:
     async def reroute(request: Request, task_id: str) -> Response:
         return await desk.act(request, task_id, "reroute")
 
+    # The operator view (admin only), before the catch-all below.
+    from warden.server.desk_ops import add_ops_routes
+
+    add_ops_routes(router, desk)
+
     @router.api_route("/{rest:path}", methods=_ANY_METHOD)
     async def unknown_page(request: Request, rest: str) -> Response:
         # Last: any other /desk path is the desk's own 404 page (same headers and
