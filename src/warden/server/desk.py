@@ -23,6 +23,8 @@ Routes (none in the OpenAPI schema)::
     POST /desk/tasks/{task_id}/deny      reason required
     POST /desk/tasks/{task_id}/reroute   group required, reason optional
     GET  /desk/static/desk.css           the stylesheet
+    GET  /desk/ops[/…]                   the operator view, admin keys only
+                                         (:mod:`warden.server.desk_ops`)
     *    /desk/<anything else>           the desk's 404 page
 
 **Session.** Starlette's ``SessionMiddleware`` (itsdangerous timestamp signature),

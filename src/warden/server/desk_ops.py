@@ -6,8 +6,9 @@ Routes::
 
     GET /desk/ops                          activity: sessions and audit entries of every
                                            chain, newest first; ?agent= &tool= &decision=
-                                           &rule= &wire= &session= &since= &until= and the
-                                           page cursor ?before_at= &before_session= &before_seq=
+                                           &rule= &wire= &session= &since= &until=, rows per
+                                           page ?limit= (1-200, default 50) and the page
+                                           cursor ?before_at= &before_session= &before_seq=
     GET /desk/ops/entries/{session}/{seq}  one decision: request, verdict, rules, provenance,
                                            its audit-chain link verified
     GET /desk/ops/agents                   registered agents, budgets (cap, held, remaining),
