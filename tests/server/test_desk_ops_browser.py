@@ -18,6 +18,7 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -37,6 +38,7 @@ BUDGETS = """\
 """
 
 SECRET = "hunter2-do-not-show"
+HOSTILE_TOOL = '<img src=x id=injected>"_tool'
 
 
 @pytest.fixture
@@ -66,6 +68,9 @@ def seed(srv: Server, approver_token: str) -> dict[str, Any]:
         "ask": "ask",
         "modify": "modify",
     }
+    # Markup in agent-controlled text is printed as text, never as markup.
+    marked = bot.tool_call(HOSTILE_TOOL, {"q": "<script>alert(1)</script>"})["result"]
+    assert marked["decision"] == "allow"
     payer = srv.client(agent_id="pay-bot")
     payer.hello()
     payer.call("steps/sessionStart", {})
@@ -216,38 +221,44 @@ def as_admin(page: Page, srv: Server, token: str, seeded: dict[str, Any]) -> Non
     expect(table).to_contain_text("spend")  # the budget tree's chain
     expect(table).not_to_contain_text(SECRET)
     times = table.locator("tbody tr").evaluate_all("rows => rows.map(r => r.dataset.at)")
-    assert len(times) == 14 and times == sorted(times, reverse=True)
+    assert len(times) == 15 and times == sorted(times, reverse=True)
+    expect(table).to_contain_text(HOSTILE_TOOL)
+    expect(page.locator("#injected")).to_have_count(0)
     expect(page.locator(f'tr[data-session-id="{seeded["session"]}"]')).to_contain_text("ops-bot")
     shot(page, "activity")
 
     # Filters: each narrows to exactly what it names.
-    def filtered(**values: str) -> list[str]:
-        page.goto(srv.url + "/desk/ops")
-        for name, value in values.items():
-            page.get_by_label(name, exact=True).fill(value)
-        page.get_by_role("button", name="Filter").click()
+    def rows() -> list[str]:
         return [r.strip() for r in table.locator("tbody tr").all_inner_texts()]
 
-    denied = filtered(Decision="deny")
-    assert len(denied) == 1 and "shell" in denied[0] and "destructive-shell" in denied[0]
+    def filtered(**query: str) -> list[str]:
+        page.goto(srv.url + "/desk/ops?" + urlencode(query))
+        return rows()
+
+    # The form sends the filter and shows it back.
+    page.get_by_label("Decision", exact=True).fill("deny")
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(re.compile(r"decision=deny"))
     expect(page.get_by_label("Decision", exact=True)).to_have_value("deny")
-    by_tool = filtered(Tool="delete_file")
+    denied = rows()
+    assert len(denied) == 1 and "shell" in denied[0] and "destructive-shell" in denied[0]
+    by_tool = filtered(tool="delete_file")
     # The ACS ask and the desk chain's task being filed for that tool (a task's later
     # events name the task, not the tool).
     assert len(by_tool) == 2
     assert any("steps/toolCallRequest" in r for r in by_tool)
     assert any("warden/approval.requested" in r for r in by_tool)
     assert all("delete_file" in r for r in by_tool)
-    by_rule = filtered(Rule="redact-password")
+    by_rule = filtered(rule="redact-password")
     assert len(by_rule) == 1 and "login" in by_rule[0] and "modify" in by_rule[0]
-    by_agent = filtered(Agent="pay-bot")
+    by_agent = filtered(agent="pay-bot")
     assert by_agent and all("pay-bot" in r for r in by_agent)
     assert any("transfer_funds" in r for r in by_agent)
     assert not any("read_file" in r for r in by_agent)
-    by_wire = filtered(Wire="spend")
+    by_wire = filtered(wire="spend")
     assert by_wire and all("warden/spend." in r for r in by_wire)
     shot(page, "activity-filtered")
-    filtered(**{"Since (UTC)": "2999-01-01T00:00"})
+    filtered(since="2999-01-01T00:00")
     expect(page.get_by_text("No entries match")).to_be_visible()
     bad = page.goto(srv.url + "/desk/ops?since=yesterday")
     assert bad is not None and bad.status == 400
@@ -256,15 +267,19 @@ def as_admin(page: Page, srv: Server, token: str, seeded: dict[str, Any]) -> Non
     # The pager: three at a time, each page older than the one before, none repeated.
     page.goto(srv.url + "/desk/ops?limit=3")
     seen: list[str] = []
+    stamps: list[str] = []
+    listed = page.locator("table.activity tbody tr")
     for _ in range(3):
-        keys = page.locator("table.activity tbody tr").evaluate_all(
-            "rows => rows.map(r => r.dataset.entry)"
-        )
+        keys = listed.evaluate_all("rows => rows.map(r => r.dataset.entry)")
         assert len(keys) == 3
         seen += keys
+        stamps += listed.evaluate_all("rows => rows.map(r => r.dataset.at)")
         page.get_by_role("link", name="Older").click()
+        # Wait for the older page itself, not the one the click left.
+        expect(listed.first).not_to_have_attribute("data-entry", keys[0])
         expect(page.get_by_role("link", name="Newest")).to_be_visible()
     assert len(set(seen)) == len(seen) == 9
+    assert stamps == sorted(stamps, reverse=True)
 
     # A modify decision: the request as received, its secret shown redacted; the rule
     # and its reasoning; the chain link verified.
@@ -340,14 +355,17 @@ def as_admin(page: Page, srv: Server, token: str, seeded: dict[str, Any]) -> Non
         o: int(page.locator(f'[data-outcome="{o}"]').inner_text())
         for o in ("allow", "deny", "ask", "modify")
     }
-    # Two sessionStarts and a read; the shell; delete_file and transfer_funds; login.
-    assert counts == {"allow": 3, "deny": 1, "ask": 2, "modify": 1}, counts
+    # Two sessionStarts, a read and the hostile name; the shell; delete_file and
+    # transfer_funds; login.
+    assert counts == {"allow": 4, "deny": 1, "ask": 2, "modify": 1}, counts
     expect(page.locator("#per-minute rect.o-deny")).to_have_count(1)
     rules = page.get_by_role("table", name="Top rules")
-    expect(rules.get_by_role("img", name="tool-calls: 5 verdicts")).to_be_visible()
+    expect(rules.get_by_role("img", name="tool-calls: 6 verdicts")).to_be_visible()
     expect(rules.get_by_role("img", name="redact-password: 1 verdicts")).to_be_visible()
     tools = page.get_by_role("table", name="Top tools")
-    expect(tools.locator("svg.hbar")).to_have_count(5)  # read_file shell delete login transfer
+    expect(tools.locator("svg.hbar")).to_have_count(6)  # read shell delete login pay hostile
+    expect(tools).to_contain_text(HOSTILE_TOOL)
+    expect(page.locator("#injected")).to_have_count(0)
     expect(tools.get_by_role("img", name="read_file: 1 verdicts")).to_be_visible()
     latency = page.locator("section", has_text="Approval latency")
     expect(latency).to_contain_text("1 most recently decided task")
