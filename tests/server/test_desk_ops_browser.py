@@ -371,3 +371,16 @@ def as_admin(page: Page, srv: Server, token: str, seeded: dict[str, Any]) -> Non
     expect(latency).to_contain_text("1 most recently decided task")
     expect(latency.get_by_role("img", name="under 10 s: 1 tasks")).to_be_visible()
     shot(page, "charts")
+
+    # Last (it changes what the pages above count): a row that is no audit record at
+    # all is a clear page, not a server error, and the list shows it as unreadable.
+    with sqlite3.connect(srv.data_dir / "warden.db") as db:
+        db.execute(
+            "UPDATE entries SET entry = '{not json' WHERE session_id = ? AND seq = 0",
+            (seeded["session"],),
+        )
+    damaged = page.goto(srv.url + allow_href.rsplit("/", 1)[0] + "/0")
+    assert damaged is not None and damaged.status == 409
+    expect(page.get_by_role("alert")).to_contain_text("cannot be read as stored")
+    page.goto(srv.url + "/desk/ops?decision=unreadable")
+    expect(page.locator("table.activity tbody tr")).to_have_count(1)

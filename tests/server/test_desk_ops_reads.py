@@ -86,6 +86,24 @@ def test_filters_are_exact(seeded: tuple[Runtime, str]) -> None:
     one = ops_view.activity(rt.store, ops_view.Filters(), None, session_id=session).rows
     assert len(one) == 6 and {r.session_id for r in one} == {session}
 
+    # Entries stored before requests were kept (request NULL) and rows that are not
+    # JSON still belong to their session's agent.
+    engine = create_engine(rt.settings.resolved_database_url())
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text("UPDATE entries SET request = NULL WHERE session_id = :s AND seq = 0"),
+                {"s": session},
+            )
+            conn.execute(
+                text("UPDATE entries SET entry = 'garbage' WHERE session_id = :s AND seq = 1"),
+                {"s": session},
+            )
+    finally:
+        engine.dispose()
+    assert len(rows(agent="ops-bot")) == 7
+    assert [(r.seq, r.agent) for r in rows(decision="unreadable")] == [(1, "ops-bot")]
+
 
 @pytest.mark.parametrize(
     "params",

@@ -98,7 +98,8 @@ def test_each_chain_is_summarised() -> None:
 
 def test_prefilter_keeps_only_verbatim_values() -> None:
     f = ops_view.Filters(agent="ops-bot", tool='say"hi', rule="r\\1", decision="déni")
-    assert f.prefilter() == ["ops-bot"]
+    assert f.prefilter() == [] and f.agent_prefilter() == "ops-bot"
+    assert ops_view.Filters(decision="unreadable", rule="r").prefilter() == ["r"]
     assert ops_view.Filters(wire="spend").step_prefix() == "warden/spend."
     assert ops_view.Filters(wire="acs").step_prefix() is None
 

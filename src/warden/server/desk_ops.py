@@ -21,7 +21,9 @@ owner and chain, so only the ``admin`` role sees these pages. An approver is sho
 exactly the desk's "Page not found" page for every ``/desk/ops`` address (as for any
 other missing desk page), and no link to them: approvers keep seeing only what the
 desk already showed them, the approval tasks. Not logged in: the login form, as for
-every desk page. A missing entry (unknown session or seq) is a 404 page.
+every desk page. A missing entry (unknown session or seq) is a 404 page; an entry whose
+row cannot be read as an audit record (what ``warden export`` would refuse) is a 409
+page naming the damage. A store failure is the desk's 503 page, as everywhere on it.
 
 Bad filters are a 400 page that repeats the form and reads nothing.
 """
@@ -38,6 +40,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
+from warden.errors import IntegrityError
 from warden.identity.api_keys import Identity, Role
 from warden.server import ops_view, svg_charts
 from warden.server.desk import PREFIX, _Desk, show_time, task_href
@@ -200,9 +203,21 @@ class OpsPages:
         )
         if len(session_id) > MAX_SESSION_CHARS or not seq.isdigit() or len(seq) > 12:
             return missing
-        chain = await run_in_threadpool(
-            activity_sql.entry_chain, self.runtime.store, session_id, int(seq)
-        )
+        try:
+            chain = await run_in_threadpool(
+                activity_sql.entry_chain, self.runtime.store, session_id, int(seq)
+            )
+        except IntegrityError as exc:
+            # A row the export code cannot turn into a record (not JSON, columns that
+            # disagree with the entry): what `warden export` and `verify` would refuse.
+            return self.desk.problem(
+                request,
+                409,
+                "Audit entry damaged",
+                f"The audit entry cannot be read as stored ({exc.reason}): {exc.message}. "
+                "Run `warden verify` on this database.",
+                viewer,
+            )
         if chain is None:
             return missing
         context = decision_context(chain, PREFIX, self.runtime.bundle, self.runtime.keys.ikm)

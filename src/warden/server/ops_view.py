@@ -40,6 +40,8 @@ MAX_FILTER_CHARS = 200
 #: Rows the charts read at most from their window.
 CHART_SCAN = 20000
 
+#: The decision shown for a row whose entry is not readable JSON.
+UNREADABLE = "unreadable"
 #: The activity form's fields (query parameters).
 FILTER_FIELDS = ("agent", "tool", "decision", "rule", "wire", "since", "until", "session")
 
@@ -140,7 +142,7 @@ def summarize(row: StoredEntry) -> EntrySummary:
     entry = parse_json(row.entry)
     step = row.step_type
     if not isinstance(entry, dict):
-        wire, agent, tool, decision = "", row.agent_id, "", "unreadable"
+        wire, agent, tool, decision = "", row.agent_id, "", UNREADABLE
         rules: tuple[str, ...] = ()
         codes: tuple[str, ...] = ()
     elif step.startswith("warden/") and "." in step:
@@ -206,13 +208,22 @@ class Filters:
         return {k: v for k, v in pairs.items() if v}
 
     def prefilter(self) -> list[str]:
-        """Texts the stored JSON must contain for a row to possibly match: the filter
-        values that JSON writes verbatim (printable ASCII without quote or backslash)."""
+        """Texts the stored entry or request must contain for a row to possibly match:
+        the tool, decision and rule filters that JSON writes verbatim (printable ASCII
+        without quote or backslash). Not ``unreadable``, which no stored text says, nor
+        the agent, which :meth:`agent_prefilter` narrows."""
         out = []
-        for value in (self.agent, self.tool, self.decision, self.rule):
-            if value and all(32 <= ord(c) < 127 for c in value) and not set(value) & {'"', "\\"}:
+        for value in (self.tool, self.decision, self.rule):
+            if value == UNREADABLE:
+                continue
+            if _verbatim(value):
                 out.append(value)
         return out
+
+    def agent_prefilter(self) -> str | None:
+        """The agent filter as the store narrows it (its sessions, or its id in the
+        entry's text), None when there is none or JSON would escape it."""
+        return self.agent if _verbatim(self.agent) else None
 
     def step_prefix(self) -> str | None:
         """The step types the ``wire`` filter can be narrowed to in SQL (None: ``acs``,
@@ -229,6 +240,10 @@ class Filters:
             and (not self.rule or self.rule in s.rules)
             and (not self.wire or s.wire == self.wire)
         )
+
+
+def _verbatim(value: str) -> bool:
+    return bool(value) and all(32 <= ord(c) < 127 for c in value) and not set(value) & {'"', "\\"}
 
 
 class FilterError(ValueError):
@@ -345,6 +360,7 @@ def activity(
             contains=filters.prefilter(),
             step_prefix=filters.step_prefix(),
             session_id=session_id,
+            agent=filters.agent_prefilter(),
         )
         for row in batch:
             page.scanned += 1

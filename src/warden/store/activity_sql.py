@@ -112,6 +112,7 @@ def entries_page(
     contains: Sequence[str] = (),
     step_prefix: str | None = None,
     session_id: str | None = None,
+    agent: str | None = None,
 ) -> list[StoredEntry]:
     """Up to ``limit`` entries, newest first, strictly older than ``before``.
 
@@ -119,7 +120,9 @@ def entries_page(
     ``until`` exclusive); each text in ``contains`` must occur in the entry or its
     stored request (a coarse prefilter: the caller checks the parsed row exactly);
     ``step_prefix`` keeps step types starting with it (``warden/approval.``);
-    ``session_id`` keeps one session's entries.
+    ``session_id`` keeps one session's entries; ``agent`` keeps the entries of that
+    agent's sessions and those whose entry or request text contains it (Warden's chains
+    name the agent inside the entry; again a coarse prefilter).
     """
     where: list[str] = []
     args: list[Any] = []
@@ -151,6 +154,13 @@ def entries_page(
             f"(e.request IS NOT NULL AND e.request LIKE ? ESCAPE '{_ESCAPE}'))"
         )
         args += [pattern, pattern]
+    if agent is not None:
+        pattern = like_pattern(agent)
+        where.append(
+            f"(s.agent_id = ? OR e.entry LIKE ? ESCAPE '{_ESCAPE}' OR "
+            f"(e.request IS NOT NULL AND e.request LIKE ? ESCAPE '{_ESCAPE}'))"
+        )
+        args += [agent, pattern, pattern]
     if step_prefix is not None:
         where.append(f"e.step_type LIKE ? ESCAPE '{_ESCAPE}'")
         args.append(like_pattern(step_prefix)[1:])  # a prefix: no leading %
