@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 
 import httpx
 import pytest
-from conftest import DEFAULT_POLICY, Server, start_server
+from conftest import DEFAULT_POLICY, ROOT, Server, start_server
 from playwright.sync_api import ConsoleMessage, Page, expect, sync_playwright
 from test_desk_browser import CHROMIUM, CHROMIUM_ARGS, create_key
 
@@ -38,6 +38,7 @@ BUDGETS = """\
 """
 
 SECRET = "hunter2-do-not-show"
+KLA_REQUEST = ROOT / "src" / "warden" / "schemas" / "kla" / "examples" / "basic-read.json"
 HOSTILE_TOOL = '<img src=x id=injected>"_tool'
 
 
@@ -107,6 +108,21 @@ def seed(srv: Server, approver_token: str) -> dict[str, Any]:
         "ops-view-commit-0001",
     )
     held = spend("/v1/quotes", {**quote, "amount": "25.00"}, "ops-view-quote-0002")
+
+    # A KLA action request (its chain: the request, then Warden's policy decision).
+    srv.client(agent_id="kla-agent")  # registers the agent
+    kla_key = create_key(srv.data_dir, "kla-agent", "agent")
+    kla = httpx.post(
+        srv.url + "/v1/action-requests",
+        content=KLA_REQUEST.read_bytes(),
+        headers={
+            "authorization": f"Bearer {kla_key['token']}",
+            "content-type": "application/json",
+        },
+        timeout=30,
+    )
+    assert kla.status_code in (200, 201), kla.text
+    assert kla.json()["data"]["decision"]["decision"] == "allow"
     return {
         "session": bot.session_id,
         "task_id": task_id,
@@ -221,7 +237,7 @@ def as_admin(page: Page, srv: Server, token: str, seeded: dict[str, Any]) -> Non
     expect(table).to_contain_text("spend")  # the budget tree's chain
     expect(table).not_to_contain_text(SECRET)
     times = table.locator("tbody tr").evaluate_all("rows => rows.map(r => r.dataset.at)")
-    assert len(times) == 15 and times == sorted(times, reverse=True)
+    assert len(times) == 17 and times == sorted(times, reverse=True)
     expect(table).to_contain_text(HOSTILE_TOOL)
     expect(page.locator("#injected")).to_have_count(0)
     expect(page.locator(f'tr[data-session-id="{seeded["session"]}"]')).to_contain_text("ops-bot")
@@ -257,6 +273,23 @@ def as_admin(page: Page, srv: Server, token: str, seeded: dict[str, Any]) -> Non
     assert not any("read_file" in r for r in by_agent)
     by_wire = filtered(wire="spend")
     assert by_wire and all("warden/spend." in r for r in by_wire)
+    by_kla = filtered(wire="kla")
+    assert len(by_kla) == 2
+    assert "read_case_summary" in by_kla[1] and "action_request" in by_kla[1]
+    assert "allow" in by_kla[0] and "kla-actions" in by_kla[0] and "kla-agent" in by_kla[0]
+    # Its decision page: Warden's own entry (no agent request), the rule from the bundle.
+    table.locator("tbody tr").first.get_by_role("link").click()
+    expect(page.locator("#entry-decision")).to_have_text("allow")
+    expect(page.locator("#detail")).to_contain_text("policy_decision_id")
+    kla_rule = page.locator('tr[data-rule="kla-actions"]')
+    expect(kla_rule).to_contain_text("warden-default@1.4.1")
+    expect(kla_rule).to_contain_text("unless a stronger rule below fires.")
+    expect(kla_rule).not_to_contain_text("\\u000a")  # folded YAML shown as one line
+    expect(page.locator("#verification + ul")).to_contain_text(
+        "2 HMAC signature(s) verify: the session record's, the signed head's"
+    )
+    expect(page.locator("#verification")).to_contain_text("Link verified")
+    shot(page, "decision-kla")
     shot(page, "activity-filtered")
     filtered(since="2999-01-01T00:00")
     expect(page.get_by_text("No entries match")).to_be_visible()
@@ -355,9 +388,9 @@ def as_admin(page: Page, srv: Server, token: str, seeded: dict[str, Any]) -> Non
         o: int(page.locator(f'[data-outcome="{o}"]').inner_text())
         for o in ("allow", "deny", "ask", "modify")
     }
-    # Two sessionStarts, a read and the hostile name; the shell; delete_file and
-    # transfer_funds; login.
-    assert counts == {"allow": 4, "deny": 1, "ask": 2, "modify": 1}, counts
+    # Two sessionStarts, a read, the hostile name and the KLA request; the shell;
+    # delete_file and transfer_funds; login.
+    assert counts == {"allow": 5, "deny": 1, "ask": 2, "modify": 1}, counts
     expect(page.locator("#per-minute rect.o-deny")).to_have_count(1)
     rules = page.get_by_role("table", name="Top rules")
     expect(rules.get_by_role("img", name="tool-calls: 6 verdicts")).to_be_visible()

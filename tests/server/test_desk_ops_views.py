@@ -89,9 +89,31 @@ def test_each_chain_is_summarised() -> None:
         ("ask-before-delete",),
     )
     kla = summarize(
-        stored("warden/kla.decision", {"kla": {"record": {"decision": "deny"}, "principal": "k"}})
+        stored(
+            "warden/kla.policy_decision",
+            {
+                "kla": {
+                    "record": {
+                        "decision": "deny",
+                        "rules": [{"rule_id": "kla-no-delete-in-production"}],
+                        "reasons": [{"code": "production_delete"}],
+                    },
+                    "principal": "k",
+                }
+            },
+        )
     )
-    assert (kla.wire, kla.decision, kla.agent) == ("kla", "deny", "k")
+    assert (kla.wire, kla.decision, kla.agent, kla.rules, kla.reason_codes) == (
+        "kla",
+        "deny",
+        "k",
+        ("kla-no-delete-in-production",),
+        ("production_delete",),
+    )
+    asked = summarize(
+        stored("warden/kla.action_request", {"kla": {"record": {"action": "read_case"}}})
+    )
+    assert (asked.decision, asked.tool) == ("action_request", "read_case")
     broken = summarize(stored("steps/toolCallRequest", "{not json"))
     assert (broken.decision, broken.readable) == ("unreadable", False)
 

@@ -91,8 +91,9 @@ def _rules(refs: Any, names: tuple[str, ...], bundle: Bundle, same_bundle: bool)
             RuleView(
                 rule_id=rule_id,
                 policy=policy,
-                description=spec.description or "" if spec else "",
-                reasoning=spec.reasoning or "" if spec else "",
+                # Bundle YAML folds text with a trailing newline: shown as one line.
+                description=" ".join((spec.description or "").split()) if spec else "",
+                reasoning=" ".join((spec.reasoning or "").split()) if spec else "",
                 effect=spec.effect.value if spec else "",
                 known=spec is not None,
             )
@@ -164,9 +165,12 @@ def verification(chain: EntryChain, ikm: bytes | None) -> dict[str, Any]:
     if report.is_head:
         checks.append("it is the session's signed head")
     if report.signatures_checked:
-        checks.append(
-            f"{report.signatures_checked} HMAC signature(s) verify (session record, response, head)"
-        )
+        signed = ["the session record's"]
+        if chain.record.get("response") is not None:
+            signed.append("the response's")
+        if report.is_head:
+            signed.append("the signed head's")
+        checks.append(f"{report.signatures_checked} HMAC signature(s) verify: {', '.join(signed)}")
     return {
         "ok": True,
         "summary": "Link verified",
@@ -207,6 +211,21 @@ def decision_context(
         policy = detail.get("policy") if isinstance(detail, dict) else None
         if not bundle_ref and isinstance(policy, dict) and isinstance(policy.get("bundle"), dict):
             bundle_ref = policy["bundle"]
+        record_policy = (
+            detail.get("record", {}).get("policy")
+            if isinstance(detail, dict) and isinstance(detail.get("record"), dict)
+            else None
+        )
+        if not bundle_ref and isinstance(record_policy, dict):
+            # A KLA policy decision names its bundle as {bundle_id, version, digest}.
+            bundle_ref = {
+                "id": record_policy.get("bundle_id", ""),
+                "version": record_policy.get("version", ""),
+                "digest": record_policy.get("digest", ""),
+            }
+    refs = verdict.get("policy_references")
+    if not refs and isinstance(detail, dict) and isinstance(detail.get("record"), dict):
+        refs = detail["record"].get("rules")  # a KLA decision lists its rules as refs
     same_bundle = bool(bundle_ref) and bundle_ref.get("digest") == bundle.ref.digest
     params = parse_json(record.get("request"))
     modifications = result.get("modifications") if isinstance(result, dict) else None
@@ -238,7 +257,7 @@ def decision_context(
         "redacted": applied,
         "request_hash": str(entry.get("request_hash", "")),
         "reasoning": reasoning,
-        "rules": _rules(verdict.get("policy_references"), summary.rules, bundle, same_bundle),
+        "rules": _rules(refs, summary.rules, bundle, same_bundle),
         "same_bundle": same_bundle,
         "bundle": (
             f"{bundle_ref.get('id', '')}@{bundle_ref.get('version', '')}" if bundle_ref else ""

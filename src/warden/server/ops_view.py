@@ -69,6 +69,20 @@ def _strs(value: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value) if isinstance(value, list) else ()
 
 
+def _ids(value: Any, key: str) -> tuple[str, ...]:
+    """A list of names, each a string or an object naming it under ``key`` (KLA records
+    list rules as ``{"rule_id": …}``)."""
+    if not isinstance(value, list):
+        return ()
+    out = []
+    for item in value:
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, dict) and isinstance(item.get(key), str):
+            out.append(item[key])
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class EntrySummary:
     """One audit entry as the activity list shows it. ``wire`` is ``acs``, ``mcp`` or
@@ -123,8 +137,16 @@ def _warden_fields(
         tool = action
     elif isinstance(record.get("action"), str):
         tool = str(record["action"])
-    rules = _strs(detail.get("rules")) or _strs(policy.get("rules"))
-    codes = _strs(detail.get("reason_codes")) or _strs(policy.get("reason_codes"))
+    rules = (
+        _ids(detail.get("rules"), "rule_id")
+        or _ids(policy.get("rules"), "rule_id")
+        or _ids(record.get("rules"), "rule_id")  # a KLA policy decision record
+    )
+    codes = (
+        _ids(detail.get("reason_codes"), "code")
+        or _ids(policy.get("reason_codes"), "code")
+        or _ids(record.get("reasons"), "code")
+    )
     requester = _dict(detail.get("requester"))
     agent = next(
         (
