@@ -313,6 +313,13 @@ def as_admin(page: Page, srv: Server, token: str, seeded: dict[str, Any]) -> Non
         expect(page.get_by_role("link", name="Newest")).to_be_visible()
     assert len(set(seen)) == len(seen) == 9
     assert stamps == sorted(stamps, reverse=True)
+    # Filtering from an older page keeps the page size and starts from the newest.
+    page.get_by_label("Decision", exact=True).fill("allow")
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(re.compile(r"[?&]decision=allow&.*limit=3$"))
+    assert "before_" not in page.url
+    expect(listed).to_have_count(3)
+    expect(page.get_by_role("link", name="Older")).to_be_visible()
 
     # A modify decision: the request as received, its secret shown redacted; the rule
     # and its reasoning; the chain link verified.

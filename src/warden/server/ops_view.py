@@ -24,10 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from warden.store.activity_sql import EntryCursor, StoredEntry, entries_page
+
+if TYPE_CHECKING:
+    from warden.store.sql import SqlStore
 
 #: Rows shown on one activity page unless ``?limit=`` asks for 1 to :data:`MAX_PAGE_SIZE`.
 PAGE_SIZE = 50
@@ -361,7 +364,7 @@ class ActivityPage:
 
 
 def activity(
-    store: Any,
+    store: SqlStore,
     filters: Filters,
     before: EntryCursor | None,
     page_size: int = PAGE_SIZE,
@@ -425,7 +428,7 @@ class ChartData:
 OUTCOMES = ("allow", "modify", "ask", "deny", "defer", "other")
 
 
-def chart_data(store: Any, now: datetime, window_minutes: int, top: int = 8) -> ChartData:
+def chart_data(store: SqlStore, now: datetime, window_minutes: int, top: int = 8) -> ChartData:
     """Decisions per minute by outcome and the top rules and tools over the last
     ``window_minutes`` minutes before ``now`` (verdicts only: Warden-chain events with
     no verdict, such as a hold being settled, are not decisions)."""
