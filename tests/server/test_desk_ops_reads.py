@@ -184,3 +184,39 @@ def test_decision_page_hides_the_redacted_secret(seeded: tuple[Runtime, str]) ->
     assert page["verification"]["ok"] is True
     rules = {r.rule_id: r for r in page["rules"]}
     assert rules["redact-password"].known and rules["redact-password"].effect == "modify"
+
+
+def test_a_store_failure_is_the_desks_503_page(seeded: tuple[Runtime, str]) -> None:
+    """The operator pages fail closed like every desk page: the store's failure is the
+    desk's 503 page with Retry-After, never a 500 or a partial page."""
+    import re
+
+    from fastapi.testclient import TestClient
+    from outage import damage, repair
+
+    from warden.identity.api_keys import Role
+    from warden.server.app import create_app
+
+    rt, session = seeded
+    _, token = rt.api_keys.create("root", Role.ADMIN, ())
+    url = rt.settings.resolved_database_url()
+    with TestClient(create_app(rt), follow_redirects=False) as client:
+        form = client.get("/desk/login")
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
+        assert csrf is not None
+        login = client.post(
+            "/desk/login", data={"token": token, "csrf_token": csrf.group(1), "next": "/desk/ops"}
+        )
+        assert login.status_code == 303 and login.headers["location"] == "/desk/ops"
+        assert client.get("/desk/ops").status_code == 200
+        damage(url, "entries")
+        try:
+            for path in ("/desk/ops", f"/desk/ops/entries/{session}/1", "/desk/ops/charts"):
+                r = client.get(path)
+                assert r.status_code == 503, (path, r.text)
+                assert r.headers["retry-after"] == "5"
+                assert "Approval desk unavailable" in r.text
+                assert "content-security-policy" in r.headers
+        finally:
+            repair(url, "entries")
+        assert client.get(f"/desk/ops/entries/{session}/1").status_code == 200
