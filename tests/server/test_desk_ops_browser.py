@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -108,6 +110,32 @@ def seed(srv: Server, approver_token: str) -> dict[str, Any]:
         "ops-view-commit-0001",
     )
     held = spend("/v1/quotes", {**quote, "amount": "25.00"}, "ops-view-quote-0002")
+
+    # An agent that may spend the budget (the agents page shows what it has left).
+    added = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "warden",
+            "agents",
+            "add",
+            "spend-bot",
+            "--owner",
+            "finance-team",
+            "--group",
+            "finance",
+            "--budget",
+            "ops-org",
+            "--json",
+            "--data-dir",
+            str(srv.data_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert added.returncode == 0, added.stderr
 
     # A KLA action request (its chain: the request, then Warden's policy decision).
     srv.client(agent_id="kla-agent")  # registers the agent
@@ -237,7 +265,7 @@ def as_admin(page: Page, srv: Server, token: str, seeded: dict[str, Any]) -> Non
     expect(table).to_contain_text("spend")  # the budget tree's chain
     expect(table).not_to_contain_text(SECRET)
     times = table.locator("tbody tr").evaluate_all("rows => rows.map(r => r.dataset.at)")
-    assert len(times) == 17 and times == sorted(times, reverse=True)
+    assert len(times) == 18 and times == sorted(times, reverse=True)
     expect(table).to_contain_text(HOSTILE_TOOL)
     expect(page.locator("#injected")).to_have_count(0)
     expect(page.locator(f'tr[data-session-id="{seeded["session"]}"]')).to_contain_text("ops-bot")
@@ -273,6 +301,8 @@ def as_admin(page: Page, srv: Server, token: str, seeded: dict[str, Any]) -> Non
     assert not any("read_file" in r for r in by_agent)
     by_wire = filtered(wire="spend")
     assert by_wire and all("warden/spend." in r for r in by_wire)
+    registry = filtered(wire="agents")  # `warden agents add` is an audit event too
+    assert len(registry) == 1 and "spend-bot" in registry[0]
     by_kla = filtered(wire="kla")
     assert len(by_kla) == 2
     assert "read_case_summary" in by_kla[1] and "action_request" in by_kla[1]
@@ -379,6 +409,9 @@ def as_admin(page: Page, srv: Server, token: str, seeded: dict[str, Any]) -> Non
     expect(page.get_by_role("heading", name="Agents and budgets")).to_be_visible()
     expect(page.locator('tr[data-agent="ops-bot"]')).to_contain_text("ops-bot.owner")
     expect(page.locator('tr[data-agent="pay-bot"]')).to_contain_text("active")
+    spender = page.locator('tr[data-agent="spend-bot"]')
+    expect(spender).to_contain_text("finance-team")
+    expect(spender).to_contain_text("ops-org (442.5 USD left)")
     budget = page.locator('tr[data-budget="ops-org"]')
     expect(budget).to_contain_text("500")
     expect(budget).to_contain_text("25")  # held
