@@ -55,7 +55,6 @@ from warden.crypto.canonical import (
 )
 from warden.crypto.hmac_keys import SessionKeys
 from warden.crypto.jcs_fast import JcsRoute, jcs_route
-from warden.crypto.jcs_members import joined, members
 from warden.errors import (
     CapabilityNotNegotiated,
     HeadMoved,
@@ -324,20 +323,15 @@ class AcsService:
                 return error_response(rid, exc)
         params = msg["params"]
         method = msg["method"]
-        try:
-            # Canonicalized once: the params' members give both the signing input (the
-            # envelope without params.signature) and the request_hash input (the params).
-            parts = members(params, known_fast=fast)
-            top = {k: canonical_bytes(v, known_fast=fast) for k, v in msg.items() if k != "params"}
-        except InvalidRequest as exc:  # a lone surrogate passes jcs_route's walk
-            return error_response(rid, exc)
-        top["params"] = joined(parts, without="signature")
         sid = params["metadata"]["session_id"]
         key_id = request_key_id(params)
         caller = self.callers.resolve(key_id, sid) if key_id is not None else None
         authentic = False
         if caller is not None:
-            authentic = verify_request(msg, caller.key, signing_input=joined(top))
+            try:
+                authentic = verify_request(msg, caller.key, known_fast=fast)
+            except InvalidRequest as exc:  # a lone surrogate passes jcs_route's walk
+                return error_response(rid, exc)
         if method == PING:
             return self._ping(msg, caller.key if authentic and caller is not None else None)
         if not authentic or caller is None:
@@ -354,7 +348,9 @@ class AcsService:
             if method == HANDSHAKE:
                 return self._sign(key, self._handshake(msg, caller))
             info = route(method)
-            return (yield from self._step(msg, info, caller, joined(parts)))
+            # The params exactly as hashed into request_hash (and stored beside the entry).
+            received = canonical_bytes(params, known_fast=fast)
+            return (yield from self._step(msg, info, caller, received))
         except KeyRevoked as exc:
             # Revoked on some replica since this one cached the key: unauthenticated.
             self.callers.forget(caller.key_id)
