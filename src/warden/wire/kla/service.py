@@ -31,14 +31,15 @@ from warden.approvals.desk import ApprovalDesk, Approver, DeskTx
 from warden.approvals.tasks import Event, Task
 from warden.core.guardian import Guardian
 from warden.identity.api_keys import Identity
+from warden.kla import approval_events
+from warden.kla.evidence import Evidence, Signer
 from warden.kla.keys import KeyRegistry
+from warden.kla.recorder import KlaStore, Recorder
 from warden.ledger.ledger import Ledger
 from warden.ledger.warden_chain import WardenChain
-from warden.wire.kla import approval_events, outcome, reads, submit
+from warden.wire.kla import outcome, reads, submit
 from warden.wire.kla.answers import Answer
-from warden.wire.kla.evidence import Evidence, Signer
 from warden.wire.kla.models import OutcomeRequest
-from warden.wire.kla.recorder import KlaStore, Recorder
 
 
 class KlaService:
