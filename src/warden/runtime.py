@@ -27,11 +27,13 @@ from warden.gates.approval import ApprovalGate
 from warden.gates.spend import SpendGate
 from warden.identity.agents import AgentRegistry
 from warden.identity.api_keys import ApiKeys, Role, api_key_pepper
+from warden.kla.evidence import Signer
 from warden.kla.keys import KeyRegistry
 from warden.ledger.ledger import Ledger
 from warden.policy.bundle import Bundle, load_bundle
 from warden.policy.engine import PolicyEngine
 from warden.settings import Settings
+from warden.spend.asks import budget_increase_effect
 from warden.spend.audit import SpendAuditor
 from warden.spend.config import apply_budgets, load_budgets
 from warden.spend.engine import SpendEngine
@@ -42,9 +44,7 @@ from warden.wire.acs.callers import CallerKeys
 from warden.wire.acs.handshake import HandshakeConfig
 from warden.wire.acs.service import AcsService
 from warden.wire.adcp import AdcpService, AdcpState
-from warden.wire.kla.evidence import Signer
 from warden.wire.kla.service import KlaService
-from warden.wire.spend.operations import budget_increase_effect
 
 log = logging.getLogger(__name__)
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from warden.adcp.check_answers import CheckAnswers, audit_detail
+from warden.adcp.state import Answer, Call, new_id
 from warden.adcp.verdicts import CheckInput, Evaluation
 from warden.approvals.desk import AskRequest
 from warden.approvals.tasks import Event, Requester, Task, TaskKind
 from warden.core.types import Effect, Verdict
 from warden.gates.approval import ask_terms, policy_of
 from warden.store.adcp_sql import CheckRow, PlanRow
-from warden.wire.adcp.check_answers import CheckAnswers, audit_detail
-from warden.wire.adcp.state import Answer, Call, new_id
 
 METHOD = "adcp/check_governance"
 #: Who reviews a plan-triggered escalation, and for how long the task stays open.

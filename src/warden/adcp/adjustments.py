@@ -18,7 +18,7 @@ comes back (a decommitment, refund, credit or makegood) and the plan owner revie
   ``self_reviewed``).
 - ``action: review`` with ``decision: accept`` verifies it — refused with ``CONFLICT``
   while the action's latest delivery observation for some open period is disputed
-  (:func:`warden.wire.adcp.delivery.blocking_dispute`) — and, for the types that
+  (:func:`warden.adcp.delivery.blocking_dispute`) — and, for the types that
   restore headroom (:mod:`.plan_money`), gives the amount back to the plan's budget in
   the spend ledger; ``dispute`` marks it disputed. A review of an adjustment no longer
   ``reported`` is ``INVALID_STATE``.
@@ -29,12 +29,12 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from warden.adcp.delivery import blocking_dispute
+from warden.adcp.errors import AdcpError
+from warden.adcp.plan_money import apply_cap, plan_money, restores
 from warden.adcp.plans import Plan, to_decimal
+from warden.adcp.state import AdcpState, Answer, Call, new_id, rfc3339, wire_number
 from warden.store.adcp_sql import AdjustmentRow, OutcomeRow
-from warden.wire.adcp.delivery import blocking_dispute
-from warden.wire.adcp.envelope import AdcpError
-from warden.wire.adcp.plan_money import apply_cap, plan_money, restores
-from warden.wire.adcp.state import AdcpState, Answer, Call, new_id, rfc3339, wire_number
 
 
 def report_plan_adjustment(st: AdcpState, call: Call, tx: Any) -> Answer:

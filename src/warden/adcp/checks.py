@@ -27,16 +27,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from warden.adcp.errors import AdcpError
+from warden.adcp.execution import Executions
 from warden.adcp.plans import Plan
+from warden.adcp.reviews import METHOD, Reviews
+from warden.adcp.state import Answer, Call, new_id, wire_number
 from warden.adcp.verdicts import CheckInput, Evaluation, commitment_of, evaluate
 from warden.core.pipeline import Pipeline
 from warden.core.types import ActionRequest, Effect, Verdict
 from warden.errors import CouldNotDecide
 from warden.identity.api_keys import Identity
-from warden.wire.adcp.envelope import AdcpError
-from warden.wire.adcp.execution import Executions
-from warden.wire.adcp.reviews import METHOD, Reviews
-from warden.wire.adcp.state import Answer, Call, new_id, wire_number
 
 
 class Checks(Reviews, Executions):

@@ -26,6 +26,7 @@ from joserfc.errors import JoseError
 from joserfc.jwk import OKPKey
 
 from warden.adcp._jose import ProfileRegistry
+from warden.adcp.errors import AdcpError
 from warden.adcp.governance_token import GovernanceSigner
 from warden.approvals.desk import ApprovalDesk, DeskTx
 from warden.core.guardian import Guardian
@@ -37,7 +38,6 @@ from warden.spend.budgets import period_key
 from warden.spend.engine import SpendEngine
 from warden.store.adcp_sql import PlanRow, SqlAdcp, adcp_rows
 from warden.store.idempotency import IdempotencyKeys
-from warden.wire.adcp.envelope import AdcpError
 
 CHAIN_KIND = "adcp"
 _REGISTRY = ProfileRegistry(["EdDSA"])

@@ -13,12 +13,12 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
+from warden.adcp.check_answers import CheckAnswers
+from warden.adcp.delivery import statement_of
+from warden.adcp.errors import AdcpError
 from warden.adcp.plans import Plan
+from warden.adcp.state import Answer, Call, new_id
 from warden.adcp.verdicts import CheckInput, Evaluation, commitment_of, evaluate
-from warden.wire.adcp.check_answers import CheckAnswers
-from warden.wire.adcp.delivery import statement_of
-from warden.wire.adcp.envelope import AdcpError
-from warden.wire.adcp.state import Answer, Call, new_id
 
 
 class Executions(CheckAnswers):

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from warden.wire.adcp.envelope import AdcpError
+from warden.adcp.errors import AdcpError
 
 #: §1.5's recommended first-deployment ceilings: (sustained per second, burst).
 WRITES = (60.0, 300.0)

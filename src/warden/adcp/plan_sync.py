@@ -15,14 +15,14 @@ import re
 from decimal import Decimal
 from typing import Any
 
+from warden.adcp.errors import AdcpError
 from warden.adcp.plan_hash import plan_hash
+from warden.adcp.plan_money import apply_cap, plan_money
 from warden.adcp.plans import Plan, parse_time
+from warden.adcp.state import AdcpState, Answer, Call, budget_id_for, rfc3339
 from warden.errors import InputRejected
 from warden.spend.money import parse_amount
 from warden.store.adcp_sql import PlanRow
-from warden.wire.adcp.envelope import AdcpError
-from warden.wire.adcp.plan_money import apply_cap, plan_money
-from warden.wire.adcp.state import AdcpState, Answer, Call, budget_id_for, rfc3339
 
 #: At most this many plans in one sync_plans request (each counts as one write against
 #: the rate limiter).

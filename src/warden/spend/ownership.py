@@ -14,6 +14,8 @@
   by that wire: its owner may read it here, and commit/release/undo answer ``409
   reservation:other_wire``.
 
+The spend wire renders :class:`~warden.spend.errors.NotOwner` and
+:class:`~warden.spend.errors.OtherWire` (:func:`warden.wire.spend.render.refusal_for`).
 docs/decisions.md, "Hardening (issue 14): spend ownership".
 """
 
@@ -22,10 +24,14 @@ from __future__ import annotations
 from warden.identity.api_keys import Identity, Role
 from warden.spend.budgets import Budget
 from warden.spend.engine import SpendEngine
-from warden.spend.errors import UnknownBudget, UnknownReceipt, UnknownReservation
+from warden.spend.errors import (
+    NotOwner,
+    OtherWire,
+    UnknownBudget,
+    UnknownReceipt,
+    UnknownReservation,
+)
 from warden.spend.records import Receipt, Reservation
-from warden.wire.spend.models import Resolution
-from warden.wire.spend.render import Refusal
 
 #: The ``meta["wire"]`` of the holds this wire takes (and so may conclude).
 SPEND_WIRE = "spend"
@@ -53,10 +59,8 @@ _OWNER_HINT = (
 )
 
 
-def _forbidden(message: str, hint: str = _OWNER_HINT) -> Refusal:
-    return Refusal(
-        "auth:forbidden", 403, message, resolution=Resolution(type="authenticate", hint=hint)
-    )
+def _forbidden(message: str, hint: str = _OWNER_HINT) -> NotOwner:
+    return NotOwner(message, hint=hint)
 
 
 def readable_path(eng: SpendEngine, budget_id: str, who: Identity) -> list[Budget]:
@@ -70,8 +74,8 @@ def readable_path(eng: SpendEngine, budget_id: str, who: Identity) -> list[Budge
 
 def spendable_path(eng: SpendEngine, budget_id: str, who: Identity) -> list[Budget]:
     """The path of a budget ``who`` may quote against. Raises :class:`UnknownBudget` when
-    it is absent or not readable, :class:`Refusal` ``403 auth:forbidden`` when an admin
-    key is not bound to it."""
+    it is absent or not readable, :class:`NotOwner` (``403 auth:forbidden`` on the spend
+    wire) when an admin key is not bound to it."""
     path = readable_path(eng, budget_id, who)
     if not is_bound(path[0], who):
         raise _forbidden(
@@ -94,7 +98,7 @@ def readable_reservation(eng: SpendEngine, rid: str, who: Identity) -> Reservati
 _TAKEN_BY = {"adcp": "AdCP (report_plan_outcome concludes it)", "acs": "the ACS spend gate"}
 
 
-def _not_owner(what: str, who: Identity, owner: str | None, wire: object) -> Refusal:
+def _not_owner(what: str, who: Identity, owner: str | None, wire: object) -> NotOwner:
     if owner is None:
         # Owned by nobody: the ACS gate and AdCP hold without a spend-wire principal
         # (or a hold older than owners). "Another principal's" would send the admin
@@ -112,10 +116,8 @@ def _not_owner(what: str, who: Identity, owner: str | None, wire: object) -> Ref
     return _forbidden(f"{what} belongs to another principal; {who.principal} may read it only")
 
 
-def _other_wire(what: str, wire: object) -> Refusal:
-    return Refusal(
-        "reservation:other_wire",
-        409,
+def _other_wire(what: str, wire: object) -> OtherWire:
+    return OtherWire(
         f"{what} was taken by {_TAKEN_BY.get(str(wire), str(wire))}; that wire concludes it, not "
         "the spend wire",
     )
@@ -123,8 +125,9 @@ def _other_wire(what: str, wire: object) -> Refusal:
 
 def concludable_reservation(eng: SpendEngine, rid: str, who: Identity) -> Reservation:
     """A reservation ``who`` owns and this wire took, to commit or release. Raises
-    :class:`UnknownReservation` (absent or not readable), ``403 auth:forbidden`` (an
-    admin key, not the owner), ``409 reservation:other_wire``."""
+    :class:`UnknownReservation` (absent or not readable), NotOwner`` (an
+    admin key, not the owner: ``403 auth:forbidden``), :class:`OtherWire` (``409
+    reservation:other_wire``)."""
     res = readable_reservation(eng, rid, who)
     if res.principal != who.principal:
         raise _not_owner(f"reservation {rid}", who, res.principal, res.meta.get("wire"))

@@ -1,4 +1,5 @@
-"""An action request as the Guardian and the approval desk see it.
+"""An action request as the Guardian and the approval desk see it, and the policy
+decision record the Guardian's verdict becomes.
 
 The Guardian decides an action request v1 record under the policy method ``kla/action``
 with the KLA vocabulary as ``args`` (DESIGN.md; docs/decisions.md, item 77). A
@@ -12,11 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from warden.approvals.desk import AskRequest
-from warden.approvals.tasks import Requester, TaskKind
+from warden.approvals.tasks import Requester, Task, TaskKind
 from warden.core.guardian import Guardian
 from warden.core.types import ActionRequest, Verdict
 from warden.gates.approval import ask_terms, policy_of
 from warden.identity.api_keys import Identity
+from warden.kla.records import SCHEMA_VERSION, KlaDecision
 
 #: The policy method an action request is decided under (``hooks: [kla/action]``).
 METHOD = "kla/action"
@@ -115,3 +117,41 @@ def desk_ask(
         cited_task_id=cited_task_id,
         **terms,
     )
+
+
+#: The longest ``reasoning`` a policy decision record carries (characters).
+MAX_REASONING = 4096
+
+
+def policy_decision_record(
+    guardian: Guardian,
+    record: dict[str, Any],
+    digest: str,
+    decision_id: str,
+    decision: KlaDecision,
+    verdict: Verdict,
+    task: Task | None,
+    stamp: str,
+) -> dict[str, Any]:
+    """The policy decision record (seed 004) of ``verdict`` on the action request
+    ``record`` (its ``digest``): the rules and reasons, the bundle that decided (the
+    verdict's, else the loaded one), the reasoning cut to :data:`MAX_REASONING`
+    characters, and the desk task a ``require_approval`` filed."""
+    bundle = verdict.bundle or guardian.engine.bundle.ref
+    out: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "policy_decision_id": decision_id,
+        "action_request_id": record["action_request_id"],
+        "action_request_digest": digest,
+        "correlation": record["correlation"],
+        "decision": decision.value,
+        "rules": [r.to_wire() for r in verdict.policy_references],
+        "reasons": list(verdict.reason_codes),
+        "policy": {"bundle_id": bundle.id, "version": bundle.version, "digest": bundle.digest},
+        "decided_at": stamp,
+    }
+    if verdict.reasoning:
+        out["reasoning"] = verdict.reasoning[:MAX_REASONING]
+    if task is not None:
+        out["task_id"] = task.id
+    return out

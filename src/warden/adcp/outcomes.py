@@ -21,13 +21,13 @@ import contextlib
 from decimal import Decimal
 from typing import Any
 
+from warden.adcp.delivery import finding, reconcile
+from warden.adcp.errors import AdcpError
+from warden.adcp.plan_money import plan_money
 from warden.adcp.plans import to_decimal
+from warden.adcp.state import AdcpState, Answer, Call, new_id, rfc3339, wire_number
 from warden.spend.errors import ReservationNotHeld, SettlementExceedsReservation
 from warden.store.adcp_sql import CheckRow, OutcomeRow
-from warden.wire.adcp.delivery import finding, reconcile
-from warden.wire.adcp.envelope import AdcpError
-from warden.wire.adcp.plan_money import plan_money
-from warden.wire.adcp.state import AdcpState, Answer, Call, new_id, rfc3339, wire_number
 
 TERMINAL = ("completed", "failed")
 

@@ -24,9 +24,9 @@ from decimal import Decimal
 from typing import Any
 
 from warden.adcp.plans import Plan, to_decimal
+from warden.adcp.state import AdcpState, wire_number
 from warden.spend.budgets import Budget, BudgetKind, Period
 from warden.store.adcp_sql import AdjustmentRow, PlanRow
-from warden.wire.adcp.state import AdcpState, wire_number
 
 RESTORING = {
     "gross_commitment": frozenset({"decommitment"}),

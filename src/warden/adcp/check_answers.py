@@ -18,11 +18,11 @@ from warden.adcp.governance_token import (
 )
 from warden.adcp.plan_hash import authorized_payload_hash
 from warden.adcp.plans import Plan
+from warden.adcp.state import AdcpState, Call, new_id, rfc3339
 from warden.adcp.verdicts import CheckInput, Evaluation
 from warden.spend.engine import MAX_HOLD_SECONDS
 from warden.spend.errors import BudgetExceeded
 from warden.store.adcp_sql import CheckRow, PlanRow
-from warden.wire.adcp.state import AdcpState, Call, new_id, rfc3339
 
 
 class CheckAnswers:

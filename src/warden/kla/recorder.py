@@ -20,13 +20,12 @@ from warden.approvals.tasks import Task
 from warden.core.guardian import Guardian
 from warden.core.pipeline import Pipeline
 from warden.crypto.canonical import canonical_bytes
+from warden.kla.evidence import CHAIN_KIND, PROCESSED, Signer
 from warden.kla.keys import KeyRegistry
 from warden.kla.records import RecordKind, SealedRecord, seal
 from warden.ledger.ledger import Ledger
 from warden.ledger.warden_chain import WardenChain
 from warden.store.kla_sql import KlaRow, SqlKlaRecords
-from warden.wire.kla.evidence import CHAIN_KIND, PROCESSED, Signer
-from warden.wire.kla.models import TaskRef
 
 
 class KlaTx(DeskTx, Protocol):
@@ -125,8 +124,3 @@ class Recorder:
     def task(tx: KlaTx, task_id: Any) -> Task | None:
         """The approval task a decision names, if it names one."""
         return tx.tasks.get(task_id) if isinstance(task_id, str) else None
-
-    def task_ref(self, task: Task | None) -> TaskRef | None:
-        if task is None:
-            return None
-        return TaskRef(id=task.id, state=task.state.value, url=self.desk.task_url(task.id))

@@ -13,9 +13,9 @@ from typing import Any, cast
 from warden.approvals.desk import Approver, DeskTx
 from warden.approvals.tasks import Event, Task
 from warden.errors import WardenError
+from warden.kla.evidence import now_stamp
+from warden.kla.recorder import KlaTx, Recorder, new_id
 from warden.kla.records import SCHEMA_VERSION, RecordKind
-from warden.wire.kla.evidence import now_stamp
-from warden.wire.kla.recorder import KlaTx, Recorder, new_id
 
 _OUTCOMES = {Event.APPROVED: "approve", Event.DENIED: "deny", Event.REROUTED: "re_route"}
 
