@@ -122,13 +122,6 @@ class Runtime:
             raise
         keys = SessionKeys(ikm)
         guardian = Guardian(PolicyEngine(bundle))
-        try:
-            tracing = _tracing(settings, bundle.ref)
-        except BaseException:
-            store.close()
-            raise
-        if tracing is not None:
-            guardian.observers.tracer = tracing.tracer
         ledger = Ledger(store, keys, settings.key_id)
         spend = SpendEngine(store, SpendAuditor(ledger))
         desk = ApprovalDesk(
@@ -213,6 +206,15 @@ class Runtime:
                 "no identity is verified for them and every decision they get is marked "
                 "unsafe_shared_ikm. Register agents (`warden agents add`) and drop the flag."
             )
+        try:
+            # Last of the steps that may refuse the start: a refused start leaves no
+            # exporter thread behind.
+            tracing = _tracing(settings, bundle.ref)
+        except BaseException:
+            store.close()
+            raise
+        if tracing is not None:
+            guardian.observers.tracer = tracing.tracer
         interval = settings.spend_expiry_interval_s
         expirer = HoldExpirer(spend, interval, desk) if interval > 0 else None
         worker = None

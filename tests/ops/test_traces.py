@@ -398,3 +398,14 @@ def test_serve_takes_the_trace_options() -> None:
     assert r.exit_code != 0 and "otlp_endpoint" in r.output
     r = CliRunner().invoke(app, ["serve", "--trace-sample-ratio", "2"])
     assert r.exit_code != 0 and "trace_sample_ratio" in r.output
+
+
+def test_missing_sdk_stops_the_start(make_runtime: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from warden.errors import ConfigError
+
+    # As if the otel extra were not installed: importing the exporter fails.
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    with pytest.raises(ConfigError, match=r"warden\[otel\]"):
+        make_runtime(otlp_endpoint="http://127.0.0.1:4318")
