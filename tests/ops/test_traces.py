@@ -409,3 +409,39 @@ def test_missing_sdk_stops_the_start(make_runtime: Any, monkeypatch: pytest.Monk
     monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
     with pytest.raises(ConfigError, match=r"warden\[otel\]"):
         make_runtime(otlp_endpoint="http://127.0.0.1:4318")
+
+
+def test_sample_ratio_zero_keeps_only_sampled_callers(traced: Runtime) -> None:
+    from opentelemetry import context
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.0)))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    traced.guardian.observers.tracer = SpanTracer(provider.get_tracer("warden"))
+    pipeline = Pipeline(traced.guardian)
+    request = ActionRequest(
+        method="steps/toolCallRequest",
+        payload={},
+        metadata={},
+        tool={"name": "read_file"},
+        args={},
+        raw_command="",
+        session={},
+    )
+    pipeline.finished("acs", pipeline.run(None, request))  # a new trace: sampled out
+    assert exporter.get_finished_spans() == ()
+    tp, trace_id, _ = traceparent()  # the caller sampled its trace: kept
+    token = context.attach(TraceContextTextMapPropagator().extract({"traceparent": tp}))
+    try:
+        pipeline.finished("acs", pipeline.run(None, request))
+    finally:
+        context.detach(token)
+    assert [f"{s.context.trace_id:032x}" for s in decisions(exporter)] == [trace_id]
+    assert {s.name for s in exporter.get_finished_spans()} == {
+        "warden.decision",
+        "warden.decide",
+        "warden.gates",
+        "warden.record",
+    }

@@ -161,6 +161,10 @@ class SpanTracer:
             attributes=attrs,
             start_time=clock.wall(started),
         )
+        if not span.is_recording():
+            # Sampled out: nothing of it is exported, so build nothing more.
+            span.end(end_time=clock.end)
+            return
         if wire in ("acs", "mcp"):
             span.add_event(
                 "acs.decision",
