@@ -114,7 +114,7 @@ class Pipeline:
         the Guardian fails closed; an exception from a gate propagates after every gate
         has been told to abandon (the wire answers its fail-closed error)."""
         t0 = time.perf_counter() if started is None else started
-        if principal is not None:
+        if principal is not None and request.agent is not principal.agent:
             request = replace(request, agent=principal.agent)
         stages: dict[str, float] = {}
         mark = time.perf_counter()

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from warden.crypto.canonical import canonical_bytes
+from warden.crypto.jcs_members import joined, members
 
 HASH_FIELDS = ("entry_hash", "previous_hash")
 
@@ -36,6 +37,23 @@ def compute_entry_hash(content: Mapping[str, Any], previous_hash: str | None) ->
     """
     prev = bytes.fromhex(previous_hash) if previous_hash else b""
     return hashlib.sha256(canonical_bytes(dict(content)) + prev).hexdigest()
+
+
+def chain_entry_text(
+    content: Mapping[str, Any], previous_hash: str | None
+) -> tuple[dict[str, Any], str]:
+    """:func:`chain_entry` and the completed entry's JCS text, assembled from the content's
+    canonical members (canonicalized once: the same bytes are hashed and stored)."""
+    parts = members({k: v for k, v in content.items() if k not in HASH_FIELDS})
+    prev = bytes.fromhex(previous_hash) if previous_hash else b""
+    entry_hash = hashlib.sha256(joined(parts) + prev).hexdigest()
+    entry = {k: v for k, v in content.items() if k not in HASH_FIELDS}
+    if previous_hash is not None:
+        entry["previous_hash"] = previous_hash
+        parts["previous_hash"] = canonical_bytes(previous_hash)
+    entry["entry_hash"] = entry_hash
+    parts["entry_hash"] = canonical_bytes(entry_hash)
+    return entry, joined(parts).decode("utf-8")
 
 
 def chain_entry(content: Mapping[str, Any], previous_hash: str | None) -> dict[str, Any]:

@@ -48,13 +48,14 @@ from warden.core.types import ActionRequest, Effect, Verdict, user_id_claim
 from warden.crypto.canonical import (
     MAX_REQUEST_DEPTH,
     canonical_bytes,
-    is_fast_canonical,
     lone_surrogate_at,
     may_hold_surrogates,
     parse_strict_json,
     sha256_hex,
 )
 from warden.crypto.hmac_keys import SessionKeys
+from warden.crypto.jcs_fast import JcsRoute, jcs_route
+from warden.crypto.jcs_members import joined, members
 from warden.errors import (
     CapabilityNotNegotiated,
     HeadMoved,
@@ -310,23 +311,33 @@ class AcsService:
                     f"request envelope invalid at {pointer or '/'}: {text}", pointer=pointer
                 ),
             )
-        fast = is_fast_canonical(msg)
-        if not fast:
+        # One walk checks the JCS domain and whether the C encoder writes this envelope
+        # as JCS as it is (floats included); if so, every canonicalization below skips
+        # its own walk. Only a value the walk is unsure of (NaN, an integer beyond
+        # 2^53, ...) is canonicalized here, to refuse it before anything else.
+        jcs = jcs_route(msg)
+        fast = jcs is JcsRoute.DIRECT
+        if jcs is JcsRoute.UNSURE:
             try:
                 canonical_bytes(msg)  # raises for values outside the JCS domain
             except InvalidRequest as exc:
                 return error_response(rid, exc)
         params = msg["params"]
         method = msg["method"]
+        try:
+            # Canonicalized once: the params' members give both the signing input (the
+            # envelope without params.signature) and the request_hash input (the params).
+            parts = members(params, known_fast=fast)
+            top = {k: canonical_bytes(v, known_fast=fast) for k, v in msg.items() if k != "params"}
+        except InvalidRequest as exc:  # a lone surrogate passes jcs_route's walk
+            return error_response(rid, exc)
+        top["params"] = joined(parts, without="signature")
         sid = params["metadata"]["session_id"]
         key_id = request_key_id(params)
         caller = self.callers.resolve(key_id, sid) if key_id is not None else None
         authentic = False
         if caller is not None:
-            try:
-                authentic = verify_request(msg, caller.key, known_fast=fast)
-            except InvalidRequest as exc:  # a lone surrogate passes is_fast_canonical's walk
-                return error_response(rid, exc)
+            authentic = verify_request(msg, caller.key, signing_input=joined(top))
         if method == PING:
             return self._ping(msg, caller.key if authentic and caller is not None else None)
         if not authentic or caller is None:
@@ -343,7 +354,7 @@ class AcsService:
             if method == HANDSHAKE:
                 return self._sign(key, self._handshake(msg, caller))
             info = route(method)
-            return (yield from self._step(msg, info, caller, fast))
+            return (yield from self._step(msg, info, caller, joined(parts)))
         except KeyRevoked as exc:
             # Revoked on some replica since this one cached the key: unauthenticated.
             self.callers.forget(caller.key_id)
@@ -471,7 +482,7 @@ class AcsService:
         )
         return {"jsonrpc": "2.0", "id": msg["id"], "result": hello}
 
-    def _step(self, msg: dict[str, Any], info: MethodInfo, caller: Caller, fast: bool) -> Flow:
+    def _step(self, msg: dict[str, Any], info: MethodInfo, caller: Caller, received: bytes) -> Flow:
         """A signed response for a routed step (protocol errors are raised).
 
         Optimistic: the entry is chained on the head as last seen; if another
@@ -527,7 +538,7 @@ class AcsService:
             after: list[SessionProvenance] = []
             seen: list[Decided] = []
             pending = yield from self._decide(
-                msg, info, session, replay, caller, fast, gate, approval, after, seen
+                msg, info, session, replay, caller, received, gate, approval, after, seen
             )
             if caller.agent_key is not None:
                 pending = replace(pending, agent_key=caller.agent_key)
@@ -625,7 +636,7 @@ class AcsService:
         session: SessionState,
         replay: ReplayKeys,
         caller: Caller,
-        fast: bool,
+        received: bytes,
         gate: SpendStep | None = None,
         approval: ApprovalStep | None = None,
         after: list[SessionProvenance] | None = None,
@@ -640,8 +651,12 @@ class AcsService:
         started = time.perf_counter()
         params = msg["params"]
         key = caller.key
-        request = replace(
-            action_request(info, params, session),
+        principal = caller.principal()
+        request = action_request(
+            info,
+            params,
+            session,
+            agent=principal.agent,
             claims={"user_id": user_id_claim(params["metadata"])},
         )
         spec = self.guardian.engine.bundle.provenance
@@ -662,7 +677,7 @@ class AcsService:
         # holds its cost or becomes a deny; a tool result settles or releases its hold.
         gates: list[Gate] = [g for g in (approval, gate) if g is not None]
         decided = yield from self.pipeline.decide(
-            caller.principal(), request, intake=intake, gates=gates, preempt=preempt
+            principal, request, intake=intake, gates=gates, preempt=preempt
         )
         if seen is not None:
             seen.append(decided)
@@ -717,9 +732,8 @@ class AcsService:
             verdict = replace(verdict, provenance_summary=state.summary())
             if after is not None:
                 after.append(state)
-        # The params exactly as hashed are stored beside the entry, so an auditor can
-        # re-check the decision from the record alone.
-        received = canonical_bytes(params, known_fast=fast)
+        # The params exactly as hashed (canonicalized once, on arrival) are stored beside
+        # the entry, so an auditor can re-check the decision from the record alone.
         content = entry_content(
             entry_id=str(uuid.uuid4()),
             session_id=session.session_id,
