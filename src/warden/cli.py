@@ -54,9 +54,11 @@ from warden.cli_options import (  # noqa: E402 - after the Typer apps
 from warden.cli_serve_options import (  # noqa: E402 - issue 18's serve options
     ConfigFile,
     MetricsAccess,
+    OtlpEndpoint,
     ReplicaId,
     TlsCert,
     TlsKey,
+    TraceSampleRatio,
     tls_options,
 )
 
@@ -210,6 +212,8 @@ def serve(
     replica_id: ReplicaId = None,
     tls_cert: TlsCert = None,
     tls_key: TlsKey = None,
+    otlp_endpoint: OtlpEndpoint = None,
+    trace_sample_ratio: TraceSampleRatio = None,
     config: ConfigFile = None,
 ) -> None:
     """Run Warden: ACS at POST /acs, the REST API under /v1 (API keys; the bootstrap admin
@@ -248,6 +252,8 @@ def serve(
             replica_id=replica_id,
             tls_cert=tls_cert,
             tls_key=tls_key,
+            otlp_endpoint=otlp_endpoint,
+            trace_sample_ratio=trace_sample_ratio,
         )
     except WardenError as exc:
         raise _fail(exc) from exc

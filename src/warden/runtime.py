@@ -8,17 +8,22 @@ a bad database URL. Files are checked before the database is opened.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from warden import __version__
 from warden.adcp.governance_token import load_governance_signer
 from warden.approvals.desk import ApprovalDesk
 from warden.approvals.notifier import DeliveryWorker, Notifier
 from warden.approvals.tasks import TaskKind
 from warden.approvals.webhooks import load_webhooks
 from warden.core.guardian import Guardian
+from warden.core.tracing import Exporting, start_exporting
+from warden.core.types import BundleRef
 from warden.crypto.ed25519_keys import load_or_create_signing_key
 from warden.crypto.hmac_keys import SessionKeys, ikm_fingerprint
 from warden.crypto.keystore import load_or_create_api_token, load_or_create_ikm
@@ -81,6 +86,9 @@ class Runtime:
     #: Its ``GET /metrics`` instruments and registry (warden.server.metrics.WardenMetrics),
     #: made by the first ``create_app`` for this runtime.
     metrics: Any = None
+    #: The OTLP span exporter (warden.core.tracing.Exporting) when ``otlp_endpoint`` is
+    #: set; its tracer is ``guardian.observers.tracer``.
+    tracing: Exporting | None = None
 
     @classmethod
     def start(cls, settings: Settings) -> Runtime:
@@ -198,6 +206,15 @@ class Runtime:
                 "no identity is verified for them and every decision they get is marked "
                 "unsafe_shared_ikm. Register agents (`warden agents add`) and drop the flag."
             )
+        try:
+            # Last of the steps that may refuse the start: a refused start leaves no
+            # exporter thread behind.
+            tracing = _tracing(settings, bundle.ref)
+        except BaseException:
+            store.close()
+            raise
+        if tracing is not None:
+            guardian.observers.tracer = tracing.tracer
         interval = settings.spend_expiry_interval_s
         expirer = HoldExpirer(spend, interval, desk) if interval > 0 else None
         worker = None
@@ -224,6 +241,7 @@ class Runtime:
             adcp=adcp,
             agents=agents,
             demo_agent_key=demo_key,
+            tracing=tracing,
         )
 
     def close(self) -> None:
@@ -231,7 +249,24 @@ class Runtime:
             self.expirer.stop()
         if self.notifier is not None:
             self.notifier.stop()
+        if self.tracing is not None:
+            self.tracing.shutdown()
         self.store.close()
+
+
+def _tracing(settings: Settings, bundle: BundleRef) -> Exporting | None:
+    """The span exporter of ``otlp_endpoint`` (None when unset: no tracer, no cost)."""
+    if settings.otlp_endpoint is None:
+        return None
+    exporting = start_exporting(
+        settings.otlp_endpoint,
+        bundle=bundle,
+        version=__version__,
+        instance=settings.replica_id or f"{socket.gethostname()}:{os.getpid()}",
+        sample_ratio=settings.trace_sample_ratio,
+    )
+    log.info("exporting decision spans to %s/v1/traces", settings.otlp_endpoint.rstrip("/"))
+    return exporting
 
 
 DEMO_AGENT = "demo-agent"

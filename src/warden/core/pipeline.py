@@ -28,12 +28,12 @@ and intakes are protocols that the layers above implement.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from warden.core.guardian import Guardian
-from warden.core.observe import Wire
+from warden.core.observe import TraceParent, Wire
 from warden.core.types import ActionRequest, Effect, Principal, Verdict
 
 
@@ -81,12 +81,16 @@ DecisionFlow = Generator[Offload, Any, "Decided"]
 class Decided:
     """The outcome of stages 1–5: the request as decided and its verdict, ready to be
     recorded. ``started`` is the :func:`time.perf_counter` value at the request's
-    arrival; ``stages`` the seconds each stage took (``intake``, ``decide``, ``gates``)."""
+    arrival; ``stages`` the seconds each stage took (``intake``, ``decide``, ``gates``),
+    one after the other; ``ended`` the :func:`time.perf_counter` value when the gates
+    ended (0.0: unknown), so the record stage is what lies between it and :meth:`finished
+    <Pipeline.finished>`."""
 
     request: ActionRequest
     verdict: Verdict
     started: float
     stages: dict[str, float]
+    ended: float = 0.0
 
 
 class Pipeline:
@@ -135,8 +139,9 @@ class Pipeline:
         if verdict.decision is Effect.DENY:
             # A later gate refused what an earlier one granted: give the grant back.
             yield from abandon(gates, "the granted step was denied")
-        stages["gates"] = time.perf_counter() - mark
-        return Decided(request, verdict, t0, stages)
+        ended = time.perf_counter()
+        stages["gates"] = ended - mark
+        return Decided(request, verdict, t0, stages, ended)
 
     def run(
         self,
@@ -160,22 +165,48 @@ class Pipeline:
         yield from abandon(gates, "the step could not be answered as decided")
         return replace(decided, verdict=verdict)
 
-    def finished(self, wire: Wire, decided: Decided) -> None:
-        """Stage 7: report a final, durably recorded verdict to the observers (metrics).
-        Call once per decision, after its record committed."""
-        self.guardian.observers.decided(wire, decided.verdict, decided.started)
+    def finished(
+        self,
+        wire: Wire,
+        decided: Decided,
+        *,
+        audit: Mapping[str, str | int] | None = None,
+        parent: TraceParent | None = None,
+    ) -> None:
+        """Stage 7: report a final, durably recorded verdict to the observers (metrics,
+        and the tracer when one is configured). Call once per decision, after its record
+        committed. ``audit`` names the record (e.g. ``entry_hash``) on the decision's span;
+        ``parent`` is a trace parent the request itself carried (else the current
+        OpenTelemetry context: the HTTP ``traceparent``)."""
+        observers = self.guardian.observers
+        observers.decided(wire, decided.verdict, decided.started)
+        if observers.tracer is not None:
+            observers.tracer.decided(wire, decided, decided.verdict, audit=audit, parent=parent)
 
-    def finished_raw(self, wire: Wire, verdict: dict[str, Any], started: float) -> None:
+    def finished_raw(
+        self,
+        wire: Wire,
+        verdict: dict[str, Any],
+        started: float,
+        *,
+        decided: Decided | None = None,
+        audit: Mapping[str, str | int] | None = None,
+    ) -> None:
         """:meth:`finished` for a verdict known only as rendered (an entry's ``verdict``
-        object, or a signed deny that writes no entry)."""
+        object, or a signed deny that writes no entry); ``decided`` is the pipeline's
+        outcome when the step went through it (its request and stage timings go on the
+        span; the rendered verdict is the one reported)."""
         refs = verdict.get("policy_references") or []
-        self.guardian.observers.decided_raw(
+        observers = self.guardian.observers
+        observers.decided_raw(
             wire,
             str(verdict.get("decision", "deny")),
             [r["rule_id"] for r in refs],
             list(verdict.get("reason_codes") or []),
             started,
         )
+        if observers.tracer is not None:
+            observers.tracer.decided_raw(wire, verdict, started, decided=decided, audit=audit)
 
 
 def abandon(gates: Sequence[Gate], why: str) -> Generator[Offload, Any, None]:

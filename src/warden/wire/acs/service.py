@@ -43,7 +43,7 @@ from typing import Any
 
 from warden.core.guardian import Guardian
 from warden.core.observe import Wire
-from warden.core.pipeline import Gate, Offload, Pipeline, abandon
+from warden.core.pipeline import Decided, Gate, Offload, Pipeline, abandon
 from warden.core.types import ActionRequest, Effect, Verdict, user_id_claim
 from warden.crypto.canonical import (
     MAX_REQUEST_DEPTH,
@@ -532,8 +532,9 @@ class AcsService:
                         method=msg["method"],
                     )
             after: list[SessionProvenance] = []
+            seen: list[Decided] = []
             pending = yield from self._decide(
-                msg, info, session, replay, caller, received, gate, approval, after
+                msg, info, session, replay, caller, received, gate, approval, after, seen
             )
             if caller.agent_key is not None:
                 pending = replace(pending, agent_key=caller.agent_key)
@@ -542,7 +543,17 @@ class AcsService:
             if outcome is None:
                 assert pending.response is not None
                 # Final only now: after both gates and the durable commit.
-                self.pipeline.finished_raw(wire, pending.entry.get("verdict", {}), started)
+                self.pipeline.finished_raw(
+                    wire,
+                    pending.entry.get("verdict", {}),
+                    started,
+                    decided=seen[-1],
+                    audit={
+                        "session_id": sid,
+                        "entry_hash": pending.entry["entry_hash"],
+                        "sequence": pending.expected_seq + 1,
+                    },
+                )
                 if after:
                     self.provenance.committed(sid, pending.entry["entry_hash"], after[0])
                 return pending.response
@@ -625,11 +636,14 @@ class AcsService:
         gate: SpendStep | None = None,
         approval: ApprovalStep | None = None,
         after: list[SessionProvenance] | None = None,
+        seen: list[Decided] | None = None,
     ) -> Generator[Offload, Any, PendingAppend]:
         """Decide the step through the one pipeline (:mod:`warden.core.pipeline`: the
         verified caller, the Guardian, the approval gate, then the spend gate) and stage
         its entry. With a bundle ``provenance`` section the request carries the step's
-        provenance view, and ``after`` receives the session's provenance state after it."""
+        provenance view, and ``after`` receives the session's provenance state after it;
+        ``seen`` receives the pipeline's :class:`Decided` (its request and stage timings
+        for the decision's span)."""
         started = time.perf_counter()
         params = msg["params"]
         key = caller.key
@@ -661,6 +675,8 @@ class AcsService:
         decided = yield from self.pipeline.decide(
             principal, request, intake=intake, gates=gates, preempt=preempt
         )
+        if seen is not None:
+            seen.append(decided)
         request, verdict = decided.request, decided.verdict
         if caller.shared:
             verdict = _mark_shared(verdict)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from warden.approvals.tasks import Task
+from warden.core.observe import TraceParent
 from warden.errors import WardenError
 from warden.identity.api_keys import Identity
 from warden.kla.asks import WIRE, action_request, desk_ask, policy_decision_record
@@ -104,6 +105,17 @@ def _check_signature(rec: Recorder, digest: str, signature: str | None, kid: str
         raise signature_invalid(
             f"the Ed25519 signature does not verify over {digest} with key {kid!r:.80}"
         )
+
+
+def _trace_parent(record: dict[str, Any]) -> TraceParent | None:
+    """The W3C trace the action request names in ``correlation`` (its schema allows
+    ``trace_id`` and ``span_id`` as lowercase hex, neither all zeros), when both are
+    there: the decision's span is a child of the caller's span (decision 401)."""
+    correlation = record["correlation"]
+    trace_id, span_id = correlation.get("trace_id"), correlation.get("span_id")
+    if isinstance(trace_id, str) and isinstance(span_id, str):
+        return TraceParent(trace_id, span_id)
+    return None
 
 
 def _usable_id(value: Any) -> str | None:
@@ -188,7 +200,9 @@ def _process(
         stamp = now_stamp(now)
         decided = rec.pipeline.run(who.as_principal(), action_request(record, who))
         verdict = decided.verdict
-        rec.pipeline.finished("kla", decided)
+        rec.pipeline.finished(
+            "kla", decided, audit={"action_request_id": rid}, parent=_trace_parent(record)
+        )
         decision = kla_decision(verdict.decision, warn=verdict.warn)
         decision_id = new_id("pd")
         task: Task | None = None
