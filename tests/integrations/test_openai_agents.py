@@ -168,8 +168,8 @@ def test_an_unanswered_ask_is_refused_after_the_timeout_and_the_tool_never_runs(
     assert "approval_wait_timeout" in seen["call_pay"]
     assert ran.calls == []
     rows = audit(rt.store.iter_records(session))
-    assert decisions_by_tool(rows)["send_payment"][0] == "ask"
-    assert "allow" not in decisions_by_tool(rows)["send_payment"]
+    asks = decisions_by_tool(rows)["send_payment"]  # the ask and any resubmission
+    assert asks and set(asks) == {"ask"}
 
 
 def test_an_approved_ask_runs_with_an_in_process_desk(rt: Runtime) -> None:
