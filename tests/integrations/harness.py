@@ -82,8 +82,8 @@ def audit(records: Iterator[dict[str, Any]]) -> list[tuple[str, str, str]]:
     """``(step type, tool name, decision)`` of each audit entry, in chain order."""
     out = []
     for rec in records:
-        if rec.get("kind") != "entry":
-            continue
+        if rec.get("kind") != "entry" or "verdict" not in rec["entry"]:
+            continue  # heads, and Warden-authored events (an agent registered, ...)
         entry = rec["entry"]
         request = json.loads(rec["request"]) if isinstance(rec.get("request"), str) else {}
         # The stored request is the envelope's params (payload, metadata, signature).
