@@ -9,8 +9,9 @@ in-process runtime on a SQLite file; no network, no API key.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from conftest import agent_credential
@@ -28,7 +29,7 @@ from harness import (
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool, InjectedToolArg, tool
 
 from warden.client import AsyncClient, Client
 from warden.integrations.langchain import GovernedTool, WardenToolRefused, governed
@@ -181,3 +182,24 @@ def test_an_async_client_on_a_sync_path_is_a_clear_error(rt: Runtime) -> None:
 def test_governed_refuses_what_is_not_a_tool(client: Client) -> None:
     with pytest.raises(TypeError, match="takes LangChain tools"):
         governed([lambda city: city], client)  # type: ignore[list-item]
+
+
+def test_injected_arguments_stay_in_the_process(rt: Runtime, client: Client) -> None:
+    """Warden sees the model's arguments only; an injected one reaches the tool unchanged."""
+    got: list[tuple[str, str]] = []
+
+    @tool
+    def get_weather(city: str, user_id: Annotated[str, InjectedToolArg]) -> str:
+        """Today's weather in a city."""
+        got.append((city, user_id))
+        return f"Sunny in {city}"
+
+    weather = governed(get_weather, client)
+    assert weather.invoke({"city": "Oslo", "user_id": "u-secret"}) == "Sunny in Oslo"
+    assert got == [("Oslo", "u-secret")]
+    sent = [
+        json.loads(r["request"])["payload"]["arguments"]
+        for r in rt.store.iter_records(client.session_id)
+        if r["kind"] == "entry" and r["entry"]["step_type"] == "steps/toolCallRequest"
+    ]
+    assert sent == [{"city": {"value": "Oslo"}}]

@@ -2,7 +2,7 @@
 
 An adapter asks :func:`rule` / :func:`arule` before a tool runs and :func:`review` /
 :func:`areview` after it ran, then renders the outcome in its framework's idiom. The
-mapping (issue 18 item 1; docs/decisions.md 320–323):
+mapping (issue 18 item 1; docs/decisions.md 320–322):
 
 - ``allow`` → run the tool with the model's arguments;
 - ``modify`` → run it with :attr:`Decision.modified_args` (never the original);

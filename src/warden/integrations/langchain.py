@@ -13,7 +13,7 @@ LangGraph's ``ToolNode``, ``bind_tools``::
     client = Client.connect(...)
     agent = create_agent(model, governed([send_payment, wipe_disk], client))
 
-Mapping (docs/decisions.md 320, 325), in LangChain's idiom for a failed tool:
+Mapping (docs/decisions.md 320, 324), in LangChain's idiom for a failed tool:
 
 - deny → the tool does not run; a tool call (``ToolNode``, agents) gets a
   ``ToolMessage(status="error")`` carrying the refusal, so the model reads it and the

@@ -12,7 +12,7 @@ The SDK's per-tool guardrails are the hook: :class:`WardenGuardrails` supplies a
     client = Client.connect(...)
     agent = Agent(name="ops", tools=governed([send_payment, wipe_disk], client))
 
-Mapping (docs/decisions.md 320, 324):
+Mapping (docs/decisions.md 320, 323):
 
 - deny → ``reject_content`` (the model reads the refusal and the run goes on), or
   ``raise_exception`` (``ToolInputGuardrailTripwireTriggered`` halts the run) with

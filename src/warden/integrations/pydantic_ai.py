@@ -13,7 +13,7 @@ as ``steps/toolCallRequest`` before it runs and its return value as
     tools = FunctionToolset([send_payment, wipe_disk])
     agent = Agent(model, toolsets=[WardenToolset(tools, client)])
 
-Mapping (docs/decisions.md 320, 326):
+Mapping (docs/decisions.md 320, 325):
 
 - deny → raises ``ToolFailed`` with the refusal: the model sees a failed tool result and
   adapts, without the retry instructions or retry budget of ``ModelRetry``;
