@@ -14,7 +14,8 @@ machine state:
   answer.
 
 Each run (a whole agent turn: model, tool, model) is timed; the overhead per tool call is
-governed − plain (one call per run). Reported per framework: median, p99 and mean in ms
+governed − plain (one call per run). Rounds interleave all six variants, so on a shared
+machine they all see the same load. Reported per framework: median, p99 and mean in ms
 of both, and the added median and p99. Clients: ``AsyncClient`` for the async frameworks,
 ``Client`` for LangChain's synchronous ``invoke``.
 
@@ -201,37 +202,47 @@ FRAMEWORKS: dict[str, Callable[[Any], tuple[Run, Run]]] = {
 }
 
 
-async def measure(name: str, url: str, key: Path, calls: int, warmup: int) -> dict[str, Any]:
+async def measure(names: list[str], url: str, key: Path, calls: int, warmup: int) -> dict[str, Any]:
+    """Interleaved: each round runs every framework's plain and governed turn once (the
+    order of the pair alternating), so every variant sees the same load on a shared
+    machine."""
     from warden.client import AsyncClient, Client
 
-    sync = name == "langchain"
-    client: Any = Client.from_key_file(url, key) if sync else AsyncClient.from_key_file(url, key)
+    sync_client = Client.from_key_file(url, key)
+    async_client = AsyncClient.from_key_file(url, key)
     try:
-        plain, governed = FRAMEWORKS[name](client)
+        variants = {
+            name: FRAMEWORKS[name](sync_client if name == "langchain" else async_client)
+            for name in names
+        }
         for _ in range(warmup):
-            assert await plain() == "Sunny in Oslo"
-            assert await governed() == "Sunny in Oslo"
-        times: dict[str, list[float]] = {"plain": [], "governed": []}
+            for plain, governed in variants.values():
+                assert await plain() == "Sunny in Oslo"
+                assert await governed() == "Sunny in Oslo"
+        times = {name: {"plain": [], "governed": []} for name in names}
         for i in range(calls):
-            order = [("plain", plain), ("governed", governed)]
-            for label, run in order if i % 2 == 0 else order[::-1]:
-                start = time.perf_counter()
-                out = await run()
-                times[label].append(time.perf_counter() - start)
-                assert out == "Sunny in Oslo", (name, label, out)
+            for name, (plain, governed) in variants.items():
+                order = [("plain", plain), ("governed", governed)]
+                for label, run in order if i % 2 == 0 else order[::-1]:
+                    start = time.perf_counter()
+                    out = await run()
+                    times[name][label].append(time.perf_counter() - start)
+                    assert out == "Sunny in Oslo", (name, label, out)
     finally:
-        if sync:
-            client.close()
-        else:
-            await client.aclose()
-    plain_s, governed_s = summary(times["plain"]), summary(times["governed"])
-    return {
-        "calls": calls,
-        "plain": plain_s,
-        "governed": governed_s,
-        "added_median_ms": governed_s["median_ms"] - plain_s["median_ms"],
-        "added_p99_ms": governed_s["p99_ms"] - plain_s["p99_ms"],
-    }
+        sync_client.close()
+        await async_client.aclose()
+    results: dict[str, Any] = {}
+    for name in names:
+        plain_s, governed_s = summary(times[name]["plain"]), summary(times[name]["governed"])
+        results[name] = {
+            "calls": calls,
+            "client": "Client" if name == "langchain" else "AsyncClient",
+            "plain": plain_s,
+            "governed": governed_s,
+            "added_median_ms": governed_s["median_ms"] - plain_s["median_ms"],
+            "added_p99_ms": governed_s["p99_ms"] - plain_s["p99_ms"],
+        }
+    return results
 
 
 def main() -> None:
@@ -244,11 +255,10 @@ def main() -> None:
     os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
     tmp = Path(tempfile.mkdtemp(prefix="warden-bench-frameworks-"))
     proc, url, key = start_warden(tmp / "data")
-    results: dict[str, Any] = {}
     try:
-        for name in args.only or list(FRAMEWORKS):
-            results[name] = asyncio.run(measure(name, url, key, args.calls, args.warmup))
-            r = results[name]
+        names = args.only or list(FRAMEWORKS)
+        results = asyncio.run(measure(names, url, key, args.calls, args.warmup))
+        for name, r in results.items():
             print(
                 f"{name:14} plain median {r['plain']['median_ms']:.2f} ms "
                 f"p99 {r['plain']['p99_ms']:.2f} | governed median "

@@ -140,7 +140,7 @@ def test_modify_runs_the_tool_with_wardens_arguments(client: Client) -> None:
         governed(lc_tools(ran), client),
     )
     state = agent.invoke({"messages": [("user", "Orders?")]})
-    assert ran.calls == [("lookup_orders", {"customer": "c9", "limit": 5})]
+    assert ran.calls == [("lookup_orders", {"customer": "c9", "limit": 5})], state
     assert tool_messages(state)["call_o"].content == "5 orders of c9"
 
 
@@ -150,7 +150,7 @@ def test_a_redacted_output_reaches_the_model_redacted(client: Client) -> None:
         scripted([("read_note", {"name": "deploy"}, "call_n")]), governed(lc_tools(ran), client)
     )
     state = agent.invoke({"messages": [("user", "Note?")]})
-    assert ran.names() == ["read_note"]
+    assert ran.names() == ["read_note"], state
     assert tool_messages(state)["call_n"].content == "[REDACTED]"
 
 

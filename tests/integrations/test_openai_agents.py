@@ -195,7 +195,7 @@ def test_modify_runs_the_tool_with_wardens_arguments(rt: Runtime) -> None:
             tools=governed(sdk_tools(ran), client),
         )
         seen = outputs(run(agent))
-    assert ran.calls == [("lookup_orders", {"customer": "c9", "limit": 5})]
+    assert ran.calls == [("lookup_orders", {"customer": "c9", "limit": 5})], seen
     assert seen["call_o"] == "5 orders of c9"
 
 
@@ -208,7 +208,7 @@ def test_a_redacted_output_reaches_the_model_redacted(rt: Runtime) -> None:
             tools=governed(sdk_tools(ran), client),
         )
         seen = outputs(run(agent))
-    assert ran.names() == ["read_note"]
+    assert ran.names() == ["read_note"], seen
     assert seen["call_n"] == "[REDACTED]"
 
 

@@ -137,7 +137,7 @@ def test_modify_runs_the_tool_with_wardens_arguments(client: Client) -> None:
         toolsets=[WardenToolset(toolset(ran), client)],
     )
     seen = returns(agent.run_sync("Orders?"))
-    assert ran.calls == [("lookup_orders", {"customer": "c9", "limit": 5})]
+    assert ran.calls == [("lookup_orders", {"customer": "c9", "limit": 5})], seen
     assert seen["call_o"].content == "5 orders of c9"
 
 
@@ -148,7 +148,7 @@ def test_a_redacted_output_reaches_the_model_redacted(client: Client) -> None:
         toolsets=[WardenToolset(toolset(ran), client)],
     )
     seen = returns(agent.run_sync("Note?"))
-    assert ran.names() == ["read_note"]
+    assert ran.names() == ["read_note"], seen
     assert seen["call_n"].content == "[REDACTED]"
 
 

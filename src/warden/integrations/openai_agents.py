@@ -74,7 +74,8 @@ class WardenGuardrails:
         self.approval_timeout = approval_timeout
         self.on_deny = on_deny
         self.rulings: dict[str, Ruling] = {}
-        self.substitutes = False  # set by governed(): the invoker applies modify
+        # Tools whose invoker this object wrapped (govern()): only they can run a modify.
+        self.substituting: set[str] = set()
         self.input_guardrail: ToolInputGuardrail[Any] = ToolInputGuardrail(
             guardrail_function=self._check_call, name="warden_tool_call"
         )
@@ -102,7 +103,7 @@ class WardenGuardrails:
         info = {"warden": ruling.final.decision if ruling.final else None, "asked": ruling.asked}
         if not ruling.runs:
             return self._refuse(ruling.message, info)
-        if ruling.arguments != args and not self.substitutes:
+        if ruling.arguments != args and ctx.tool_name not in self.substituting:
             return self._refuse(
                 f"Warden changed the arguments of {ctx.tool_name}, and this guardrail cannot "
                 "pass changed arguments to the tool: use warden.integrations.openai_agents."
@@ -146,7 +147,7 @@ class WardenGuardrails:
         """A copy of ``tool`` with Warden's guardrails (its own input guardrails run first,
         Warden's last, so Warden hears only calls that would run) and an invoker that runs
         a ``modify`` with Warden's arguments."""
-        self.substitutes = True
+        self.substituting.add(tool.name)
         out = copy.copy(tool)
         out.tool_input_guardrails = [*(tool.tool_input_guardrails or []), self.input_guardrail]
         out.tool_output_guardrails = [self.output_guardrail, *(tool.tool_output_guardrails or [])]
