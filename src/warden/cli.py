@@ -20,6 +20,7 @@ from warden.cli_approvals import approvals_app
 from warden.cli_db import db_app
 from warden.cli_doctor import doctor_cmd
 from warden.cli_evidence import export_evidence_cmd
+from warden.cli_hook import hook_app
 from warden.cli_keys import keys_app
 from warden.cli_ledger import export_cmd, verify_cmd
 from warden.cli_mcp import mcp_proxy_cmd
@@ -40,6 +41,7 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(approvals_app, name="approvals")
 app.add_typer(db_app, name="db")
 app.add_typer(agents_app, name="agents")
+app.add_typer(hook_app, name="hook")
 
 from warden.cli_options import (  # noqa: E402 - after the Typer apps
     DbUrl,

@@ -28,7 +28,7 @@ from warden.client.errors import WardenUnavailable
 from warden.client.session import AcsSession, Prepared
 from warden.client.steps import StepBuilder
 from warden.client.sync import DEFAULT_APPROVAL_TIMEOUT_S, DEFAULT_POLL_S, DEFAULT_TIMEOUT_S
-from warden.identity.agents import AgentCredential
+from warden.crypto.agent_key import AgentCredential
 
 if TYPE_CHECKING:
     from warden.runtime import Runtime
@@ -167,6 +167,7 @@ class AsyncClient:
         capability: str | None = None,
         raw_command: str | None = None,
         metadata: dict[str, Any] | None = None,
+        request_id: str | None = None,
     ) -> Decision:
         return await self._exchange(
             lambda: self._steps.tool_call_request(
@@ -177,6 +178,7 @@ class AsyncClient:
                 capability=capability,
                 raw_command=raw_command,
                 metadata=metadata,
+                request_id=request_id,
             )
         )
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from warden.client.errors import WardenClientError
-from warden.identity.agents import AgentCredential, load_agent_key
+from warden.crypto.agent_key import AgentCredential, load_agent_key
 
 if TYPE_CHECKING:
     from warden.runtime import Runtime

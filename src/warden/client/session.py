@@ -18,9 +18,9 @@ from typing import Any
 
 from warden.client.decision import Decision, Step, decision_of
 from warden.client.errors import WardenProtocolError, WardenUnavailable
+from warden.crypto.agent_key import AgentCredential
 from warden.crypto.hmac_keys import SessionKeys
 from warden.errors import IntegrityError, IntegrityReason
-from warden.identity.agents import AgentCredential
 from warden.wire.acs.client import DEFAULT_METHODS, now_rfc3339, verify_response
 from warden.wire.acs.signing import sign_request
 
@@ -77,11 +77,17 @@ class AcsSession:
         self.server_hello: dict[str, Any] | None = None
 
     def prepare(
-        self, method: str, payload: dict[str, Any], metadata: dict[str, Any] | None = None
+        self,
+        method: str,
+        payload: dict[str, Any],
+        metadata: dict[str, Any] | None = None,
+        *,
+        request_id: str | None = None,
     ) -> Prepared:
         """A signed envelope for ``method`` with ``payload``; ``metadata`` adds members
-        to ``params.metadata`` (``turn_id``, ``user_context`` …)."""
-        rid = str(uuid.uuid4())
+        to ``params.metadata`` (``turn_id``, ``user_context`` …). ``request_id`` (a
+        UUID, used once: it is the replay key) defaults to a fresh UUIDv4."""
+        rid = request_id or str(uuid.uuid4())
         extra = {**self.metadata, **(metadata or {})}
         meta: dict[str, Any] = {
             **extra,

@@ -39,6 +39,7 @@ class StepBuilder:
         capability: str | None = None,
         raw_command: str | None = None,
         metadata: dict[str, Any] | None = None,
+        request_id: str | None = None,
     ) -> Prepared:
         if not isinstance(tool_name, str) or not tool_name:
             raise WardenClientError("tool_name must be a non-empty string")
@@ -58,7 +59,9 @@ class StepBuilder:
         ):
             if value is not None:
                 payload[key] = value
-        prepared = self.session.prepare("steps/toolCallRequest", payload, metadata)
+        prepared = self.session.prepare(
+            "steps/toolCallRequest", payload, metadata, request_id=request_id
+        )
         self._tools[prepared.request_id] = {"tool": tool, "operation": operation}
         while len(self._tools) > REMEMBERED_REQUESTS:
             self._tools.popitem(last=False)

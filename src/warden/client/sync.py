@@ -36,7 +36,7 @@ from warden.client.decision import APPROVAL_WAIT_TIMEOUT, Decision, client_deny
 from warden.client.errors import WardenUnavailable
 from warden.client.session import AcsSession, Prepared
 from warden.client.steps import StepBuilder
-from warden.identity.agents import AgentCredential
+from warden.crypto.agent_key import AgentCredential
 
 if TYPE_CHECKING:
     from warden.runtime import Runtime
@@ -187,9 +187,12 @@ class Client:
         capability: str | None = None,
         raw_command: str | None = None,
         metadata: dict[str, Any] | None = None,
+        request_id: str | None = None,
     ) -> Decision:
         """``steps/toolCallRequest`` for ``tool_name(**args)``. ``capability`` is the
-        ACS capability string (``filesystem.delete``, ``network.egress`` …)."""
+        ACS capability string (``filesystem.delete``, ``network.egress`` …);
+        ``request_id`` fixes the step's request id (a UUID, once per session: a
+        process that reports the result later can name it)."""
         return self._exchange(
             lambda: self._steps.tool_call_request(
                 tool_name,
@@ -199,6 +202,7 @@ class Client:
                 capability=capability,
                 raw_command=raw_command,
                 metadata=metadata,
+                request_id=request_id,
             )
         )
 

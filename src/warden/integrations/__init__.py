@@ -1,11 +1,24 @@
-"""Drop-in adapters that put Warden in front of an agent framework's tool calls
-(issue 18 item 1). Each is a thin layer over :class:`warden.client.Client` /
-:class:`warden.client.AsyncClient` and imports its framework, so import the module of
-the framework you use (each needs its extra, e.g. ``pip install 'warden[langchain]'``):
+"""Drop-in adapters that put Warden in front of agent frameworks (issue 18 item 1).
 
-- :mod:`warden.integrations.openai_agents`: tool input/output guardrails;
-- :mod:`warden.integrations.langchain`: ``governed(tool, client)`` for LangChain/LangGraph;
-- :mod:`warden.integrations.pydantic_ai`: ``WardenToolset``.
+Each adapter is a thin layer over :class:`warden.Client` / :class:`warden.AsyncClient`:
+a framework's tool-call hook becomes ``steps/toolCallRequest``, its result hook
+``steps/toolCallResult``, and the Decision is mapped back (deny → the framework's
+refusal, ask → wait for the desk or refuse, modify → the changed arguments). Every
+adapter fails closed: when Warden cannot answer, the tool call is refused. Each imports
+its framework, so import the module of the framework you use (with its extra):
 
-The mapping of Warden's answers onto a framework is shared (:mod:`._gate`).
+- :mod:`warden.integrations.claude_code`: ``warden hook claude-code`` (Claude Code
+  command hooks);
+- :mod:`warden.integrations.claude_agent_sdk`: ``can_use_tool`` and hook callbacks for
+  the Claude Agent SDK (extra ``warden[claude-agent-sdk]``);
+- :mod:`warden.integrations.openai_agents`: tool input/output guardrails for the OpenAI
+  Agents SDK (extra ``warden[openai-agents]``);
+- :mod:`warden.integrations.langchain`: ``governed(tool, client)`` for LangChain and
+  LangGraph (extra ``warden[langchain]``);
+- :mod:`warden.integrations.pydantic_ai`: ``WardenToolset`` for Pydantic AI (extra
+  ``warden[pydantic-ai]``).
+
+docs/integrations.md shows the Claude ones with copy-paste examples,
+docs/integrations-frameworks.md the others; the last three share one mapping
+(:mod:`._gate`).
 """
