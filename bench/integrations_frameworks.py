@@ -13,11 +13,13 @@ machine state:
   signed ACS steps (``toolCallRequest``, ``toolCallResult``), each committed before its
   answer.
 
-Each run (a whole agent turn: model, tool, model) is timed; the overhead per tool call is
-governed − plain (one call per run). Rounds interleave all six variants, so on a shared
-machine they all see the same load. Reported per framework: median, p99 and mean in ms
-of both, and the added median and p99. Clients: ``AsyncClient`` for the async frameworks,
-``Client`` for LangChain's synchronous ``invoke``.
+Each run (a whole agent turn: model, tool, model) is timed; the overhead per tool call
+is governed − plain (one call per run). Rounds interleave all six variants, so on a
+shared machine they all see the same load; each round also times the two ACS steps
+alone through a ``Client`` (no framework), the floor the adapters add to. Reported per
+framework: median, p99 and mean in ms of both, and the added median and p99. Clients:
+``AsyncClient`` for the async frameworks, ``Client`` for LangChain's synchronous
+``invoke``.
 
     python bench/integrations_frameworks.py                 # 1000 runs of each
     python bench/integrations_frameworks.py --calls 200 --json bench/out/frameworks.json
@@ -220,7 +222,12 @@ async def measure(names: list[str], url: str, key: Path, calls: int, warmup: int
                 assert await plain() == "Sunny in Oslo"
                 assert await governed() == "Sunny in Oslo"
         times = {name: {"plain": [], "governed": []} for name in names}
+        steps: list[float] = []  # the reference: the two ACS steps alone, no framework
         for i in range(calls):
+            start = time.perf_counter()
+            decision = sync_client.tool_call_request("get_weather", {"city": "Oslo"})
+            sync_client.tool_call_result(decision, "Sunny in Oslo")
+            steps.append(time.perf_counter() - start)
             for name, (plain, governed) in variants.items():
                 order = [("plain", plain), ("governed", governed)]
                 for label, run in order if i % 2 == 0 else order[::-1]:
@@ -231,7 +238,7 @@ async def measure(names: list[str], url: str, key: Path, calls: int, warmup: int
     finally:
         sync_client.close()
         await async_client.aclose()
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {"client_steps": {"calls": calls, **summary(steps)}}
     for name in names:
         plain_s, governed_s = summary(times[name]["plain"]), summary(times[name]["governed"])
         results[name] = {
@@ -258,7 +265,15 @@ def main() -> None:
     try:
         names = args.only or list(FRAMEWORKS)
         results = asyncio.run(measure(names, url, key, args.calls, args.warmup))
+        ref = results["client_steps"]
+        print(
+            f"{'client only':14} toolCallRequest + toolCallResult median "
+            f"{ref['median_ms']:.2f} ms p99 {ref['p99_ms']:.2f}",
+            flush=True,
+        )
         for name, r in results.items():
+            if name == "client_steps":
+                continue
             print(
                 f"{name:14} plain median {r['plain']['median_ms']:.2f} ms "
                 f"p99 {r['plain']['p99_ms']:.2f} | governed median "
