@@ -24,6 +24,7 @@ import asyncio
 import inspect
 import json
 import logging
+import math
 import threading
 import weakref
 from collections.abc import Awaitable, Mapping
@@ -114,6 +115,8 @@ def plain(result: Any) -> Any:
     """``result`` as a JSON value for ``steps/toolCallResult``: JSON values pass through,
     pydantic models dump, anything else becomes ``str(result)`` (a tool may return any
     object; Warden's result rules read text and JSON)."""
+    if isinstance(result, float) and not math.isfinite(result):
+        return str(result)  # NaN and infinities are outside JSON (and RFC 8785)
     if result is None or isinstance(result, str | int | float | bool):
         return result
     dump = getattr(result, "model_dump", None)
