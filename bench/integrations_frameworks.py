@@ -23,6 +23,7 @@ framework: median, p99 and mean in ms of both, and the added median and p99. Cli
 
     python bench/integrations_frameworks.py                 # 1000 runs of each
     python bench/integrations_frameworks.py --calls 200 --json bench/out/frameworks.json
+    python bench/integrations_frameworks.py --in-process      # no HTTP: the adapters' cost
 """
 
 from __future__ import annotations
@@ -204,14 +205,12 @@ FRAMEWORKS: dict[str, Callable[[Any], tuple[Run, Run]]] = {
 }
 
 
-async def measure(names: list[str], url: str, key: Path, calls: int, warmup: int) -> dict[str, Any]:
+async def measure(
+    names: list[str], sync_client: Any, async_client: Any, calls: int, warmup: int
+) -> dict[str, Any]:
     """Interleaved: each round runs every framework's plain and governed turn once (the
     order of the pair alternating), so every variant sees the same load on a shared
-    machine."""
-    from warden.client import AsyncClient, Client
-
-    sync_client = Client.from_key_file(url, key)
-    async_client = AsyncClient.from_key_file(url, key)
+    machine. ``sync_client`` / ``async_client``: a warden.Client / AsyncClient."""
     try:
         variants = {
             name: FRAMEWORKS[name](sync_client if name == "langchain" else async_client)
@@ -258,13 +257,34 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--only", choices=sorted(FRAMEWORKS), action="append")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="Warden in this process (Client.in_process, no HTTP): the adapters' own cost",
+    )
     args = parser.parse_args()
     os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    from warden.client import AsyncClient, Client
+
     tmp = Path(tempfile.mkdtemp(prefix="warden-bench-frameworks-"))
-    proc, url, key = start_warden(tmp / "data")
+    proc: subprocess.Popen[bytes] | None = None
+    runtime: Any = None
+    if args.in_process:
+        from warden.runtime import Runtime
+        from warden.settings import Settings
+
+        runtime = Runtime.start(Settings(data_dir=tmp / "data", policy=BUNDLE))
+        assert runtime.agents is not None
+        runtime.agents.add(AGENT, "bench@example.com")
+        sync_client = Client.in_process(runtime, agent_id=AGENT)
+        async_client: Any = AsyncClient.in_process(runtime, agent_id=AGENT)
+    else:
+        proc, url, key = start_warden(tmp / "data")
+        sync_client = Client.from_key_file(url, key)
+        async_client = AsyncClient.from_key_file(url, key)
     try:
         names = args.only or list(FRAMEWORKS)
-        results = asyncio.run(measure(names, url, key, args.calls, args.warmup))
+        results = asyncio.run(measure(names, sync_client, async_client, args.calls, args.warmup))
         ref = results["client_steps"]
         print(
             f"{'client only':14} toolCallRequest + toolCallResult median "
@@ -282,8 +302,11 @@ def main() -> None:
                 flush=True,
             )
     finally:
-        proc.terminate()
-        proc.wait(10)
+        if runtime is not None:
+            runtime.close()
+        if proc is not None:
+            proc.terminate()
+            proc.wait(10)
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
