@@ -247,6 +247,15 @@ async def measure(
             "governed": governed_s,
             "added_median_ms": governed_s["median_ms"] - plain_s["median_ms"],
             "added_p99_ms": governed_s["p99_ms"] - plain_s["p99_ms"],
+            # Per round: governed − plain − the two client steps of that round, i.e. what
+            # the adapter and the framework's handling of it add beyond Warden's round trips.
+            "adapter_own_median_ms": statistics.median(
+                g - p - c
+                for g, p, c in zip(
+                    times[name]["governed"], times[name]["plain"], steps, strict=True
+                )
+            )
+            * 1000,
         }
     return results
 
@@ -298,7 +307,8 @@ def main() -> None:
                 f"{name:14} plain median {r['plain']['median_ms']:.2f} ms "
                 f"p99 {r['plain']['p99_ms']:.2f} | governed median "
                 f"{r['governed']['median_ms']:.2f} ms p99 {r['governed']['p99_ms']:.2f} | "
-                f"added median {r['added_median_ms']:.2f} ms p99 {r['added_p99_ms']:.2f}",
+                f"added median {r['added_median_ms']:.2f} ms p99 {r['added_p99_ms']:.2f} | "
+                f"beyond the client steps {r['adapter_own_median_ms']:.2f} ms",
                 flush=True,
             )
     finally:
