@@ -11,9 +11,10 @@ SQLite ``FULL``, the shipped default bundle, the registered agent ``bench-agent`
   (``PreToolUse`` hook, ``can_use_tool`` reusing its decision, ``PostToolUse`` hook) over
   ``warden.AsyncClient``; baseline: the tool alone. Without ``--sdk-e2e`` the CLI is not
   in the loop (its own per-turn cost is not Warden's).
-- ``sdk-e2e`` (``--sdk-e2e N``): N tool calls through the SDK's ``query()`` driving its
-  bundled Claude Code CLI against the scripted Claude of the tests (loopback), with and
-  without Warden's guard; reported per tool call (total time / N).
+- ``sdk-e2e`` (``--sdk-e2e N``): N tool calls (``Bash echo i``) through the SDK's
+  ``query()`` driving its bundled Claude Code CLI against the scripted Claude of the tests
+  (loopback), with and without Warden's guard, alternating, twice each; reported per
+  tool call (total time / N, the CLI's own turn included).
 - ``hook``: ``warden hook claude-code`` run as Claude Code runs it (one process per
   ``PreToolUse`` event); baseline: ``python -c pass`` (the interpreter's start alone).
 
@@ -170,7 +171,11 @@ def bench_sdk_e2e(url: str, calls: int, workdir: Path) -> dict[str, Any]:
     from warden.integrations.claude_agent_sdk import WardenGuard
 
     async def run(guarded: bool) -> float:
-        script = Script(tool_uses=[("Read", {"file_path": str(ROOT / "README.md")})] * calls)
+        script = Script(
+            tool_uses=[
+                ("Bash", {"command": f"echo {i}", "description": "count"}) for i in range(calls)
+            ]
+        )
         with scripted_claude(script) as base_url:
             common: dict[str, Any] = {
                 "cwd": str(workdir), "env": offline_env(base_url, workdir / "home"),
@@ -188,13 +193,20 @@ def bench_sdk_e2e(url: str, calls: int, workdir: Path) -> dict[str, Any]:
                     assert not isinstance(m, ResultMessage) or not m.is_error, m
             return (time.perf_counter() - t0) / calls
 
-    baseline = asyncio.run(run(False))
-    governed = asyncio.run(run(True))
+    # Alternate the variants (twice each) so both see the same machine state.
+    runs: dict[bool, list[float]] = {False: [], True: []}
+    for guarded in (False, True, False, True):
+        runs[guarded].append(asyncio.run(run(guarded)))
+    governed, baseline = statistics.fmean(runs[True]), statistics.fmean(runs[False])
     return {
         "calls": calls,
         "governed_per_call_ms": governed * 1000,
         "baseline_per_call_ms": baseline * 1000,
         "added_per_call_ms": (governed - baseline) * 1000,
+        "runs_ms": {
+            k: [v * 1000 for v in vs]
+            for k, vs in (("governed", runs[True]), ("baseline", runs[False]))
+        },
     }
 
 

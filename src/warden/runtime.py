@@ -121,6 +121,7 @@ class Runtime:
             ledger,
             desk_url=settings.resolved_public_url(),
             notifier=Notifier(hooks) if hooks is not None else None,
+            reading=store.reading,
         )
         desk.effects[TaskKind.BUDGET_INCREASE] = budget_increase_effect(spend)
         kla = KlaService(store, guardian, desk, ledger, Signer(signing_key, signing_kid), kla_keys)

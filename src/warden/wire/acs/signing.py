@@ -24,7 +24,8 @@ def request_signing_input(envelope: dict[str, Any], *, known_fast: bool = False)
 def verify_request(envelope: dict[str, Any], key: bytes, *, known_fast: bool = False) -> bool:
     """True when ``params.signature`` is a valid HMAC-SHA256 under ``key``.
 
-    ``known_fast``: the caller checked the envelope with ``is_fast_canonical``.
+    ``known_fast``: the caller found the envelope DIRECT (``jcs_route``/``is_direct_jcs``)
+    or float-free (``is_fast_canonical``).
     """
     sig = envelope["params"].get("signature")
     if not isinstance(sig, dict) or sig.get("algorithm") != HMAC_ALGORITHM:

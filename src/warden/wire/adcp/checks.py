@@ -24,14 +24,15 @@ plan's chain, in the transaction of its effect.
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from typing import Any
 
 from warden.adcp.plans import Plan
 from warden.adcp.verdicts import CheckInput, Evaluation, commitment_of, evaluate
+from warden.core.pipeline import Pipeline
 from warden.core.types import ActionRequest, Effect, Verdict
 from warden.errors import CouldNotDecide
+from warden.identity.api_keys import Identity
 from warden.wire.adcp.envelope import AdcpError
 from warden.wire.adcp.execution import Executions
 from warden.wire.adcp.reviews import METHOD, Reviews
@@ -86,7 +87,7 @@ class Checks(Reviews, Executions):
             payload_amount=commitment_of({"payload": payload})[0],
         )
         ev = evaluate(plan, check, remaining, call.now)
-        ev, verdict = self._policy(ev, plan, check, req, who.principal)
+        ev, verdict = self._policy(ev, plan, check, req, who)
         check_id = new_id("chk")
         if ev.kind == "review":
             return self._escalate(tx, call, plan_row, check, check_id, ev, verdict)
@@ -112,13 +113,19 @@ class Checks(Reviews, Executions):
         return Answer(body)
 
     def _policy(
-        self, ev: Evaluation, plan: Plan, check: CheckInput, req: dict[str, Any], who: str
+        self,
+        ev: Evaluation,
+        plan: Plan,
+        check: CheckInput,
+        req: dict[str, Any],
+        caller: Identity,
     ) -> tuple[Evaluation, Verdict | None]:
         """The bundle's rules on ``adcp/check_governance``: a deny (or a modify, which
         cannot be applied to a check) denies; an ask or a human-resolved defer escalates.
         A plan denial is final and asks no rule."""
         if ev.kind == "denied":
             return ev, None
+        who, principal = caller.principal, caller.as_principal()
         request = ActionRequest(
             method=METHOD,
             payload=dict(req),
@@ -143,14 +150,15 @@ class Checks(Reviews, Executions):
             raw_command="",
             session={"id": "", "agent_id": who, "step_count": 0},
         )
-        started = time.perf_counter()
+        pipeline = Pipeline(self.st.guardian)
         try:
-            verdict = self.st.guardian.decide(request)
+            decided = pipeline.run(principal, request)
         except CouldNotDecide as exc:
             raise AdcpError(
                 "GOVERNANCE_UNAVAILABLE", "the governance agent could not decide", retry_after=5
             ) from exc
-        self.st.guardian.observers.decided("adcp", verdict, started)
+        verdict = decided.verdict
+        pipeline.finished("adcp", decided)
         rules = [r.rule_id for r in verdict.policy_references]
         ev.policies_evaluated = [*ev.policies_evaluated, *rules]
         if verdict.decision is Effect.ALLOW:

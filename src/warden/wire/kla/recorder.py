@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from warden.approvals.desk import ApprovalDesk, DeskTx
 from warden.approvals.tasks import Task
 from warden.core.guardian import Guardian
+from warden.core.pipeline import Pipeline
 from warden.crypto.canonical import canonical_bytes
 from warden.kla.keys import KeyRegistry
 from warden.kla.records import RecordKind, SealedRecord, seal
@@ -67,6 +68,7 @@ class Recorder:
     ) -> None:
         self.store = store
         self.guardian = guardian
+        self.pipeline = Pipeline(guardian)
         self.desk = desk
         self.signer = signer
         self.registry = registry

@@ -22,7 +22,6 @@ Takes an AI agent action request v1 record and, in order (docs/decisions.md, ite
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from warden.approvals.tasks import Task
@@ -189,9 +188,9 @@ def _process(
             return answer
         now = rec.now()
         stamp = now_stamp(now)
-        started = time.perf_counter()
-        verdict = rec.guardian.decide(action_request(record, who))
-        rec.guardian.observers.decided("kla", verdict, started)
+        decided = rec.pipeline.run(who.as_principal(), action_request(record, who))
+        verdict = decided.verdict
+        rec.pipeline.finished("kla", decided)
         decision = kla_decision(verdict.decision, warn=verdict.warn)
         decision_id = new_id("pd")
         task: Task | None = None

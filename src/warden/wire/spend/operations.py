@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
@@ -23,6 +22,7 @@ from fastapi.responses import Response
 from warden.approvals.desk import ApprovalDesk, AskRequest, DeskTx, Outcome
 from warden.approvals.tasks import Requester, Task, TaskKind
 from warden.core.guardian import Guardian
+from warden.core.pipeline import Pipeline
 from warden.core.types import ActionRequest
 from warden.core.types import Effect as VerdictEffect
 from warden.errors import CouldNotDecide, WardenError
@@ -129,6 +129,7 @@ class SpendWire:
         desk: ApprovalDesk | None = None,
     ) -> None:
         self.guardian = guardian
+        self.pipeline = Pipeline(guardian) if guardian is not None else None
         self.desk = desk
         self.engine = engine
         self.store = store
@@ -274,7 +275,7 @@ class SpendWire:
         ``approval:expired`` / ``approval:unavailable`` when the human said no, did not
         answer, or no desk is configured.
         """
-        if self.guardian is None:
+        if self.guardian is None or self.pipeline is None:
             return None, None
         who = caller()
         request = ActionRequest(
@@ -296,11 +297,10 @@ class SpendWire:
             },
             raw_command="",
             session={"id": "", "agent_id": who.principal, "step_count": 0},
-            agent=who.facts(),
         )
-        started = time.perf_counter()
-        verdict = self.guardian.decide(request)
-        self.guardian.observers.decided("spend", verdict, started)
+        decided = self.pipeline.run(who.as_principal(), request)
+        verdict = decided.verdict
+        self.pipeline.finished("spend", decided)
         if verdict.decision is VerdictEffect.ALLOW:
             return None, None
         rules = [r.rule_id for r in verdict.policy_references]
