@@ -8,6 +8,7 @@ a SQLite file; no network, no API key.
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -66,6 +67,23 @@ def returns(result: Any) -> dict[str, ToolReturnPart]:
 
 def toolset(ran: Ran) -> FunctionToolset[Any]:
     return FunctionToolset(list(tool_functions(ran).values()))
+
+
+@pytest.fixture(autouse=True)
+def close_run_sync_loop() -> Iterator[None]:
+    """``Agent.run_sync`` leaves the event loop it made set on the thread, for reuse
+    (``pydantic_ai._utils.get_event_loop``); close it after each test, or a later
+    ``asyncio.run`` in this worker drops it unclosed (a ResourceWarning, an error here)."""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            loop = asyncio.get_event_loop()
+        except RuntimeError:
+            return
+    if not loop.is_running():
+        loop.close()
+    asyncio.set_event_loop(None)
 
 
 @pytest.fixture
