@@ -200,9 +200,6 @@ def _process(
         stamp = now_stamp(now)
         decided = rec.pipeline.run(who.as_principal(), action_request(record, who))
         verdict = decided.verdict
-        rec.pipeline.finished(
-            "kla", decided, audit={"action_request_id": rid}, parent=_trace_parent(record)
-        )
         decision = kla_decision(verdict.decision, warn=verdict.warn)
         decision_id = new_id("pd")
         task: Task | None = None
@@ -233,7 +230,12 @@ def _process(
         for row, value in ((request_row, record), (decision_row, decision_record)):
             tx.kla.insert(row)
             rec.append(tx, row, value, event=row.kind)
-        return _submitted(rec, request_row, decision_row, task)
+        answer = _submitted(rec, request_row, decision_row, task)
+    # Stage 7, once the records are durable: a rolled-back transaction reports nothing.
+    rec.pipeline.finished(
+        "kla", decided, audit={"action_request_id": rid}, parent=_trace_parent(record)
+    )
+    return answer
 
 
 def _submitted(rec: Recorder, request: KlaRow, decision_row: KlaRow, task: Task | None) -> Answer:
