@@ -113,6 +113,14 @@ def serve(
             "(durable across process crashes only).",
         ),
     ] = None,
+    database_pool_size: Annotated[
+        int | None,
+        typer.Option(
+            envvar="WARDEN_DATABASE_POOL_SIZE",
+            help="PostgreSQL: connections kept for reads beside the writing one (1-64; "
+            "default 4). Ignored for SQLite.",
+        ),
+    ] = None,
     max_body_bytes: Annotated[
         int | None,
         typer.Option(
@@ -236,6 +244,7 @@ def serve(
             key_id=key_id,
             skew_window_ms=skew_window_ms,
             sqlite_sync=sqlite_sync.upper() if sqlite_sync is not None else None,
+            database_pool_size=database_pool_size,
             max_body_bytes=max_body_bytes,
             provenance_cache_bytes=provenance_cache_bytes,
             policy_requires_provenance=policy_requires_provenance,

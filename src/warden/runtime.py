@@ -114,7 +114,11 @@ class Runtime:
         kla_keys = KeyRegistry.load(settings.kla_keys) if settings.kla_keys is not None else None
         budgets = load_budgets(settings.budgets) if settings.budgets is not None else None
         hooks = load_webhooks(settings.webhooks) if settings.webhooks is not None else None
-        store = open_store(settings.resolved_database_url(), sqlite_sync=settings.sqlite_sync)
+        store = open_store(
+            settings.resolved_database_url(),
+            sqlite_sync=settings.sqlite_sync,
+            pool_size=settings.database_pool_size,
+        )
         try:
             bind_key_fingerprint(store, ikm_fingerprint(ikm))
         except BaseException:

@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     key_id: str = "warden"
     skew_window_ms: int = Field(300_000, ge=0)
     sqlite_sync: Literal["FULL", "NORMAL", "EXTRA"] = "FULL"
+    #: PostgreSQL: connections kept for reads beside the store's one writing connection
+    #: (a read on the decision path, such as a pending approval task, does not wait for a
+    #: commit in flight). Ignored for SQLite.
+    database_pool_size: int = Field(4, ge=1, le=64)
     policy_requires_provenance: bool = False
     max_body_bytes: int = Field(1 << 20, ge=1024)
     #: Byte budget of the per-process cache of session provenance graphs (decision 197).

@@ -37,7 +37,7 @@ from warden.approvals.redaction import shown_action
 from warden.approvals.tasks import Requester, TaskKind
 from warden.core.guardian import Guardian, fit_to_hook
 from warden.core.types import ActionRequest, Effect, Verdict
-from warden.errors import CouldNotDecide
+from warden.errors import CouldNotDecide, StoreUnavailable
 
 DEFAULT_GROUP = "approvers"
 
@@ -211,7 +211,10 @@ class ApprovalStep:
                 "session_id": ask.scope,
                 "request_id": self.request_id,
             }
-            peeked = self.gate.desk.peek(ask)
+            try:
+                peeked = self.gate.desk.peek(ask)
+            except StoreUnavailable:
+                peeked = None  # the write transaction below reconnects or fails closed
             if peeked is not None:
                 # Still pending: answered from a read, no write transaction.
                 self.resolution = peeked

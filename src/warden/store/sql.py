@@ -326,7 +326,7 @@ class SqlStore:
     cache yields ``HeadMoved`` (and the caller reloads with ``fresh=True``).
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, read_pool_size: int = 4) -> None:
         self._engine = engine
         self._lock = threading.RLock()
         self._qmark = engine.dialect.paramstyle == "qmark"
@@ -335,6 +335,24 @@ class SqlStore:
         self.row_locks = engine.dialect.name == "postgresql"
         self._closed = False
         self._raw: Any = self._connect()
+        #: PostgreSQL: a pool of autocommit connections for reads on the decision path
+        #: (``database_pool_size``), so that they do not queue behind a commit in flight
+        #: on the writing connection; no pre-ping (a round trip per read): a connection
+        #: found dropped is invalidated and the read fails (its caller falls back).
+        self._reads: Engine | None = (
+            create_engine(
+                engine.url,
+                pool_size=read_pool_size,
+                max_overflow=0,
+                pool_timeout=5,
+                isolation_level="AUTOCOMMIT",
+            )
+            if self.row_locks
+            else None
+        )
+        if self._reads is not None:
+            with self._reads.connect():  # its dialect set-up now, not on a decision
+                pass
         self._cache: dict[str, SessionState] = {}
         self.session_signer: SessionSigner | None = None
         self._checkpointer: _Checkpointer | None = None
@@ -1020,8 +1038,26 @@ class SqlStore:
         from warden.store.api_keys_sql import read_cursor
         from warden.store.tasks_sql import SqlTasks
 
-        with read_cursor(self) as cur:
-            yield SqlReadTx(SqlTasks(cur, self._q, row_locks=False))
+        if self._reads is None:
+            # SQLite: one connection in this process; a read there takes no write lock.
+            with read_cursor(self) as cur:
+                yield SqlReadTx(SqlTasks(cur, self._q, row_locks=False))
+            return
+        try:
+            conn = self._reads.connect()
+        except Exception as exc:
+            raise StoreUnavailable(f"store error: {exc.__class__.__name__}: {exc}") from exc
+        with conn:
+            cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            try:
+                yield SqlReadTx(SqlTasks(cur, self._q, row_locks=False))
+            except (WardenError, GeneratorExit):
+                raise
+            except Exception as exc:
+                conn.invalidate()  # a dropped connection is not handed out again
+                raise StoreUnavailable(f"store error: {exc.__class__.__name__}: {exc}") from exc
+            finally:
+                cur.close()
 
     def budgets(self) -> list[Budget]:
         """Every budget, by id."""
@@ -1058,6 +1094,8 @@ class SqlStore:
                 self._raw.close()
             finally:
                 self._engine.dispose()
+                if self._reads is not None:
+                    self._reads.dispose()
 
 
 class _Checkpointer:
@@ -1124,10 +1162,13 @@ def current_revision(url: str) -> str | None:
         engine.dispose()
 
 
-def open_store(url: str, *, sqlite_sync: str = "FULL", migrate: bool = True) -> SqlStore:
+def open_store(
+    url: str, *, sqlite_sync: str = "FULL", migrate: bool = True, pool_size: int = 4
+) -> SqlStore:
     """Open (and by default migrate) the store at ``url``.
 
     ``sqlite:///path/to/warden.db`` is the embedded default. Raises
+    ``pool_size``: PostgreSQL connections kept for reads (``SqlStore.reading``). Raises
     :class:`ConfigError` for an unsupported URL or sync mode, or (``migrate=False``)
     a database whose schema is not this Warden's; :class:`StoreUnavailable` for a
     database that cannot be opened or migrated (damaged, not a database).
@@ -1143,7 +1184,7 @@ def open_store(url: str, *, sqlite_sync: str = "FULL", migrate: bool = True) -> 
             upgrade(engine)
         else:
             check_revision(engine)
-        return SqlStore(engine)
+        return SqlStore(engine, read_pool_size=pool_size)
     except BaseException as exc:
         engine.dispose()
         if isinstance(exc, WardenError) or not isinstance(exc, Exception):
