@@ -302,6 +302,10 @@ class SqlStore:
         self._raw: Any = self._connect()
         self._cache: dict[str, SessionState] = {}
         self.session_signer: SessionSigner | None = None
+        #: The transparency log's counter inside the open write transaction:
+        #: ``(next_index read at the first append, next index to assign)``; None until
+        #: the transaction appends (see :meth:`_leaf_index`).
+        self._log_tx: list[int] | None = None
         self._checkpointer: _Checkpointer | None = None
         if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
             # Checkpoint the WAL off the request path: an automatic checkpoint runs
@@ -386,7 +390,9 @@ class SqlStore:
                     cur = self._cursor()
                     cur.execute("BEGIN IMMEDIATE" if self._qmark else "BEGIN")
                 begun = True
+                self._log_tx = None
                 yield cur
+                self._log_flush(cur)
                 committing = True
                 cur.execute("COMMIT")
             except BaseException as exc:
@@ -408,7 +414,39 @@ class SqlStore:
                     ) from exc
                 raise StoreUnavailable(f"store error: {exc.__class__.__name__}: {exc}") from exc
             finally:
+                self._log_tx = None
                 cur.close()
+
+    def _leaf_index(self, cur: Any) -> int:
+        """The transparency-log index of the next entry this transaction appends.
+
+        The first call in a transaction reads ``log_state`` (locking its one row on
+        PostgreSQL, so replicas number leaves one transaction at a time; SQLite's
+        ``BEGIN IMMEDIATE`` already serialises writers); later ones count in memory, and
+        :meth:`_log_flush` writes the counter back once before COMMIT. So a batch of any
+        size costs two statements, and an index is used only by an entry that was
+        inserted (a failed item's savepoint rollback takes nothing): no gaps.
+        """
+        if self._log_tx is None:
+            cur.execute(
+                "SELECT next_index FROM log_state WHERE id = 1"
+                + (" FOR UPDATE" if self.row_locks else "")
+            )
+            row = cur.fetchone()
+            if row is None:
+                raise StoreUnavailable("the transparency log's counter row (log_state) is missing")
+            self._log_tx = [int(row[0]), int(row[0])]
+        return self._log_tx[1]
+
+    def _log_flush(self, cur: Any) -> None:
+        """Write the log counter back if this transaction appended leaves."""
+        if self._log_tx is not None and self._log_tx[1] != self._log_tx[0]:
+            cur.execute(
+                self._q("UPDATE log_state SET next_index = ? WHERE id = 1 AND next_index = ?"),
+                (self._log_tx[1], self._log_tx[0]),
+            )
+            if cur.rowcount != 1:
+                raise StoreUnavailable("the transparency log's counter moved under a write lock")
 
     def _rollback(self, cur: Any) -> None:
         """Roll back the transaction :meth:`_write` began; a failure is logged, never
@@ -586,6 +624,9 @@ class SqlStore:
     def append_many(self, items: list[PendingAppend]) -> list[Exception | None]:
         outcomes: list[Exception | None] = []
         with self._write() as cur:
+            # Read (and on PostgreSQL lock) the log counter outside the items' savepoints:
+            # a row lock taken inside one would be released by its rollback.
+            self._leaf_index(cur)
             for i, item in enumerate(items):
                 # A savepoint per item: one replay or lost race fails alone.
                 savepoint = f"item{i}"
@@ -641,11 +682,13 @@ class SqlStore:
         )
         if cur.rowcount != 1:
             raise HeadMoved(f"session {item.session_id} head is no longer seq {item.expected_seq}")
+        log_index = self._leaf_index(cur)
         try:
             cur.execute(
                 self._q(
                     "INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, "
-                    "entry, response, created_at, request) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    "entry, response, created_at, request, log_index) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
                 (
                     item.session_id,
@@ -657,12 +700,15 @@ class SqlStore:
                     _dumps(item.response) if item.response is not None else None,
                     _now(),
                     item.request,
+                    log_index,
                 ),
             )
         except Exception as exc:
             if is_integrity(exc):
                 raise _EntryConflict(str(exc)) from exc
             raise
+        assert self._log_tx is not None
+        self._log_tx[1] = log_index + 1
 
     def _classify_conflict(
         self, cur: Any, item: PendingAppend, conflict: _EntryConflict
