@@ -297,3 +297,21 @@ def verify_cosignature(text: str, sig: NoteSignature, verifier: NoteVerifier) ->
     ):
         raise NoteError(f"the cosignature of {verifier.name} does not verify")
     return int(timestamp)
+
+
+def load_witness_keys(text: str) -> list[NoteVerifier]:
+    """Witness verifier keys, one per line (blank lines and ``#`` comments skipped);
+    NoteError naming the line of one that is not a type-0x04 Ed25519 vkey."""
+    keys = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            key = NoteVerifier.from_vkey(line)
+        except NoteError as exc:
+            raise NoteError(f"line {number}: {exc}") from exc
+        if key.sig_type != COSIGNATURE_V1:
+            raise NoteError(f"line {number}: a witness key has signature type 0x04")
+        keys.append(key)
+    return keys
