@@ -211,7 +211,7 @@ class Runtime:
                 "unsafe_shared_ikm. Register agents (`warden agents add`) and drop the flag."
             )
         try:
-            record_start(store, ledger, bundle.ref, replica=settings.replica_id or _replica())
+            record_start(store, bundle.ref, replica=settings.replica_id or _replica())
         except BaseException:
             store.close()
             raise

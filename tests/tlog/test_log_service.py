@@ -4,7 +4,6 @@ proofs verify, and a tampered database is refused a new signature."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +26,12 @@ def _leaves(rt: Runtime) -> list[tuple[int, str]]:
     with rt.store.engine.connect() as conn:
         return [
             (int(r[0]), r[1])
-            for r in conn.execute(text("SELECT log_index, entry FROM entries ORDER BY log_index"))
+            for r in conn.execute(
+                text(
+                    "SELECT log_index, entry FROM entries UNION ALL "
+                    "SELECT log_index, event FROM log_events ORDER BY 1"
+                )
+            )
         ]
 
 
@@ -36,7 +40,7 @@ def _decide(rt: Runtime, n: int) -> None:
     c.hello()
     c.call("steps/sessionStart", {})
     for i in range(n):
-        c.call("steps/toolCallRequest", {"tool": {"name": "read_file", "arguments": {"p": i}}})
+        assert "result" in c.tool_call("read_file", {"path": f"/tmp/{i}"})
 
 
 def _b(s: str) -> bytes:
@@ -54,8 +58,8 @@ def test_every_entry_is_a_leaf_and_checkpoints_prove(make_runtime: Callable[...,
     leaves = _leaves(rt)
     # The start and bundle load of this server are leaves already.
     types = [r[1] for r in leaves]
-    assert any('"warden/warden.start"' in t for t in types)
-    assert any('"warden/warden.bundle_load"' in t for t in types)
+    assert any('"kind":"warden.start"' in t for t in types)
+    assert any('"kind":"warden.bundle_load"' in t for t in types)
     _decide(rt, 5)
     second = tlog.checkpoint()
     leaves = _leaves(rt)
@@ -91,7 +95,9 @@ def test_a_tampered_store_gets_no_new_signature(
     _decide(rt, 3)
     assert rt.tlog is not None
     cp = rt.tlog.checkpoint()
-    victim = cp.tree_size - 2
+    with rt.store.engine.connect() as conn:
+        victim = conn.execute(text("SELECT MIN(log_index) FROM entries")).scalar_one()
+    assert victim < cp.tree_size - 1
     sql: dict[str, Any] = {
         "edit": "UPDATE entries SET entry = entry || ' ' WHERE log_index = :i",
         "delete": "DELETE FROM entries WHERE log_index = :i",
@@ -102,4 +108,3 @@ def test_a_tampered_store_gets_no_new_signature(
     fresh = TransparencyLog(rt.store.engine, rt.tlog.signer)
     with pytest.raises(LogForked):
         fresh.checkpoint()
-    assert hashlib.sha256(b"")  # keep the import honest

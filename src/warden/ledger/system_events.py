@@ -1,39 +1,28 @@
-"""Warden's own lifecycle in the audit log: server starts and bundle loads (issue 17).
+"""Warden's own lifecycle in the transparency log: server starts and bundle loads.
 
-Each is a ``warden/warden.<event>`` entry on the Warden-authored chain ``system``
-(:class:`~warden.ledger.warden_chain.WardenChain`), so it is a leaf of the
-transparency log like every other audit event: a start that loaded a different policy
-bundle is on the record, and a verifier sees every restart.
+Each is a ``log_events`` leaf (issue 17), written in one transaction at start: a start
+that loaded a different policy bundle is on the record, and a verifier sees every
+restart. They are no chain entries: no agent session holds them, and the per-session
+views (``warden verify`` 's session counts, exports per session) stay as they were.
 """
 
 from __future__ import annotations
 
-import uuid
-from typing import Any
-
 from warden import __version__
 from warden.core.types import BundleRef
-from warden.ledger.ledger import Ledger
-from warden.ledger.warden_chain import WardenChain
 from warden.store.sql import SqlStore
 
-SYSTEM_CHAIN = "system"
 
-
-def record_start(store: SqlStore, ledger: Ledger, bundle: BundleRef, *, replica: str) -> None:
-    """Append ``warden.start`` and ``warden.bundle_load`` in one transaction."""
-    chain = WardenChain(ledger, "warden")
-    bundle_detail: dict[str, Any] = {
-        "id": bundle.id,
-        "version": bundle.version,
-        "digest": bundle.digest,
-    }
+def record_start(store: SqlStore, bundle: BundleRef, *, replica: str) -> None:
+    """Append ``warden.start`` and ``warden.bundle_load`` leaves in one transaction."""
     with store.transaction() as tx:
-        chain.append(
-            tx,
-            SYSTEM_CHAIN,
-            "start",
-            f"start:{uuid.uuid4()}",
-            {"replica": replica, "version": __version__},
+        tx.log_event("warden.start", {"replica": replica, "version": __version__})
+        tx.log_event(
+            "warden.bundle_load",
+            {
+                "replica": replica,
+                "id": bundle.id,
+                "version": bundle.version,
+                "digest": bundle.digest,
+            },
         )
-        chain.append(tx, SYSTEM_CHAIN, "bundle_load", f"bundle:{uuid.uuid4()}", bundle_detail)

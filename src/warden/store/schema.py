@@ -12,7 +12,7 @@ columns on ``tasks``, ``approval_votes``, ``api_keys`` and ``webhook_deliveries`
 0008 spend ownership: ``budgets.principals`` (who may spend a budget) and
 ``reservations.principal`` / ``receipts.principal`` (who took a hold); 0009 the agent
 identity registry, ``agents`` and ``agent_keys``; 0010 the transparency log:
-``entries.log_index``, ``log_state``, ``log_checkpoints``, ``log_cosignatures``.
+``entries.log_index``, ``log_state``, ``log_events``, ``log_checkpoints``, ``log_cosignatures``.
 """
 
 from __future__ import annotations
@@ -380,6 +380,16 @@ log_state = Table(
     metadata,
     Column("id", Integer, primary_key=True),
     Column("next_index", BigInteger, nullable=False),
+)
+
+#: Leaves that are no chain entry (server starts, bundle loads, API key changes).
+log_events = Table(
+    "log_events",
+    metadata,
+    Column("log_index", BigInteger, primary_key=True),
+    Column("kind", String(64), nullable=False),
+    Column("event", Text, nullable=False),
+    Column("created_at", String(40), nullable=False),
 )
 
 #: Signed checkpoints (C2SP tlog-checkpoint notes), one per tree size.

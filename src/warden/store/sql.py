@@ -448,6 +448,22 @@ class SqlStore:
             if cur.rowcount != 1:
                 raise StoreUnavailable("the transparency log's counter moved under a write lock")
 
+    def append_log_event(self, cur: Any, kind: str, detail: dict[str, Any]) -> int:
+        """Append an event that belongs to no chain (a server start, a bundle load, an API
+        key change) as a leaf, inside the caller's write transaction; return its index.
+        The leaf bytes are the stored JSON text ``{"kind", "at", **detail}``."""
+        index = self._leaf_index(cur)
+        at = _now()
+        cur.execute(
+            self._q(
+                "INSERT INTO log_events (log_index, kind, event, created_at) VALUES (?, ?, ?, ?)"
+            ),
+            (index, kind, _dumps({"kind": kind, "at": at, **detail}), at),
+        )
+        assert self._log_tx is not None
+        self._log_tx[1] = index + 1
+        return index
+
     def _rollback(self, cur: Any) -> None:
         """Roll back the transaction :meth:`_write` began; a failure is logged, never
         raised (the error that caused the rollback is the one the caller needs)."""

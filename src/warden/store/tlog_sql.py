@@ -46,16 +46,17 @@ def _now() -> str:
 
 
 def iter_leaves(engine: Engine, start: int = 0) -> Iterator[tuple[Any, Any]]:
-    """``(log_index, entry text)`` of every leaf from ``start`` on, by index, paged by
-    index range so a long read holds no snapshot across pages. The text is the stored
-    column exactly (the leaf's bytes are its UTF-8)."""
+    """``(log_index, text)`` of every leaf (entry rows and ``log_events`` rows) from
+    ``start`` on, by index, paged by index range. The text is the stored column exactly
+    (the leaf's bytes are its UTF-8)."""
     at = start
     while True:
         with engine.connect() as conn:
             rows = conn.execute(
                 text(
                     "SELECT log_index, entry FROM entries WHERE log_index >= :a "
-                    "ORDER BY log_index LIMIT :n"
+                    "UNION ALL SELECT log_index, event FROM log_events WHERE log_index >= :a "
+                    "ORDER BY 1 LIMIT :n"
                 ),
                 {"a": at, "n": _PAGE},
             ).all()

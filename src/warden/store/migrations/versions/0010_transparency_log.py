@@ -3,6 +3,8 @@
 * ``entries.log_index``: the entry's global, gapless leaf index (unique). Existing
   entries are numbered in the order they were written (``created_at``, then session and
   seq), so a database upgraded with history has that history in its log too.
+* ``log_events``: leaves that are no chain entry (server starts, bundle loads, API key
+  changes): the event's JSON text, hashed as stored.
 * ``log_state``: one row, ``next_index``, the index the next leaf gets; read and
   written once per write transaction that appends (:mod:`warden.store.sql`).
 * ``log_checkpoints``: the signed checkpoints (C2SP tlog-checkpoint notes) by tree size.
@@ -50,6 +52,13 @@ def upgrade() -> None:
     )
     conn.execute(sa.text("INSERT INTO log_state (id, next_index) VALUES (1, :n)"), {"n": len(keys)})
     op.create_table(
+        "log_events",
+        sa.Column("log_index", sa.BigInteger, primary_key=True),
+        sa.Column("kind", sa.String(64), nullable=False),
+        sa.Column("event", sa.Text, nullable=False),
+        sa.Column("created_at", sa.String(40), nullable=False),
+    )
+    op.create_table(
         "log_checkpoints",
         sa.Column("tree_size", sa.BigInteger, primary_key=True),
         sa.Column("root_hash", sa.String(64), nullable=False),
@@ -71,6 +80,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("log_cosignatures")
     op.drop_table("log_checkpoints")
+    op.drop_table("log_events")
     op.drop_table("log_state")
     op.drop_index("uq_entries_log_index", table_name="entries")
     op.drop_column("entries", "log_index")
