@@ -22,6 +22,7 @@ from warden.cli_doctor import doctor_cmd
 from warden.cli_evidence import export_evidence_cmd
 from warden.cli_keys import keys_app
 from warden.cli_ledger import export_cmd, verify_cmd
+from warden.cli_log import log_app, witness_cmd
 from warden.cli_mcp import mcp_proxy_cmd
 from warden.cli_policy import policy_app
 from warden.cli_records import verify_bundle_cmd, verify_record_cmd
@@ -40,6 +41,7 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(approvals_app, name="approvals")
 app.add_typer(db_app, name="db")
 app.add_typer(agents_app, name="agents")
+app.add_typer(log_app, name="log")
 
 from warden.cli_options import (  # noqa: E402 - after the Typer apps
     DbUrl,
@@ -300,6 +302,7 @@ app.command("verify-bundle")(verify_bundle_cmd)
 app.command("export-evidence")(export_evidence_cmd)
 app.command("mcp-proxy")(mcp_proxy_cmd)
 app.command("doctor")(doctor_cmd)
+app.command("witness")(witness_cmd)
 
 
 def main() -> None:

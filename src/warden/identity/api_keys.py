@@ -348,7 +348,11 @@ class ApiKeys:
                 secret_hash=self._hash(token),
                 created_at=created_at,
             )
-            self._audit(tx, "created", _key_detail(key_id, principal, role, group_tuple))
+            self._audit(
+                tx,
+                "created",
+                _key_detail(key_id, principal, role, group_tuple, self._hash(token)),
+            )
         who = Identity(key_id, principal, role, group_tuple)
         return (_as_agent(who, agent) if agent is not None else who), token
 
@@ -439,7 +443,7 @@ class ApiKeys:
                 secret_hash=digest,
                 created_at=created_at,
             )
-            self._audit(tx, "registered", _key_detail(key_id, principal, role, group_tuple))
+            self._audit(tx, "registered", _key_detail(key_id, principal, role, group_tuple, digest))
         return Identity(key_id, principal, role, group_tuple)
 
     def authenticate(self, token: str | None) -> Identity | None:
@@ -515,6 +519,20 @@ class ApiKeys:
             return found
 
 
-def _key_detail(key_id: str, principal: str, role: Role, groups: tuple[str, ...]) -> dict[str, Any]:
-    """What a key's audit event records: never the token or its hash."""
-    return {"key_id": key_id, "principal": principal, "role": role.value, "groups": list(groups)}
+def _key_detail(
+    key_id: str, principal: str, role: Role, groups: tuple[str, ...], secret_hash: str
+) -> dict[str, Any]:
+    """What a key's audit event records: never the token; a digest of its stored hash, so
+    a row whose credential was swapped disagrees with the log (:mod:`warden.tlog.state`)."""
+    return {
+        "key_id": key_id,
+        "principal": principal,
+        "role": role.value,
+        "groups": list(groups),
+        "secret": secret_digest(secret_hash),
+    }
+
+
+def secret_digest(secret_hash: str) -> str:
+    """SHA-256 (hex) of a stored key hash: what the log records of a credential."""
+    return sha256(secret_hash.encode("ascii")).hexdigest()

@@ -87,7 +87,9 @@ def build_tree(leaves: Iterable[tuple[Any, bytes]]) -> tuple[MerkleTree, float]:
     return tree, time.perf_counter() - began
 
 
-def _open(note_text: str, verifier: NoteVerifier | None, what: str) -> Checkpoint:
+def read_checkpoint(note_text: str, verifier: NoteVerifier | None, what: str) -> Checkpoint:
+    """The checkpoint in a note, its signature checked when ``verifier`` is given;
+    LogProblem(``log_signature``) naming ``what`` otherwise."""
     try:
         note = parse_note(note_text)
         if verifier is not None:
@@ -138,7 +140,7 @@ def check_log(
     report.root_hash = tree.root().hex()
     good = 0
     for note_text in checkpoints:
-        cp = _open(note_text, verifier, "a stored checkpoint")
+        cp = read_checkpoint(note_text, verifier, "a stored checkpoint")
         _against(tree, cp, f"the stored checkpoint of size {cp.size}", good)
         good = max(good, cp.size)
         report.checkpoints_checked += 1
@@ -146,7 +148,7 @@ def check_log(
     if trusted is not None:
         if verifier is None:
             raise LogProblem("log_signature", "a kept checkpoint needs the log's key to check")
-        cp = _open(trusted, verifier, "the kept checkpoint")
+        cp = read_checkpoint(trusted, verifier, "the kept checkpoint")
         _against(tree, cp, f"the kept checkpoint of size {cp.size}")
         report.trusted_checkpoint = cp.size
     return report
