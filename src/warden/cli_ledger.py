@@ -248,6 +248,24 @@ def print_check(check: ChainCheck) -> None:
         f"{doc['entries']} entries, {doc['signatures_checked']} signatures checked"
         + ("" if doc["signatures"] else " (signatures not checked: --no-signatures)"),
     )
+    log = doc.get("log")
+    if log is not None:
+        print_line(
+            console,
+            f"[green]OK[/green] transparency log: {log['leaves']} leaves, "
+            f"{log['checkpoints_checked']} checkpoint(s) reproduced"
+            + (f" (newest {log['latest_checkpoint']})" if log["latest_checkpoint"] else "")
+            + (
+                f", extends the kept checkpoint of {log['trusted_checkpoint']}"
+                if log["trusted_checkpoint"] is not None
+                else ""
+            )
+            + (
+                ""
+                if log["checkpoint_signatures"]
+                else " (no checkpoint key: signatures not checked)"
+            ),
+        )
     heads: dict[str, str] = doc["heads"]
     if not heads:
         return
