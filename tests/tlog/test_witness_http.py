@@ -26,7 +26,13 @@ def _leaves(srv: Server) -> int:
     engine = create_engine(srv.database_url)
     try:
         with engine.connect() as conn:
-            return int(conn.execute(text("SELECT next_index FROM log_state")).scalar_one())
+            return int(
+                conn.execute(
+                    text(
+                        "SELECT (SELECT COUNT(*) FROM entries) + (SELECT COUNT(*) FROM log_events)"
+                    )
+                ).scalar_one()
+            )
     finally:
         engine.dispose()
 

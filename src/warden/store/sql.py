@@ -60,6 +60,15 @@ from warden.store.driver_errors import is_integrity
 from warden.store.schema import entries, replay_keys, sessions
 
 SYNC_MODES = ("FULL", "NORMAL", "EXTRA")
+#: The next leaf index. PostgreSQL: the counter row, locked until COMMIT. SQLite (whose
+#: ``BEGIN IMMEDIATE`` already makes the writer alone): one past the largest index stored,
+#: read from the two unique indexes, so no page is dirtied for the counter (writing a
+#: counter row would add a page to every commit's WAL frame set: measurably slower).
+_LOG_LOCK = "SELECT next_index FROM log_state WHERE id = 1 FOR UPDATE"
+_LOG_MAX = (
+    "SELECT COALESCE(MAX(m), -1) + 1 FROM (SELECT MAX(log_index) AS m FROM entries "
+    "UNION ALL SELECT MAX(log_index) FROM log_events)"
+)
 _CACHE_SIZE = 10_000
 log = logging.getLogger(__name__)
 
@@ -374,27 +383,36 @@ class SqlStore:
         return sql if self._qmark else sql.replace("?", "%s")
 
     @contextmanager
-    def _write(self) -> Iterator[Any]:
-        """One write transaction on the raw connection; foreign errors translated."""
+    def _write(self, *, log: bool = False) -> Iterator[Any]:
+        """One write transaction on the raw connection; foreign errors translated.
+
+        ``log``: the transaction will append leaves; on PostgreSQL the log counter is
+        read and locked in the same round trip as ``BEGIN`` (see :meth:`_leaf_index`).
+        """
         with self._lock:
             cur = self._cursor()
             begun = committing = False
+            begin = "BEGIN IMMEDIATE" if self._qmark else "BEGIN"
+            if log and self.row_locks:
+                begin += "; " + _LOG_LOCK
             try:
                 try:
-                    cur.execute("BEGIN IMMEDIATE" if self._qmark else "BEGIN")
+                    cur.execute(begin)
                 except Exception:
                     if not self._broken():
                         raise
                     # The server dropped the connection (restart, failover): nothing has
                     # been done yet, so reconnect and begin again instead of failing.
                     cur = self._cursor()
-                    cur.execute("BEGIN IMMEDIATE" if self._qmark else "BEGIN")
+                    cur.execute(begin)
                 begun = True
                 self._log_tx = None
+                if log and self.row_locks:
+                    cur.nextset()
+                    self._log_tx = self._log_start(cur.fetchone())
                 yield cur
-                self._log_flush(cur)
                 committing = True
-                cur.execute("COMMIT")
+                cur.execute(self._log_flush() + "COMMIT")
             except BaseException as exc:
                 # A BEGIN that failed (SQLite's "database is locked" while another
                 # process holds the write lock) left no transaction to roll back.
@@ -420,33 +438,41 @@ class SqlStore:
     def _leaf_index(self, cur: Any) -> int:
         """The transparency-log index of the next entry this transaction appends.
 
-        The first call in a transaction reads ``log_state`` (locking its one row on
-        PostgreSQL, so replicas number leaves one transaction at a time; SQLite's
-        ``BEGIN IMMEDIATE`` already serialises writers); later ones count in memory, and
-        :meth:`_log_flush` writes the counter back once before COMMIT. So a batch of any
-        size costs two statements, and an index is used only by an entry that was
-        inserted (a failed item's savepoint rollback takes nothing): no gaps.
+        The first call in a transaction reads the next index (PostgreSQL: the
+        ``log_state`` row, locked, so replicas number leaves one transaction at a time;
+        SQLite: one past the largest stored index, its ``BEGIN IMMEDIATE`` already making
+        this the only writer); later ones count in memory, and on PostgreSQL
+        :meth:`_log_flush` writes the counter back once, with COMMIT. An index is used
+        only by an entry that was inserted (a failed item's savepoint rollback takes
+        nothing): no gaps. On PostgreSQL a group commit reads the counter in BEGIN's
+        round trip and writes it in COMMIT's: no extra round trip per batch.
         """
         if self._log_tx is None:
-            cur.execute(
-                "SELECT next_index FROM log_state WHERE id = 1"
-                + (" FOR UPDATE" if self.row_locks else "")
-            )
-            row = cur.fetchone()
-            if row is None:
-                raise StoreUnavailable("the transparency log's counter row (log_state) is missing")
-            self._log_tx = [int(row[0]), int(row[0])]
+            cur.execute(_LOG_LOCK if self.row_locks else _LOG_MAX)
+            self._log_tx = self._log_start(cur.fetchone())
         return self._log_tx[1]
 
-    def _log_flush(self, cur: Any) -> None:
-        """Write the log counter back if this transaction appended leaves."""
-        if self._log_tx is not None and self._log_tx[1] != self._log_tx[0]:
-            cur.execute(
-                self._q("UPDATE log_state SET next_index = ? WHERE id = 1 AND next_index = ?"),
-                (self._log_tx[1], self._log_tx[0]),
-            )
-            if cur.rowcount != 1:
-                raise StoreUnavailable("the transparency log's counter moved under a write lock")
+    @staticmethod
+    def _log_start(row: Any) -> list[int]:
+        if row is None:
+            raise StoreUnavailable("the transparency log's counter row (log_state) is missing")
+        return [int(row[0]), int(row[0])]
+
+    def _log_flush(self) -> str:
+        """PostgreSQL: the statement that writes the log counter back, sent in one string with
+        ``COMMIT`` (no round trip of its own), or "" if no leaf was appended. It writes
+        NULL (refused: the column is NOT NULL) unless the counter still holds what this
+        transaction read, so a counter that moved (it cannot, under the write lock) aborts
+        the commit instead of numbering two leaves alike; on PostgreSQL the failed
+        statement keeps the COMMIT sent with it from running. The numbers are integers
+        this process formatted."""
+        if not self.row_locks or self._log_tx is None or self._log_tx[1] == self._log_tx[0]:
+            return ""
+        start, end = int(self._log_tx[0]), int(self._log_tx[1])
+        return (
+            f"UPDATE log_state SET next_index = CASE WHEN next_index = {start} "
+            f"THEN {end} ELSE NULL END WHERE id = 1; "
+        )
 
     def append_log_event(self, cur: Any, kind: str, detail: dict[str, Any]) -> int:
         """Append an event that belongs to no chain (a server start, a bundle load, an API
@@ -639,9 +665,10 @@ class SqlStore:
 
     def append_many(self, items: list[PendingAppend]) -> list[Exception | None]:
         outcomes: list[Exception | None] = []
-        with self._write() as cur:
-            # Read (and on PostgreSQL lock) the log counter outside the items' savepoints:
-            # a row lock taken inside one would be released by its rollback.
+        # The log counter is read (and on PostgreSQL locked, with BEGIN) before the items'
+        # savepoints: a row lock taken inside one would be released by its rollback, and
+        # taking it first orders it before every session row lock (no deadlock on it).
+        with self._write(log=True) as cur:
             self._leaf_index(cur)
             for i, item in enumerate(items):
                 # A savepoint per item: one replay or lost race fails alone.
