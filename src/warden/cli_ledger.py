@@ -178,7 +178,7 @@ def _check_log(
     else:
         engine = store.engine
         report = check_log(
-            ((i, t.encode("utf-8")) for i, t in tlog_sql.iter_leaves(engine)),
+            tlog_sql.iter_leaves(engine),
             [c.note for c in tlog_sql.all_checkpoints(engine)],
             verifier=verifier,
             trusted=trusted,

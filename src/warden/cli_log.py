@@ -135,7 +135,7 @@ def prove_cmd(
     except WardenError as exc:
         raise _bad(exc.message) from exc
     try:
-        tree = MerkleTree(leaf_hash(t.encode("utf-8")) for _, t in iter_leaves(store.engine))
+        tree = MerkleTree(leaf_hash(bytes(t)) for _, t in iter_leaves(store.engine))
     finally:
         store.close()
     try:

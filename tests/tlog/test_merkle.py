@@ -201,3 +201,19 @@ def test_edge_cases() -> None:
         tree.consistency_proof(4, 3)
     with pytest.raises(ValueError, match="32 bytes"):
         tree.append(b"short")
+
+
+def test_bulk_extend_in_any_chunks_equals_appending() -> None:
+    rng = random.Random(6962)
+    hashes = [leaf_hash(d) for d in _data(200)]
+    one_by_one = MerkleTree()
+    for h in hashes:
+        one_by_one.append(h)
+    for _ in range(20):
+        tree, at = MerkleTree(), 0
+        while at < len(hashes):
+            step = rng.randint(1, 40)
+            tree.extend(hashes[at : at + step])
+            at += step
+            assert tree.root() == one_by_one.root(tree.size)
+        assert [tree.root(n) for n in range(201)] == [one_by_one.root(n) for n in range(201)]

@@ -20,7 +20,7 @@ Hashing runs over the stored bytes in one pass (one SHA-256 per leaf and per nod
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,16 +74,18 @@ def build_tree(leaves: Iterable[tuple[Any, bytes]]) -> tuple[MerkleTree, float]:
     """The tree over ``(index, leaf bytes)`` given in index order, and the seconds it took;
     LogProblem(``log_gap``) at the first index out of sequence."""
     began = time.perf_counter()
-    tree = MerkleTree()
-    append = tree.append
-    for expected, (index, data) in enumerate(leaves):
-        if index != expected:
-            if isinstance(index, int) and index > expected:
-                msg = f"leaf index {expected} is missing (the next leaf present is {index})"
-            else:
-                msg = f"leaf index {index!r} is out of sequence after {expected - 1}"
-            raise LogProblem("log_gap", msg, expected)
-        append(leaf_hash(data))
+
+    def hashed() -> Iterator[bytes]:
+        for expected, (index, data) in enumerate(leaves):
+            if index != expected:
+                if isinstance(index, int) and index > expected:
+                    msg = f"leaf index {expected} is missing (the next leaf present is {index})"
+                else:
+                    msg = f"leaf index {index!r} is out of sequence after {expected - 1}"
+                raise LogProblem("log_gap", msg, expected)
+            yield leaf_hash(data)
+
+    tree = MerkleTree(hashed())
     return tree, time.perf_counter() - began
 
 

@@ -66,7 +66,7 @@ def log_record(engine: Engine, session_id: str | None = None) -> dict[str, Any] 
                 for r in conn.execute(text("SELECT log_index, event FROM log_events ORDER BY 1"))
             ]
     else:
-        tree = MerkleTree(leaf_hash(t.encode("utf-8")) for _, t in tlog_sql.iter_leaves(engine))
+        tree = MerkleTree(leaf_hash(bytes(t)) for _, t in tlog_sql.iter_leaves(engine))
         proofs: dict[str, list[str]] = {}
         for row in indexes.values():
             for index in row:

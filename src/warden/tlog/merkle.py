@@ -30,9 +30,14 @@ class ProofError(ValueError):
     """A proof was asked for sizes or indexes the tree cannot answer (or is malformed)."""
 
 
+_LEAF_PREFIX = hashlib.sha256(_LEAF)
+
+
 def leaf_hash(data: bytes) -> bytes:
     """RFC 9162 §2.1.1 leaf hash of ``data``: SHA-256(0x00 || data), 32 bytes."""
-    return hashlib.sha256(_LEAF + data).digest()
+    h = _LEAF_PREFIX.copy()
+    h.update(data)
+    return h.digest()
 
 
 def node_hash(left: bytes, right: bytes) -> bytes:
@@ -79,9 +84,37 @@ class MerkleTree:
             self._levels[level] += current
 
     def extend(self, leaves: Iterable[bytes]) -> None:
-        """Append leaf hashes in order."""
-        for leaf in leaves:
-            self.append(leaf)
+        """Append leaf hashes in order; in bulk, level by level (the verifier's path: one
+        SHA-256 per node, no per-leaf Python bookkeeping beyond the copy)."""
+        batch = b"".join(leaves)
+        if len(batch) % HASH_SIZE:
+            raise ValueError(f"a leaf hash is {HASH_SIZE} bytes")
+        if not batch:
+            return
+        self._levels[0] += batch
+        level = 0
+        while True:
+            below = self._levels[level]
+            count = len(below) // HASH_SIZE
+            if count < 2:
+                return
+            if len(self._levels) == level + 1:
+                self._levels.append(bytearray())
+            above = self._levels[level + 1]
+            done = len(above) // HASH_SIZE  # parents already complete
+            pairs = count // 2
+            if pairs == done:
+                return
+            view = memoryview(below)
+            prefix = hashlib.sha256(_NODE)
+            out = bytearray()
+            for at in range(2 * done * HASH_SIZE, 2 * pairs * HASH_SIZE, 2 * HASH_SIZE):
+                h = prefix.copy()
+                h.update(view[at : at + 2 * HASH_SIZE])
+                out += h.digest()
+            view.release()
+            above += out
+            level += 1
 
     def leaf(self, index: int) -> bytes:
         """The leaf hash at ``index`` (ProofError when out of range)."""

@@ -89,17 +89,30 @@ class TransparencyLog:
 
     def sync(self) -> int:
         """Extend the tree with the leaves stored since the last sync; return its size.
-        LogForked if an index is missing (a leaf row deleted, or numbered wrongly)."""
+
+        The two leaf tables are read separately, so a transaction committing between
+        the two reads can look like a gap for a moment: a gap is read again once before
+        it is called one (LogForked: a leaf row deleted, or numbered wrongly).
+        """
         with self._lock:
-            for index, entry in tlog_sql.iter_leaves(self._engine, self.tree.size):
-                if index != self.tree.size:
+            for attempt in (1, 2):
+                gap = self._extend()
+                if gap is None:
+                    break
+                if attempt == 2:
                     raise LogForked(
                         f"leaf index {self.tree.size} is missing from the log "
-                        f"(the next stored leaf is {index})"
+                        f"(the next stored leaf is {gap})"
                     )
-                data = entry.encode("utf-8") if isinstance(entry, str) else bytes(entry)
-                self.tree.append(leaf_hash(data))
             return self.tree.size
+
+    def _extend(self) -> int | None:
+        """Append the contiguous leaves after the tree; the index after a gap, or None."""
+        for index, data in tlog_sql.iter_leaves(self._engine, self.tree.size):
+            if index != self.tree.size:
+                return int(index)
+            self.tree.append(leaf_hash(bytes(data)))
+        return None
 
     def _check_against(self, cp: StoredCheckpoint) -> None:
         if cp.tree_size > self.tree.size:
