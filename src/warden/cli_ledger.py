@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -96,8 +97,10 @@ def verify_chains(
     store = None
     exported: list[dict[str, Any]] | None = None
     if file is not None:
-        exported = list(read_jsonl(file))
-        records: Any = iter([r for r in exported if r.get("kind") != "log"])
+        # Read lazily, as before (a bad line is an integrity failure at its place); the
+        # log record is kept aside for the log check after the chains.
+        exported = []
+        records: Any = _chain_records(read_jsonl(file), exported)
         source = str(file)
     else:
         from warden.store import open_store
@@ -134,6 +137,17 @@ def verify_chains(
     if log_doc is not None:
         result["log"] = log_doc
     return ChainCheck(result)
+
+
+def _chain_records(
+    records: Iterable[dict[str, Any]], seen: list[dict[str, Any]]
+) -> Iterator[dict[str, Any]]:
+    """``records`` without the transparency log's record; every record is also kept in
+    ``seen`` for the log check."""
+    for rec in records:
+        seen.append(rec)
+        if rec.get("kind") != "log":
+            yield rec
 
 
 def _read_kept(checkpoint: Path | None) -> str | None:
