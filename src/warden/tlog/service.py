@@ -26,7 +26,7 @@ from sqlalchemy import Engine
 
 from warden.store import tlog_sql
 from warden.store.tlog_sql import StoredCheckpoint, StoredCosignature
-from warden.tlog.merkle import MerkleTree, ProofError, leaf_hash
+from warden.tlog.merkle import MerkleTree, leaf_hash
 from warden.tlog.note import (
     Checkpoint,
     NoteError,
@@ -276,7 +276,7 @@ class CheckpointWorker:
                 self._log.maybe_checkpoint()
             except LogForked as exc:
                 log.critical("transparency log: refusing to sign a checkpoint: %s", exc)
-            except (ProofError, Exception):  # noqa: BLE001 - retried next tick
+            except Exception:  # noqa: BLE001 - retried next tick
                 log.warning("transparency log: checkpoint failed", exc_info=True)
 
     def stop(self) -> None:

@@ -49,7 +49,9 @@ def _key_events(engine: Engine) -> dict[str, tuple[int, dict[str, Any]]]:
 
 def check_state(engine: Engine) -> None:
     """LogProblem(``state_mismatch``) at the first table row the log's events contradict."""
-    implied = _key_events(engine)
+    # Rows first, then events: a key a running Warden creates in between has its event
+    # read too (they commit together). A revocation in between can still be reported;
+    # verify a stopped Warden, or run it again.
     with engine.connect() as conn:
         rows = conn.execute(
             text(
@@ -57,6 +59,7 @@ def check_state(engine: Engine) -> None:
                 "FROM api_keys ORDER BY key_id"
             )
         ).all()
+    implied = _key_events(engine)
     seen = set()
     for key_id, principal, role, groups, secret_hash, revoked_at in rows:
         seen.add(key_id)
