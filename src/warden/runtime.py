@@ -43,7 +43,7 @@ from warden.store.secrets_sql import bind_key_fingerprint
 from warden.store.sql import SqlStore, open_store
 from warden.tlog.keys import load_checkpoint_signer
 from warden.tlog.note import NoteError, load_witness_keys
-from warden.tlog.service import CheckpointPolicy, CheckpointWorker, TransparencyLog
+from warden.tlog.service import CheckpointPolicy, CheckpointWorker, LogForked, TransparencyLog
 from warden.wire.acs.callers import CallerKeys
 from warden.wire.acs.handshake import HandshakeConfig
 from warden.wire.acs.service import AcsService
@@ -224,6 +224,17 @@ class Runtime:
                 settings.log_checkpoint_interval_s, settings.log_checkpoint_entries
             ),
         )
+        try:
+            # The first checkpoint is signed before serving; the worker then signs only
+            # when the log grows. A database whose leaves contradict its newest checkpoint
+            # gets no signature (decision 366) but is still served: decisions must go on
+            # being audited, and `warden verify` names what was changed.
+            tlog.checkpoint()
+        except LogForked as exc:
+            log.critical("transparency log: refusing to sign a checkpoint: %s", exc)
+        except BaseException:
+            store.close()
+            raise
         interval = settings.spend_expiry_interval_s
         expirer = HoldExpirer(spend, interval, desk) if interval > 0 else None
         worker = None

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
 from warden.store import tlog_sql
 from warden.store.tlog_sql import StoredCheckpoint, StoredCosignature
@@ -266,6 +267,7 @@ class CheckpointWorker:
     def __init__(self, tlog: TransparencyLog, tick_s: float | None = None) -> None:
         self._log = tlog
         self._tick = tick_s if tick_s is not None else min(1.0, tlog.policy.interval_s)
+        self._alarm = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="warden-tlog", daemon=True)
         self._thread.start()
@@ -275,7 +277,13 @@ class CheckpointWorker:
             try:
                 self._log.maybe_checkpoint()
             except LogForked as exc:
-                log.critical("transparency log: refusing to sign a checkpoint: %s", exc)
+                if str(exc) != self._alarm:  # once per distinct finding, not every tick
+                    self._alarm = str(exc)
+                    log.critical("transparency log: refusing to sign a checkpoint: %s", exc)
+            except DBAPIError as exc:
+                # A locked or unreachable database is an outage /readyz reports, not a
+                # bug: one quiet line per tick, retried next tick.
+                log.info("transparency log: database busy or unreachable (%s)", exc.orig)
             except Exception:  # noqa: BLE001 - retried next tick
                 log.warning("transparency log: checkpoint failed", exc_info=True)
 
@@ -285,5 +293,7 @@ class CheckpointWorker:
         self._thread.join(timeout=10)
         try:
             self._log.checkpoint()
+        except DBAPIError as exc:
+            log.warning("transparency log: no shutdown checkpoint (%s)", exc.orig)
         except Exception:  # noqa: BLE001 - shutting down: say so, do not fail the stop
             log.warning("transparency log: the shutdown checkpoint failed", exc_info=True)
