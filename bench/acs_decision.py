@@ -12,8 +12,14 @@ Over HTTP: ``warden serve`` in a subprocess; client processes send pre-signed
 requests on keep-alive connections (stdlib http.client) from several threads,
 each thread its own session. Reported: decisions/s and client-side latency.
 
+With ``--compare-src OTHER/src`` it measures HTTP only, for two checkouts in one run:
+one server per checkout (this checkout's, or ``--src``, labelled ``after``; the other
+labelled ``before``), rounds alternating between them, and reports after ÷ before for
+decisions/s and the median latency.
+
     python bench/acs_decision.py                      # defaults: 20000 decisions
     python bench/acs_decision.py --decisions 5000 --skip-http
+    python bench/acs_decision.py --compare-src ../wt-before/src --sync NORMAL
 """
 
 from __future__ import annotations
@@ -181,10 +187,11 @@ def _free_port() -> int:
 
 
 def start_serve(
-    port: int, data: Path, policy: Path, log: Path, *extra: str
+    port: int, data: Path, policy: Path, log: Path, *extra: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
     """Start ``warden serve`` on ``port`` (data dir ``data``, bundle ``policy``, warnings
-    only) with ``extra`` options, its output appended to ``log``. The caller waits with
+    only) with ``extra`` options, its output appended to ``log``, in environment ``env``
+    (default: this process's; ``PYTHONPATH`` picks the checkout). The caller waits with
     :func:`wait_ready` and stops it."""
     with log.open("ab") as out:  # the child keeps its own descriptor
         return subprocess.Popen(
@@ -192,6 +199,7 @@ def start_serve(
              str(data), "--policy", str(policy), "--log-level", "warning", *extra],
             stdout=out,
             stderr=subprocess.STDOUT,
+            env=env,
         )  # fmt: skip
 
 
@@ -277,6 +285,23 @@ def _client_proc(
     q.put((elapsed, [x for r in results for x in r[1]], sum(r[2] for r in results)))
 
 
+def _http_load(port: int, total: int, procs: int, threads: int) -> tuple[float, list[float], int]:
+    """``total`` decisions from ``procs`` client processes × ``threads`` threads against
+    the Warden on ``port``: (wall seconds, client latencies in s, decisions allowed)."""
+    per_thread = total // (procs * threads)
+    q: Any = mp.Queue()
+    ps = [
+        mp.Process(target=_client_proc, args=(port, threads, per_thread, q)) for _ in range(procs)
+    ]
+    for p in ps:
+        p.start()
+    outs = [q.get(timeout=600) for _ in ps]
+    for p in ps:
+        p.join()
+    wall = max(o[0] for o in outs)
+    return wall, [x for o in outs for x in o[1]], sum(o[2] for o in outs)
+
+
 def over_http(total: int, procs: int, threads: int, sync: str, workdir: Path) -> dict[str, Any]:
     data = workdir / f"http-{sync}"
     write_key(data / "ikm.key")
@@ -287,23 +312,10 @@ def over_http(total: int, procs: int, threads: int, sync: str, workdir: Path) ->
     )
     try:
         wait_ready(port)
-        per_thread = total // (procs * threads)
-        q: Any = mp.Queue()
-        ps = [
-            mp.Process(target=_client_proc, args=(port, threads, per_thread, q))
-            for _ in range(procs)
-        ]
-        for p in ps:
-            p.start()
-        outs = [q.get(timeout=600) for _ in ps]
-        for p in ps:
-            p.join()
+        wall, lat, allowed = _http_load(port, total, procs, threads)
     finally:
         server.terminate()
         server.wait(10)
-    wall = max(o[0] for o in outs)
-    lat = [x for o in outs for x in o[1]]
-    allowed = sum(o[2] for o in outs)
     return {
         "sync": sync,
         "clients": f"{procs} processes x {threads} threads",
@@ -311,6 +323,90 @@ def over_http(total: int, procs: int, threads: int, sync: str, workdir: Path) ->
         "allowed": allowed,
         "decisions_per_s": len(lat) / wall,
         "latency": percentiles(lat),
+    }
+
+
+def _register_with(src: Path, database_url: str) -> None:
+    """Register the benchmark's agent with the Warden of checkout ``src`` (its own
+    migrations create the database, so an older checkout never opens a newer schema)."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--register-agent", database_url],
+        env=env,
+        check=True,
+    )
+
+
+def compare_http(
+    checkouts: dict[str, Path], ns: argparse.Namespace, sync: str, workdir: Path
+) -> dict[str, Any]:
+    """HTTP throughput of several checkouts in one run: one ``warden serve`` per
+    checkout (``PYTHONPATH`` = its src), all started first; then ``ns.rounds`` rounds,
+    each sending ``ns.http_decisions / ns.rounds`` decisions to every server in turn,
+    the order rotating by round so that none is always first. Reports each checkout's
+    decisions/s over all its rounds and latency, and the ratios to the first checkout
+    (also the median over rounds of the per-round decisions/s ratio)."""
+    servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+    walls: dict[str, float] = dict.fromkeys(checkouts, 0.0)
+    lats: dict[str, list[float]] = {label: [] for label in checkouts}
+    allowed: dict[str, int] = dict.fromkeys(checkouts, 0)
+    per_round: dict[str, list[float]] = {label: [] for label in checkouts}
+    round_size = ns.http_decisions // ns.rounds
+    try:
+        for label, src in checkouts.items():
+            data = workdir / f"http-{sync}-{label}"
+            write_key(data / "ikm.key")
+            _register_with(src, f"sqlite:///{data / 'warden.db'}")
+            port = _free_port()
+            log = workdir / f"serve-{sync}-{label}.log"
+            server = start_serve(
+                port, data, workdir / "bench-100.yaml", log, "--sqlite-sync", sync,
+                env={**os.environ, "PYTHONPATH": str(src)},
+            )  # fmt: skip
+            servers[label] = (server, port)
+        for _server, port in servers.values():
+            wait_ready(port)
+        labels = list(checkouts)
+        for r in range(ns.rounds):
+            for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
+                wall, lat, ok = _http_load(servers[label][1], round_size, ns.procs, ns.threads)
+                per_round[label].append(len(lat) / wall)
+                walls[label] += wall
+                lats[label].extend(lat)
+                allowed[label] += ok
+    finally:
+        for server, _port in servers.values():
+            server.terminate()
+            server.wait(10)
+    runs = {
+        label: {
+            "src": str(checkouts[label]),
+            "decisions": len(lats[label]),
+            "allowed": allowed[label],
+            "decisions_per_s": len(lats[label]) / walls[label],
+            "decisions_per_s_by_round": per_round[label],
+            "latency": percentiles(lats[label]),
+        }
+        for label in checkouts
+    }
+    first = labels[0]
+    return {
+        "sync": sync,
+        "clients": f"{ns.procs} processes x {ns.threads} threads",
+        "rounds": ns.rounds,
+        "checkouts": runs,
+        "ratios": {
+            f"{label} / {first}": {
+                "decisions_per_s": runs[label]["decisions_per_s"] / runs[first]["decisions_per_s"],
+                # Rounds close in time paired: less sensitive to the VM's slow phases.
+                "decisions_per_s_median_of_rounds": statistics.median(
+                    a / b for a, b in zip(per_round[label], per_round[first], strict=True)
+                ),
+                "median_latency": runs[label]["latency"]["median_us"]
+                / runs[first]["latency"]["median_us"],
+            }
+            for label in labels[1:]
+        },
     }
 
 
@@ -322,20 +418,57 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--sync", nargs="+", default=["NORMAL", "FULL"])
     ap.add_argument("--skip-http", action="store_true")
+    ap.add_argument(
+        "--compare-src",
+        type=Path,
+        help="HTTP only: also serve the checkout whose src folder this is (labelled "
+        "before) and alternate rounds between it and --src (after)",
+    )
+    ap.add_argument("--src", type=Path, default=ROOT / "src", help="with --compare-src")
+    ap.add_argument("--rounds", type=int, default=10, help="with --compare-src")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
+    ap.add_argument("--register-agent", metavar="DATABASE_URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.register_agent:
+        register_agent(args.register_agent)
+        return
     out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "bench-100.yaml").write_text(bundle_100_rules())
-        out["in_process"] = [in_process(args.decisions, s, work) for s in args.sync]
-        if not args.skip_http:
-            out["http"] = [
-                over_http(args.http_decisions, args.procs, args.threads, s, work) for s in args.sync
-            ]
+        if args.compare_src is not None:
+            checkouts = {"before": args.compare_src.resolve(), "after": args.src.resolve()}
+            out["http_compare"] = [compare_http(checkouts, args, s, work) for s in args.sync]
+            print_comparison(out["http_compare"])
+        else:
+            out["in_process"] = [in_process(args.decisions, s, work) for s in args.sync]
+            if not args.skip_http:
+                out["http"] = [
+                    over_http(args.http_decisions, args.procs, args.threads, s, work)
+                    for s in args.sync
+                ]
     print(json.dumps(out, indent=2))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
+
+
+def print_comparison(runs: list[dict[str, Any]]) -> None:
+    """One line per sync mode and checkout, then the ratios (on stderr: stdout is JSON)."""
+    for run in runs:
+        for label, r in run["checkouts"].items():
+            lat = r["latency"]
+            print(
+                f"{run['sync']:6} {label:7} {r['decisions_per_s']:8.0f} decisions/s  "
+                f"median {lat['median_us'] / 1000:.2f} ms  p99 {lat['p99_us'] / 1000:.2f} ms",
+                file=sys.stderr,
+            )
+        for name, ratio in run["ratios"].items():
+            print(
+                f"{run['sync']:6} {name}: decisions/s {ratio['decisions_per_s']:.2f} "
+                f"(median of rounds {ratio['decisions_per_s_median_of_rounds']:.2f}), "
+                f"median latency {ratio['median_latency']:.2f}",
+                file=sys.stderr,
+            )
 
 
 if __name__ == "__main__":

@@ -11,15 +11,21 @@ import warden
 
 EXPECTED = [
     "ActionRequest",
+    "AsyncClient",
+    "Client",
     "ConfigError",
     "CouldNotDecide",
+    "Decision",
     "Effect",
     "Guardian",
     "InputRejected",
     "IntegrityError",
     "ProtocolError",
     "Verdict",
+    "WardenClientError",
     "WardenError",
+    "WardenProtocolError",
+    "WardenUnavailable",
     "__version__",
     "verify_chain",
 ]

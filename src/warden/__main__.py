@@ -1,5 +1,5 @@
-"""``python -m warden`` runs the CLI."""
+"""``python -m warden`` runs the CLI (:mod:`warden.launch`)."""
 
-from warden.cli import main
+from warden.launch import main
 
 main()

@@ -20,6 +20,7 @@ from warden.cli_approvals import approvals_app
 from warden.cli_db import db_app
 from warden.cli_doctor import doctor_cmd
 from warden.cli_evidence import export_evidence_cmd
+from warden.cli_hook import hook_app
 from warden.cli_keys import keys_app
 from warden.cli_ledger import export_cmd, verify_cmd
 from warden.cli_log import log_app, witness_cmd
@@ -42,6 +43,7 @@ app.add_typer(approvals_app, name="approvals")
 app.add_typer(db_app, name="db")
 app.add_typer(agents_app, name="agents")
 app.add_typer(log_app, name="log")
+app.add_typer(hook_app, name="hook")
 
 from warden.cli_options import (  # noqa: E402 - after the Typer apps
     DbUrl,
@@ -54,9 +56,11 @@ from warden.cli_options import (  # noqa: E402 - after the Typer apps
 from warden.cli_serve_options import (  # noqa: E402 - issue 18's serve options
     ConfigFile,
     MetricsAccess,
+    OtlpEndpoint,
     ReplicaId,
     TlsCert,
     TlsKey,
+    TraceSampleRatio,
     tls_options,
 )
 
@@ -210,6 +214,8 @@ def serve(
     replica_id: ReplicaId = None,
     tls_cert: TlsCert = None,
     tls_key: TlsKey = None,
+    otlp_endpoint: OtlpEndpoint = None,
+    trace_sample_ratio: TraceSampleRatio = None,
     config: ConfigFile = None,
 ) -> None:
     """Run Warden: ACS at POST /acs, the REST API under /v1 (API keys; the bootstrap admin
@@ -248,6 +254,8 @@ def serve(
             replica_id=replica_id,
             tls_cert=tls_cert,
             tls_key=tls_key,
+            otlp_endpoint=otlp_endpoint,
+            trace_sample_ratio=trace_sample_ratio,
         )
     except WardenError as exc:
         raise _fail(exc) from exc

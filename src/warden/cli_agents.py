@@ -29,7 +29,8 @@ from warden.cli_output import print_json, print_table, table
 from warden.errors import WardenError
 
 if TYPE_CHECKING:
-    from warden.identity.agents import Agent, AgentCredential, AgentRegistry
+    from warden.crypto.agent_key import AgentCredential
+    from warden.identity.agents import Agent, AgentRegistry
 
 agents_app = typer.Typer(
     help="Agent identities: who each ACS, spend, KLA and AdCP caller is.", no_args_is_help=True

@@ -58,9 +58,9 @@ def export_evidence_cmd(
     """Write the evidence bundle of one execution (records.jsonl, a signed manifest.json
     with the audit chain head, keys/jwks.json) from the database, offline."""
     from warden.crypto.ed25519_keys import load_signing_key
+    from warden.kla.evidence import Signer, execution_evidence, now_stamp
     from warden.kla.keys import KeyRegistry
     from warden.store import open_store
-    from warden.wire.kla.evidence import Signer, execution_evidence, now_stamp
 
     try:
         key, kid = load_signing_key(signing_key_file or data_dir / "signing.key")

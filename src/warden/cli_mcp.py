@@ -87,7 +87,7 @@ def mcp_proxy_cmd(
     resources/read and prompts/get decided by Warden's policy and chained."""
     import anyio
 
-    from warden.identity.agents import load_agent_key
+    from warden.crypto.agent_key import load_agent_key
     from warden.runtime import Runtime
     from warden.settings import Settings
     from warden.wire.mcp.gateway import Gateway

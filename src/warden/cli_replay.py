@@ -156,7 +156,7 @@ def replay_agentdojo(
 ) -> None:
     """Replay AgentDojo v1.2 ground-truth tool calls as signed ACS sessions (or, with
     --efficacy, measure the provenance gates on benign and attacked runs)."""
-    from warden.identity.agents import load_agent_key
+    from warden.crypto.agent_key import load_agent_key
     from warden.replay.agentdojo import replay
 
     if efficacy:

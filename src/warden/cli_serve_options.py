@@ -1,5 +1,5 @@
 """``warden serve``'s operations options (issue 18): the config file, metrics access,
-replica identity and TLS; and the uvicorn TLS arguments they become."""
+replica identity, TLS and trace export; and the uvicorn TLS arguments they become."""
 
 from __future__ import annotations
 
@@ -50,6 +50,24 @@ TlsKey = Annotated[
         "--tls-key",
         envvar="WARDEN_TLS_KEY",
         help="The PEM private key of --tls-cert; needs --tls-cert.",
+    ),
+]
+
+OtlpEndpoint = Annotated[
+    str | None,
+    typer.Option(
+        "--otlp-endpoint",
+        envvar="WARDEN_OTLP_ENDPOINT",
+        help="Export a span per decision by OTLP/HTTP to this collector base URL "
+        "(e.g. http://127.0.0.1:4318; needs warden[otel]) [no traces].",
+    ),
+]
+TraceSampleRatio = Annotated[
+    float | None,
+    typer.Option(
+        "--trace-sample-ratio",
+        envvar="WARDEN_TRACE_SAMPLE_RATIO",
+        help="Share of new traces kept, 0..1; a caller's sampled traceparent is followed [1.0].",
     ),
 ]
 

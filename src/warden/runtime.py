@@ -15,12 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from warden import __version__
 from warden.adcp.governance_token import load_governance_signer
 from warden.approvals.desk import ApprovalDesk
 from warden.approvals.notifier import DeliveryWorker, Notifier
 from warden.approvals.tasks import TaskKind
 from warden.approvals.webhooks import load_webhooks
 from warden.core.guardian import Guardian
+from warden.core.tracing import Exporting, start_exporting
+from warden.core.types import BundleRef
 from warden.crypto.ed25519_keys import load_or_create_signing_key
 from warden.crypto.hmac_keys import SessionKeys, ikm_fingerprint
 from warden.crypto.keystore import load_or_create_api_token, load_or_create_ikm
@@ -29,12 +32,14 @@ from warden.gates.approval import ApprovalGate
 from warden.gates.spend import SpendGate
 from warden.identity.agents import AgentRegistry
 from warden.identity.api_keys import ApiKeys, Role, api_key_pepper
+from warden.kla.evidence import Signer
 from warden.kla.keys import KeyRegistry
 from warden.ledger.ledger import Ledger
 from warden.ledger.system_events import record_start
 from warden.policy.bundle import Bundle, load_bundle
 from warden.policy.engine import PolicyEngine
 from warden.settings import Settings
+from warden.spend.asks import budget_increase_effect
 from warden.spend.audit import SpendAuditor
 from warden.spend.config import apply_budgets, load_budgets
 from warden.spend.engine import SpendEngine
@@ -48,9 +53,7 @@ from warden.wire.acs.callers import CallerKeys
 from warden.wire.acs.handshake import HandshakeConfig
 from warden.wire.acs.service import AcsService
 from warden.wire.adcp import AdcpService, AdcpState
-from warden.wire.kla.evidence import Signer
 from warden.wire.kla.service import KlaService
-from warden.wire.spend.operations import budget_increase_effect
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +93,9 @@ class Runtime:
     #: The transparency log (``/v1/log/*``) and the thread that signs its checkpoints.
     tlog: TransparencyLog | None = None
     tlog_worker: CheckpointWorker | None = None
+    #: The OTLP span exporter (warden.core.tracing.Exporting) when ``otlp_endpoint`` is
+    #: set; its tracer is ``guardian.observers.tracer``.
+    tracing: Exporting | None = None
 
     @classmethod
     def start(cls, settings: Settings) -> Runtime:
@@ -134,6 +140,7 @@ class Runtime:
             ledger,
             desk_url=settings.resolved_public_url(),
             notifier=Notifier(hooks) if hooks is not None else None,
+            reading=store.reading,
         )
         desk.effects[TaskKind.BUDGET_INCREASE] = budget_increase_effect(spend)
         kla = KlaService(store, guardian, desk, ledger, Signer(signing_key, signing_kid), kla_keys)
@@ -235,6 +242,15 @@ class Runtime:
         except BaseException:
             store.close()
             raise
+        try:
+            # Last of the steps that may refuse the start: a refused start leaves no
+            # exporter thread behind.
+            tracing = _tracing(settings, bundle.ref)
+        except BaseException:
+            store.close()
+            raise
+        if tracing is not None:
+            guardian.observers.tracer = tracing.tracer
         interval = settings.spend_expiry_interval_s
         expirer = HoldExpirer(spend, interval, desk) if interval > 0 else None
         worker = None
@@ -263,6 +279,7 @@ class Runtime:
             demo_agent_key=demo_key,
             tlog=tlog,
             tlog_worker=CheckpointWorker(tlog),
+            tracing=tracing,
         )
 
     def close(self) -> None:
@@ -272,7 +289,24 @@ class Runtime:
             self.expirer.stop()
         if self.notifier is not None:
             self.notifier.stop()
+        if self.tracing is not None:
+            self.tracing.shutdown()
         self.store.close()
+
+
+def _tracing(settings: Settings, bundle: BundleRef) -> Exporting | None:
+    """The span exporter of ``otlp_endpoint`` (None when unset: no tracer, no cost)."""
+    if settings.otlp_endpoint is None:
+        return None
+    exporting = start_exporting(
+        settings.otlp_endpoint,
+        bundle=bundle,
+        version=__version__,
+        instance=settings.replica_id or f"{socket.gethostname()}:{os.getpid()}",
+        sample_ratio=settings.trace_sample_ratio,
+    )
+    log.info("exporting decision spans to %s/v1/traces", settings.otlp_endpoint.rstrip("/"))
+    return exporting
 
 
 DEMO_AGENT = "demo-agent"

@@ -108,6 +108,12 @@ class Settings(BaseSettings):
     tls_cert: Path | None = None
     #: The PEM private key of ``tls_cert`` (keep it 0600); needs ``tls_cert``.
     tls_key: Path | None = None
+    #: Export a span per decision by OTLP/HTTP to this collector base URL (spans go to
+    #: ``<url>/v1/traces``; needs ``pip install 'warden[otel]'``); unset: no traces.
+    otlp_endpoint: str | None = None
+    #: The share of new traces kept (0..1); a caller's ``traceparent`` sampled flag
+    #: is followed whatever this is.
+    trace_sample_ratio: float = Field(1.0, ge=0.0, le=1.0)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -128,6 +134,18 @@ class Settings(BaseSettings):
         parts = urlsplit(v)
         if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
             raise ValueError("public_url must be an http(s) URL such as https://warden.example")
+        return v
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _otlp_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
+            raise ValueError(
+                "otlp_endpoint must be an OTLP/HTTP base URL such as http://127.0.0.1:4318"
+            )
         return v
 
     def resolved_public_url(self) -> str:

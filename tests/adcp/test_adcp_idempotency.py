@@ -16,10 +16,10 @@ import pytest
 from adcp_helpers import Clock, Live, adcp_entries, intent, live, plan
 from conftest import DEFAULT_POLICY, write_key
 
+from warden.adcp.state import budget_id_for
 from warden.runtime import Runtime
 from warden.settings import Settings
 from warden.spend.budgets import Period, period_key
-from warden.wire.adcp.state import budget_id_for
 
 VOLATILE = ("timestamp", "context", "replayed")
 
@@ -178,7 +178,7 @@ def test_concurrent_duplicates_have_exactly_one_effect(srv: Live) -> None:
 def test_rate_limited_is_never_cached(srv: Live) -> None:
     """The storyboard's rate_limit_replay_invariant: trip the insert-rate limiter with
     fresh keys, wait retry_after, replay the tripped key: the handler runs."""
-    from warden.wire.adcp.rate_limit import InsertRateLimiter
+    from warden.adcp.rate_limit import InsertRateLimiter
 
     now = [0.0]
     assert srv.rt.adcp is not None

@@ -16,9 +16,9 @@ import pytest
 from adcp_helpers import Live, adcp_entries, live
 from storyboard import Seller, run_storyboard
 
+from warden.adcp.state import budget_id_for
 from warden.runtime import Runtime
 from warden.spend.budgets import Period, period_key
-from warden.wire.adcp.state import budget_id_for
 
 SCENARIOS = "protocols/media-buy/scenarios/"
 

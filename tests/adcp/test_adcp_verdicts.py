@@ -13,6 +13,7 @@ import pytest
 from adcp_helpers import Live, adcp_entries, intent, live, plan
 from conftest import DEFAULT_POLICY, TEST_IKM, write_key
 
+from warden.adcp.state import budget_id_for
 from warden.adcp.token_verifier import (
     GovernanceTokenVerifier,
     InMemoryJtiReplayStore,
@@ -22,7 +23,6 @@ from warden.ledger.verify import verify_records
 from warden.runtime import Runtime
 from warden.settings import Settings
 from warden.spend.budgets import Period, period_key
-from warden.wire.adcp.state import budget_id_for
 
 
 @pytest.fixture

@@ -533,6 +533,42 @@ def test_integers_a_jcs_signer_writes_as_digits_are_accepted(
     assert target.counts()["entries"] == before["entries"] + 1
 
 
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"amount_usd": 1500.5, "rate": 0.0375},  # the encoder writes these as they are
+        {"amount_usd": 2500.0, "fee": -0.0, "big": 2.0**60},  # integral: ECMAScript digits
+        {"tiny": 1e-7, "small": 1.5e-5, "huge": 1e21, "least": 5e-324},  # exponent forms
+        {"\U0001f600": 0.5, "\ue000": 1.0, "a": [3.0, 1e-9]},  # UTF-16 member order
+    ],
+    ids=["direct", "integral", "exponents", "astral_keys"],
+)
+def test_floats_signed_with_rfc8785_verify_through_the_fast_path(
+    target: Target, session: AcsClient, arguments: dict[str, Any]
+) -> None:
+    """Issue 16: Warden no longer canonicalizes these with rfc8785; a client that does
+    (the signing input made by the library, not by Warden) must still verify."""
+    env = session.envelope(
+        "steps/toolCallRequest",
+        {
+            "tool": {"name": "read_file"},
+            "arguments": {"path": {"value": "a"}} | {k: {"value": v} for k, v in arguments.items()},
+        },
+        sign=False,
+    )
+    mac = hmac.new(session.key, rfc8785.dumps(env), hashlib.sha256).digest()
+    env["params"]["signature"] = {
+        "algorithm": "HMAC-SHA256",
+        "value": base64.b64encode(mac).decode(),
+        "key_id": session.key_id,
+    }
+    before = target.counts()
+    response = target.send(_dumps(env).encode())
+    assert response["result"]["decision"] == "allow", response
+    assert verify_response(response, session.key)
+    assert target.counts()["entries"] == before["entries"] + 1
+
+
 def test_signed_unknown_method_writes_nothing(target: Target, session: AcsClient) -> None:
     env = session.envelope("steps/launchMissiles", {})
     before = target.counts()

@@ -19,7 +19,7 @@ is left of the plan's budget in, an :class:`Evaluation` out. The order is fixed:
 4. otherwise **approved**.
 
 The bundle's policy rules (``adcp/check_governance``) are applied after this by the
-wire (:mod:`warden.wire.adcp.checks`): they can deny or ask, never approve what the
+wire (:mod:`warden.adcp.checks`): they can deny or ask, never approve what the
 plan denies.
 """
 

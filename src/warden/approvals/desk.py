@@ -209,8 +209,11 @@ class ApprovalDesk:
         notifier: Notifier | None = None,
         desk_url: str | None = None,
         clock: Callable[[], datetime] | None = None,
+        reading: Callable[[], AbstractContextManager[Any]] | None = None,
     ) -> None:
         self._transaction = transaction
+        #: A read-only view with ``tasks`` (``SqlStore.reading``) for :meth:`peek`.
+        self._reading = reading
         self._chain = WardenChain(
             ledger, "approval", clock, negotiated=lambda name: {"kind": "approval_desk"}
         )
@@ -238,6 +241,28 @@ class ApprovalDesk:
             yield tx
 
     # -- the wires' side ----------------------------------------------------------------
+
+    def peek(self, ask: AskRequest) -> Resolution | None:
+        """The answer for ``ask`` when it needs no write: the latest task for its action
+        is pending and not yet due to expire, and no task is cited. None otherwise (or
+        without a read-only view): call :meth:`resolve` in a transaction.
+
+        An ask resubmitted while its task waits is the common case on the decision path;
+        answering it from a read spares a second write transaction (issue 16). A task
+        approved between this read and the answer is found on the next resubmission.
+        """
+        if self._reading is None or ask.cited_task_id is not None:
+            return None
+        with self._reading() as view:
+            latest = view.tasks.latest_for(ask.scope, action_hash(ask.action))
+            if (
+                latest is None
+                or latest.state is not ApprovalState.PENDING
+                or latest.expires_at <= self.now()
+            ):
+                return None
+            latest = _shown_void(view, [latest])[0]
+        return Resolution(Outcome.PENDING, latest, self._pending_text(latest))
 
     def resolve(self, tx: DeskTx, ask: AskRequest, consumer: dict[str, Any]) -> Resolution:
         """Match ``ask`` against the tasks bound to its action (see the module doc).

@@ -26,9 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from functools import cache
 from importlib import resources
 from types import TracebackType
@@ -45,6 +43,8 @@ from warden.approvals.webhooks import (
     encode_body,
     signature_headers,
 )
+from warden.store import outbox_sql
+from warden.store.outbox import Delivery, DeliveryStatus, rfc3339  # noqa: F401 - public here too
 
 if TYPE_CHECKING:
     from warden.store.sql import SqlStore
@@ -66,14 +66,6 @@ DEFAULT_TASK_TYPE = "create_media_buy"
 approval value; this is the type the payload schema's own human-approval example uses."""
 
 _IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_.:-]{16,255}")
-
-
-def rfc3339(moment: datetime) -> str:
-    """``moment`` as RFC 3339 UTC text with microseconds and ``+00:00`` (fixed width, so
-    text order is time order). Raises ``ValueError`` for a naive datetime."""
-    if moment.tzinfo is None:
-        raise ValueError("a naive datetime has no defined UTC instant")
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 @cache
@@ -173,40 +165,6 @@ def build_payload(
         "message": message,
         "result": dict(task_view),
     }
-
-
-class DeliveryStatus(StrEnum):
-    PENDING = "pending"
-    SENDING = "sending"
-    DELIVERED = "delivered"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """One outbox row (``webhook_deliveries``, migration 0004).
-
-    ``body`` is the exact text sent (UTF-8 on the wire). ``attempts`` counts claims
-    (a claim is an attempt, so a worker that dies mid-send still uses one up).
-    ``next_attempt_at`` is when a pending row is due; ``lease_until`` when a
-    ``sending`` row may be reclaimed. ``last_error`` is the latest failed attempt's
-    reason, ``response_status`` the latest HTTP status received. Times are aware UTC.
-    """
-
-    delivery_id: str
-    webhook_id: str
-    task_id: str
-    event: str
-    url: str
-    body: str
-    status: DeliveryStatus
-    attempts: int
-    next_attempt_at: datetime
-    created_at: datetime
-    lease_until: datetime | None = None
-    last_error: str | None = None
-    response_status: int | None = None
-    delivered_at: datetime | None = None
 
 
 class Outbox(Protocol):
@@ -313,8 +271,6 @@ class DeliveryWorker:
     ) -> None:
         if max_attempts < 1 or batch < 1 or lease_s <= timeout_s:
             raise ValueError("need max_attempts >= 1, batch >= 1 and lease_s > timeout_s")
-        from warden.store import outbox_sql  # the store imports this module's types
-
         self._ox = outbox_sql
         self._store = store
         self.config = config

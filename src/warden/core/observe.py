@@ -1,19 +1,24 @@
-"""Decision observers: how a wire reports a final verdict to the metrics.
+"""Decision observers: how a wire reports a final verdict to the metrics and traces.
 
 Each wire calls :meth:`DecisionObservers.decided` once per decision, where its
 verdict is final for that wire (after the approval and spend gates and the audit
 commit on ACS; after the Guardian on the spend, KLA and AdCP wires). Observers
-must be cheap and must not raise: the call sits on the decision path.
+must be cheap and must not raise: the call sits on the decision path. The tracer
+(:class:`DecisionTracer`, :mod:`warden.core.tracing`) is optional: without one a
+decision costs one attribute test.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from warden.core.types import Verdict
+
+if TYPE_CHECKING:
+    from warden.core.pipeline import Decided
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +30,39 @@ Wire = Literal["acs", "mcp", "spend", "kla", "adcp"]
 #: (``allow``/``deny``/``modify``/``ask``/``defer``), rule is :func:`rule_label`,
 #: seconds the wall time from the request's arrival at the decision to its final verdict.
 DecisionObserver = Callable[[Wire, str, str, float], None]
+
+
+class TraceParent(NamedTuple):
+    """A W3C Trace Context parent a request carried in its own body (KLA's
+    ``correlation.trace_id``/``span_id``): 32 and 16 lowercase hex digits."""
+
+    trace_id: str
+    span_id: str
+
+
+class DecisionTracer(Protocol):
+    """Turns a final decision into a span (:class:`warden.core.tracing.SpanTracer`).
+    Never raises and never changes the decision."""
+
+    def decided(
+        self,
+        wire: Wire,
+        decided: Decided,
+        verdict: Verdict,
+        *,
+        audit: Mapping[str, str | int] | None = None,
+        parent: TraceParent | None = None,
+    ) -> None: ...
+
+    def decided_raw(
+        self,
+        wire: Wire,
+        verdict: Mapping[str, Any],
+        started: float,
+        *,
+        decided: Decided | None = None,
+        audit: Mapping[str, str | int] | None = None,
+    ) -> None: ...
 
 
 def rule_label(
@@ -55,6 +93,8 @@ class DecisionObservers:
     def __init__(self, effects: dict[str, str] | None = None) -> None:
         self._observers: list[DecisionObserver] = []
         self._effects = effects or {}
+        #: Set at start-up when traces are exported (``otlp_endpoint``); None: no spans.
+        self.tracer: DecisionTracer | None = None
 
     def add(self, observer: DecisionObserver) -> None:
         self._observers.append(observer)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 
 class Effect(StrEnum):
@@ -86,6 +86,32 @@ def user_id_claim(metadata: Any) -> str:
     ctx = metadata.get("user_context") if isinstance(metadata, dict) else None
     uid = ctx.get("user_id") if isinstance(ctx, dict) else None
     return uid if isinstance(uid, str) else ""
+
+
+#: How Warden verified a caller: a registered agent's key (ACS HMAC or an agent API
+#: key), an operator/service API key, the shared master IKM (``--unsafe-shared-ikm``:
+#: nothing verified about who), or a signed record's key (KLA).
+PrincipalKind = Literal["agent", "api_key", "shared_ikm"]
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The authenticated caller (stage 1).
+
+    ``id`` is the principal Warden verified (an agent id, an API key's principal);
+    ``key_id`` the credential that proved it; ``agent`` the CEL ``agent`` facts
+    (``{id, owner, groups, budgets, verified}``, :data:`~warden.core.types.NO_AGENT`
+    when nothing about the caller's identity was verified).
+    """
+
+    kind: PrincipalKind
+    id: str
+    key_id: str = ""
+    agent: dict[str, Any] = field(default_factory=lambda: dict(NO_AGENT))
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.agent.get("verified"))
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import Any
 
 import rfc8785
 
+from warden.crypto.jcs_fast import fast_jcs_bytes
 from warden.errors import InvalidRequest, ParseError
 
 
@@ -160,7 +161,10 @@ _fast_dumps = json.JSONEncoder(
 
 
 def is_fast_canonical(value: Any) -> bool:
-    """True when ``json.dumps(sort_keys=True)`` is byte-identical to JCS for ``value``.
+    """True when ``json.dumps(sort_keys=True)`` is byte-identical to JCS for ``value``
+    and ``value`` holds no float (the narrower, float-free predicate;
+    :func:`~warden.crypto.jcs_fast.is_direct_jcs` also admits the floats the encoder
+    writes as JCS does).
 
     That holds for dicts with str keys below U+D800 (code-point order equals
     UTF-16 order there), lists, strings, bools, None and ints within ±(2^53−1):
@@ -192,11 +196,16 @@ def is_fast_canonical(value: Any) -> bool:
 def canonical_bytes(value: Any, *, known_fast: bool = False) -> bytes:
     """Return the RFC 8785 canonical UTF-8 bytes of a JSON value.
 
-    Values without floats (the common case for ACS envelopes) take a verified
-    fast path through the C JSON encoder; everything else goes through the
-    ``rfc8785`` library. tests/crypto/test_canonical.py checks both agree.
+    Almost every value takes the fast path of :mod:`warden.crypto.jcs_fast`: one walk
+    that checks the value, then the C JSON encoder, floats included (their
+    ECMAScript text is placed where the encoder's differs). Only what that path cannot
+    be sure of (NaN/Infinity, integers beyond ±(2^53 − 1), non-JSON types, lone
+    surrogates, nesting too deep for the encoder) goes through the ``rfc8785``
+    library, which decides and raises. tests/crypto/test_canonical.py and
+    tests/crypto/test_jcs_fast.py check both agree byte for byte.
     ``known_fast`` skips the walk when the caller already checked a value that
-    contains this one with :func:`is_fast_canonical`.
+    contains this one with :func:`is_fast_canonical` or
+    :func:`~warden.crypto.jcs_fast.is_direct_jcs`.
 
     JCS numbers are IEEE-754 doubles written as ECMAScript writes them (RFC 8785
     §3.2.2.3): below 10^21 an integral double is plain digits, so a JCS signer sends
@@ -210,11 +219,15 @@ def canonical_bytes(value: Any, *, known_fast: bool = False) -> bytes:
     value cannot be canonicalized: non-finite floats, integers beyond ±(2^53 − 1)
     that are not the RFC 8785 spelling of a double, lone surrogates, or non-JSON types.
     """
-    if known_fast or is_fast_canonical(value):
+    if known_fast:
         try:
             return _fast_dumps(value).encode("utf-8")
-        except UnicodeEncodeError:
-            pass  # lone surrogate: let rfc8785 produce the domain error below
+        except (UnicodeEncodeError, RecursionError):
+            pass  # lone surrogate or too deep: let rfc8785 produce the domain error below
+    else:
+        fast = fast_jcs_bytes(value)
+        if fast is not None:
+            return fast
     try:
         return rfc8785.dumps(_as_doubles(value))
     except (

@@ -89,6 +89,12 @@ class SessionKeys:
         self._size = cache_size
         self._lock = Lock()
 
+    @property
+    def ikm(self) -> bytes:
+        """The IKM these keys derive from: what offline verification needs to derive a
+        registered agent's own IKM (:func:`derive_agent_ikm`) for its sessions."""
+        return self._ikm
+
     def key_for(self, session_id: str) -> bytes:
         """The 32-byte HMAC key of ``session_id``."""
         with self._lock:

@@ -182,6 +182,20 @@ class ApprovalStep:
     def granted(self) -> bool:
         return self.resolution is not None and self.resolution.outcome is Outcome.GRANTED
 
+    # -- the pipeline's Gate protocol (warden.core.pipeline.Gate) ------------------
+
+    def wants(self, request: ActionRequest, verdict: Verdict) -> bool:
+        """An answer already given is re-applied; otherwise only a verdict needing a human."""
+        return self.resolution is not None or needs_human(verdict)
+
+    def blocking(self, request: ActionRequest, verdict: Verdict) -> bool:
+        """The first application asks the desk (store work); a retry reuses its answer."""
+        return self.resolution is None
+
+    def holding(self) -> bool:
+        """A consumed grant is held until the step that consumed it is recorded."""
+        return self.granted
+
     def apply(self, request: ActionRequest, verdict: Verdict) -> Verdict:
         """The verdict after the desk (blocking: one database transaction)."""
         if self.resolution is None:
@@ -197,8 +211,13 @@ class ApprovalStep:
                 "session_id": ask.scope,
                 "request_id": self.request_id,
             }
-            with self.gate.desk.transaction() as tx:
-                self.resolution = self.gate.desk.resolve(tx, ask, consumer)
+            peeked = self.gate.desk.peek(ask)
+            if peeked is not None:
+                # Still pending: answered from a read, no write transaction.
+                self.resolution = peeked
+            else:
+                with self.gate.desk.transaction() as tx:
+                    self.resolution = self.gate.desk.resolve(tx, ask, consumer)
         return fit_to_hook(self._rewrite(verdict, self.resolution), request.permitted)
 
     def abandon(self, why: str = "the step could not be recorded") -> None:

@@ -280,6 +280,17 @@ class SpendStep:
         """The reservation id this step holds (not yet known to be committed), if any."""
         return self._held
 
+    # -- the pipeline's Gate protocol (warden.core.pipeline.Gate) ------------------
+
+    def wants(self, request: ActionRequest, verdict: Verdict) -> bool:
+        return True
+
+    def blocking(self, request: ActionRequest, verdict: Verdict) -> bool:
+        return self.touches_store(request, verdict)
+
+    def holding(self) -> bool:
+        return self._held is not None
+
     def touches_store(self, request: ActionRequest, verdict: Verdict) -> bool:
         """Whether :meth:`apply` may read or write the store for this verdict (the
         caller then runs it off its event loop); False means it returns at once."""
@@ -311,8 +322,9 @@ class SpendStep:
             )
         return verdict
 
-    def abandon(self) -> None:
-        """Release the hold taken for an entry that was not committed. Never raises: a
+    def abandon(self, why: str = "entry_not_committed") -> None:
+        """Release the hold taken for an entry that was not committed (``why`` is for the
+        log; the release's recorded reason is ``entry_not_committed``). Never raises: a
         hold that cannot be released now expires at its ``hold_seconds``."""
         rid, self._held = self._held, None
         if rid is None:

@@ -24,18 +24,24 @@ from __future__ import annotations
 
 import builtins
 import json
-import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from threading import Lock
 from typing import TYPE_CHECKING, Any
 
 from warden.core.types import agent_facts
+
+# Re-exported: the key file's format lives where the client loads it cheaply.
+from warden.crypto.agent_key import (  # noqa: F401
+    AGENT_IKM_BYTES,
+    AgentCredential,
+    check_agent_id,
+    is_agent_key_id,
+    load_agent_key,
+)
 from warden.crypto.hmac_keys import derive_agent_ikm
-from warden.crypto.keystore import _create_private, _read_private
 from warden.errors import ConfigError, StoreUnavailable, WardenError
 from warden.identity.api_keys import check_groups, check_principal, stored_strings
 from warden.spend.budgets import budget_id_problem
@@ -46,16 +52,12 @@ if TYPE_CHECKING:
     from warden.ledger.ledger import Ledger
     from warden.store.sql import SqlStore
 
-AGENT_IKM_BYTES = 32
 MAX_BUDGETS = 64
 #: Every hint about a revoked agent says this (decision 253): the id is spent for good.
 REVOKED_HINT = (
     "a revoked agent id is never reused: register the agent under a new id "
     "(warden agents add NEW_ID --owner P)"
 )
-
-_AGENT_ID = re.compile(r"^[A-Za-z0-9_.@+-][A-Za-z0-9_.:@+-]{0,127}$")
-_KEY_ID = re.compile(r"^agk_[0-9a-f]{16}$")
 
 
 class AgentNotFound(WardenError):
@@ -74,27 +76,6 @@ class AgentRevoked(WardenError):
     """The agent is revoked: it gets no new keys."""
 
     reason = "agent_revoked"
-
-
-def is_agent_key_id(key_id: str) -> bool:
-    """True if ``key_id`` has the shape of a registered agent key (``agk_`` + 16 hex)."""
-    return bool(_KEY_ID.match(key_id))
-
-
-def check_agent_id(agent_id: object) -> str:
-    """``agent_id`` unchanged if valid: 1..128 of ``A-Z a-z 0-9 _ . : @ + -``, not starting
-    with ``:`` and never ``group:…`` (it is also an API key principal and may appear in
-    a budget's ``principals``). :class:`ConfigError` otherwise."""
-    if (
-        not isinstance(agent_id, str)
-        or not _AGENT_ID.match(agent_id)
-        or agent_id.startswith("group:")
-    ):
-        raise ConfigError(
-            f"invalid agent id {agent_id!r}: 1 to 128 letters, digits and _ . : @ + -, "
-            "not starting with group:"
-        )
-    return agent_id
 
 
 def undefined_budget_warning(budget: str) -> str:
@@ -168,49 +149,6 @@ class AgentKey:
             "created_at": self.created_at,
             "revoked_at": self.revoked_at,
         }
-
-
-@dataclass(frozen=True)
-class AgentCredential:
-    """What an agent signs with: shown once at ``add``/``rotate``."""
-
-    agent_id: str
-    key_id: str
-    ikm: bytes
-
-    def as_dict(self) -> dict[str, str]:
-        """``{agent_id, key_id, ikm}`` with the IKM as 64 lowercase hex characters."""
-        return {"agent_id": self.agent_id, "key_id": self.key_id, "ikm": self.ikm.hex()}
-
-    def write(self, path: Path) -> None:
-        """Write the credential as JSON to a new file with mode 0600 (never replacing
-        one: :class:`ConfigError` if it exists)."""
-        try:
-            _create_private(path, json.dumps(self.as_dict(), sort_keys=True))
-        except FileExistsError as exc:
-            raise ConfigError(f"agent key file {path} already exists") from exc
-
-
-def load_agent_key(path: Path) -> AgentCredential:
-    """Read an agent key file written by ``warden agents add|rotate --key-out``.
-
-    Raises :class:`ConfigError` if it is missing, readable by others, or not
-    ``{agent_id, key_id, ikm}`` with a 32-byte hex IKM and a well-formed key id.
-    """
-    text = _read_private(path, "agent key file")
-    try:
-        doc = json.loads(text)
-        cred = AgentCredential(
-            check_agent_id(doc["agent_id"]), str(doc["key_id"]), bytes.fromhex(doc["ikm"])
-        )
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(
-            f"agent key file {path} is not {{agent_id, key_id, ikm}} JSON "
-            "(as written by `warden agents add --key-out`)"
-        ) from exc
-    if not is_agent_key_id(cred.key_id) or len(cred.ikm) != AGENT_IKM_BYTES:
-        raise ConfigError(f"agent key file {path} holds a malformed key_id or IKM")
-    return cred
 
 
 def _now() -> str:

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from warden.core.types import NO_AGENT, agent_facts
+from warden.core.types import NO_AGENT, Principal, PrincipalKind, agent_facts
 from warden.errors import ConfigError, StoreUnavailable
 from warden.store.agents_sql import AgentRow, SqlAgents
 from warden.store.api_keys_sql import ApiKeyRow, SqlApiKeys, read_cursor
@@ -109,6 +109,11 @@ class Identity:
         if self.role is not Role.AGENT:
             return dict(NO_AGENT)
         return agent_facts(self.principal, self.owner or "", self.groups, self.budgets)
+
+    def as_principal(self) -> Principal:
+        """This key as the decision pipeline's verified caller (stage 1)."""
+        kind: PrincipalKind = "agent" if self.role is Role.AGENT else "api_key"
+        return Principal(kind, self.principal, self.key_id, self.facts())
 
     def may(self, role: Role) -> bool:
         """True if this identity may act as ``role``: admin may everything,

@@ -438,3 +438,110 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
                     reason=IntegrityReason.RECORD_HASH_MISMATCH,
                 )
             yield rec
+
+
+@dataclass(frozen=True)
+class LinkReport:
+    """What :func:`verify_link` checked of one stored entry, all clean.
+
+    ``signatures_checked`` counts the session record's, the entry's response and (when the
+    entry is the head) the signed head's signatures (0 without the IKM);
+    ``previous_seq`` is the predecessor's seq (None for the first entry);
+    ``successor_links`` is True when the next entry's ``previous_hash`` is this entry's
+    hash, None when there is no next entry; ``is_head`` is True when the session's signed
+    head names this entry.
+    """
+
+    signatures_checked: int
+    previous_seq: int | None
+    successor_links: bool | None
+    is_head: bool
+
+
+def verify_link(
+    session: dict[str, Any],
+    previous: dict[str, Any] | None,
+    record: dict[str, Any],
+    *,
+    following: dict[str, Any] | None = None,
+    head: dict[str, Any] | None = None,
+    ikm: bytes | None = None,
+) -> LinkReport:
+    """Verify one entry's place in its chain (ACS §8.2) without walking the session.
+
+    Takes export-shaped records (:mod:`warden.ledger.records`): the ``session`` record,
+    the entry ``previous`` to this one (None for seq 0), the entry ``record`` itself,
+    optionally the ``following`` entry and the session's ``head`` record. Checks, as
+    :func:`verify_records` does for each entry of a walk: the predecessor's own hash
+    over its content and link, this entry's ``previous_hash`` link to it, this entry's
+    recomputed hash, its stored ``request`` against ``request_hash``, and (with ``ikm``)
+    the session record's and the response's HMAC signatures; then that ``following``
+    links back to this entry and, when ``head`` names this entry's seq, that the head's
+    ``chain_hash`` is this entry's hash and its signature verifies.
+
+    Raises :class:`~warden.errors.IntegrityError` (``chain_mismatch``,
+    ``record_hash_mismatch`` or ``signature_invalid``) at the first failure. What lies
+    before the predecessor is not checked: ``warden verify`` walks whole chains.
+    """
+    keys = SessionKeys(ikm) if ikm is not None else None
+    sid = str(session.get("session_id", ""))
+    seq = record.get("seq")
+    if record.get("session_id") != sid or (
+        previous is not None and previous.get("session_id") != sid
+    ):
+        raise _fail(IntegrityReason.CHAIN_MISMATCH, "records of another session", sid, None)
+    checked = int(
+        _check_signature(
+            keys, sid, session, session_signing_input(session), None, "session record "
+        )
+    )
+    walk = _SessionWalk(sid, response_keys=_response_keys(session, keys, ikm))
+    if previous is not None:
+        prev_entry = previous.get("entry")
+        prev_seq = previous.get("seq")
+        if not isinstance(prev_entry, dict) or not isinstance(prev_seq, int):
+            raise _fail(IntegrityReason.RECORD_HASH_MISMATCH, "damaged predecessor", sid, prev_seq)
+        try:
+            prev_hash = compute_entry_hash(
+                entry_content(prev_entry), prev_entry.get("previous_hash")
+            )
+        except (WardenError, ValueError) as exc:
+            raise _fail(
+                IntegrityReason.RECORD_HASH_MISMATCH, f"unhashable entry: {exc}", sid, prev_seq
+            ) from exc
+        if prev_hash != prev_entry.get("entry_hash"):
+            raise _fail(
+                IntegrityReason.RECORD_HASH_MISMATCH,
+                f"entry_hash {prev_entry.get('entry_hash')} ≠ recomputed {prev_hash}",
+                sid,
+                prev_seq,
+            )
+        walk.seq, walk.head = prev_seq, prev_hash
+    checked += _verify_entry(record, walk, keys)
+    successor: bool | None = None
+    if following is not None:
+        nxt = following.get("entry")
+        successor = isinstance(nxt, dict) and nxt.get("previous_hash") == walk.head
+        if not successor:
+            raise _fail(
+                IntegrityReason.CHAIN_MISMATCH,
+                f"the next entry does not link to this one ({walk.head})",
+                sid,
+                following.get("seq"),
+            )
+    is_head = head is not None and head.get("seq") == seq
+    if head is not None and is_head:
+        if head.get("chain_hash") != walk.head:
+            raise _fail(
+                IntegrityReason.CHAIN_MISMATCH,
+                f"signed head {head.get('chain_hash')} is not this entry's hash {walk.head}",
+                sid,
+                None,
+            )
+        checked += int(_check_signature(keys, sid, head, head_signing_input(head), None, "head "))
+    return LinkReport(
+        signatures_checked=checked,
+        previous_seq=previous.get("seq") if previous is not None else None,
+        successor_links=successor,
+        is_head=is_head,
+    )

@@ -10,6 +10,7 @@ turns that into a signed deny (``evaluation_failed``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,6 +103,7 @@ class PolicyEngine:
         self._index = RuleIndex(bundle.rules)
         self._contexts = ContextPool(bundle.data)
         self._needs: dict[tuple[Rule, ...], frozenset[str]] = {}
+        self._wire_text: dict[int, str] = {}
 
     def _variables(self, candidates: tuple[Rule, ...]) -> frozenset[str]:
         needed = self._needs.get(candidates)
@@ -200,12 +202,23 @@ class PolicyEngine:
         )
         first = winners[0].spec
         if effect is Effect.ASK and first.ask is not None:
-            return _replace(ev, ask_details=first.ask.to_wire())
+            return _replace(ev, ask_details=self._wire_of(first.ask))
         if effect is Effect.DEFER and first.defer is not None:
-            return _replace(ev, defer_details=first.defer.to_wire())
+            return _replace(ev, defer_details=self._wire_of(first.defer))
         if effect is Effect.MODIFY:
             return _replace(ev, modifications=self._merge(winners, wrapped_mcp=wrapped_mcp))
         return ev
+
+    def _wire_of(self, spec: Any) -> dict[str, Any]:
+        """``spec.to_wire()`` without a pydantic dump per decision: the bundle's specs are
+        fixed once loaded, so their wire form is dumped once and each verdict gets a fresh
+        copy (callers may change theirs)."""
+        text = self._wire_text.get(id(spec))
+        if text is None:
+            text = json.dumps(spec.to_wire())
+            self._wire_text[id(spec)] = text
+        out: dict[str, Any] = json.loads(text)
+        return out
 
     def modifications_of(
         self, rule_ids: Iterable[str], *, wrapped_mcp: bool
@@ -219,12 +232,11 @@ class PolicyEngine:
         modifying = [r for r in self.bundle.rules if r.id in wanted and r.effect is Effect.MODIFY]
         return self._merge(modifying, wrapped_mcp=wrapped_mcp) if modifying else None
 
-    @staticmethod
-    def _merge(rules: list[Rule], *, wrapped_mcp: bool) -> dict[str, Any]:
+    def _merge(self, rules: list[Rule], *, wrapped_mcp: bool) -> dict[str, Any]:
         merged: dict[str, Any] = {}
         for rule in rules:
             assert rule.spec.modify is not None
-            mods = rule.spec.modify.to_wire()
+            mods = self._wire_of(rule.spec.modify)
             if "modified_content" in mods:
                 if "modified_content" in merged:
                     raise CouldNotDecide(

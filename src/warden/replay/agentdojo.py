@@ -27,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from warden.cli_output import print_table, table
-from warden.identity.agents import AgentCredential
+from warden.crypto.agent_key import AgentCredential
 from warden.replay.agentdojo_tasks import TaskRun, load_task_runs
 from warden.wire.acs.client import AcsClient, http_transport
 

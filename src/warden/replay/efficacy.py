@@ -47,7 +47,7 @@ from warden.replay.efficacy_tasks import EfficacyRun, load_efficacy_runs
 from warden.wire.acs.client import AcsClient
 
 if TYPE_CHECKING:
-    from warden.identity.agents import AgentCredential
+    from warden.crypto.agent_key import AgentCredential
     from warden.runtime import Runtime
 
 #: One gate alone, the three that look at the call's own data, or all four.

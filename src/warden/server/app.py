@@ -31,6 +31,7 @@ from warden.server.approvals_api import approvals_router
 from warden.server.desk import mount_desk
 from warden.server.log_api import log_router
 from warden.server.metrics import WardenMetrics
+from warden.server.trace_context import TraceContext
 from warden.store.group_commit import GroupCommitter
 from warden.store.idempotency import Idempotency
 from warden.wire.acs.render import error_response
@@ -214,7 +215,11 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
         return JSONResponse({"status": "ready", "bundle": runtime.bundle.ref.to_wire()})
 
     fallback: ASGIApp = app if mcp_endpoint is None else PathMount(MCP_PATH, mcp_endpoint, app)
-    return AcsEndpoint(runtime.acs, committer, fallback)
+    endpoint = AcsEndpoint(runtime.acs, committer, fallback)
+    if runtime.guardian.observers.tracer is None:
+        return endpoint
+    # Traces are exported: every wire's requests carry the caller's traceparent.
+    return TraceContext(endpoint)
 
 
 def _ready(runtime: Runtime) -> None:

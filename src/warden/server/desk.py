@@ -23,6 +23,8 @@ Routes (none in the OpenAPI schema)::
     POST /desk/tasks/{task_id}/deny      reason required
     POST /desk/tasks/{task_id}/reroute   group required, reason optional
     GET  /desk/static/desk.css           the stylesheet
+    GET  /desk/ops[/…]                   the operator view, admin keys only
+                                         (:mod:`warden.server.desk_ops`)
     *    /desk/<anything else>           the desk's 404 page
 
 **Session.** Starlette's ``SessionMiddleware`` (itsdangerous timestamp signature),
@@ -769,6 +771,11 @@ def mount_desk(app: FastAPI, runtime: Runtime) -> None:
     @router.post("/tasks/{task_id}/reroute")
     async def reroute(request: Request, task_id: str) -> Response:
         return await desk.act(request, task_id, "reroute")
+
+    # The operator view (admin only), before the catch-all below.
+    from warden.server.desk_ops import add_ops_routes
+
+    add_ops_routes(router, desk)
 
     @router.api_route("/{rest:path}", methods=_ANY_METHOD)
     async def unknown_page(request: Request, rest: str) -> Response:

@@ -72,6 +72,26 @@ class UnknownReceipt(SpendError, InputRejected):
         return cls(f"no receipt {receipt_id!r}", receipt_id=receipt_id)
 
 
+class NotOwner(SpendError):
+    """A key that may read a budget, hold or receipt tries to spend or conclude it as
+    someone else (an admin key not bound to the budget, not the hold's owner).
+    ``hint`` says which key can (issue 14 item 1; :mod:`warden.spend.ownership`)."""
+
+    gate = "auth:forbidden"
+    reason = "forbidden"
+
+    def __init__(self, message: str, *, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class OtherWire(SpendError):
+    """A hold another wire took (AdCP, the ACS spend gate): that wire concludes it."""
+
+    gate = "reservation:other_wire"
+    reason = "other_wire"
+
+
 class ReservationNotHeld(SpendError):
     """The reservation was already settled, released or expired."""
 

@@ -13,7 +13,7 @@ on a :class:`~warden.store.sql.SqlStore`:
   same ``attempts``): a worker whose lease expired and was overtaken changes nothing.
 
 Times are RFC 3339 UTC text with microseconds and ``+00:00``
-(:func:`~warden.approvals.notifier.rfc3339`), so text order is time order and the due
+(:func:`~warden.store.outbox.rfc3339`), so text order is time order and the due
 test is a string comparison on the ``(status, next_attempt_at)`` index.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from warden.approvals.notifier import Delivery, DeliveryStatus, rfc3339
+from warden.store.outbox import Delivery, DeliveryStatus, rfc3339
 
 if TYPE_CHECKING:
     from warden.store.sql import SqlStore

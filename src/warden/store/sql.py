@@ -22,7 +22,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -284,6 +284,50 @@ def _lenient_text(raw: bytes) -> str | bytes:
         return raw
 
 
+#: The condition that keeps a head from moving for a revoked agent key or agent.
+_KEY_LIVE = (
+    " AND EXISTS (SELECT 1 FROM agent_keys k JOIN agents a ON a.agent_id = k.agent_id "
+    "WHERE k.key_id = ? AND k.revoked_at IS NULL AND a.revoked_at IS NULL)"
+)
+
+#: One ACS append on PostgreSQL as one statement (its own transaction in autocommit, so
+#: one round trip): move the head if it is where the entry was chained and the agent key
+#: is live, record the replay keys, insert the entry as the next transparency-log leaf.
+#: No row back means the head did not move (classified after); a unique violation names
+#: its constraint. The log counter is locked first (``lk``, evaluated before the session
+#: row is locked, the order a group-commit batch takes them in) and bumped only when the
+#: head moved (``leaf``), so the index is gapless and costs no round trip.
+_PG_APPEND = """
+WITH lk AS (
+  SELECT next_index FROM log_state WHERE id = 1 FOR UPDATE
+), head AS (
+  UPDATE sessions SET head_seq = %(seq)s, head_hash = %(hash)s, head_signature = %(sig)s,
+         closed = (closed OR %(close)s)
+  WHERE session_id = %(sid)s AND head_seq = %(expected)s AND EXISTS (SELECT 1 FROM lk)
+    AND (%(key)s::text IS NULL OR EXISTS (
+      SELECT 1 FROM agent_keys k JOIN agents a ON a.agent_id = k.agent_id
+      WHERE k.key_id = %(key)s::text AND k.revoked_at IS NULL AND a.revoked_at IS NULL))
+  RETURNING session_id
+), replay AS (
+  INSERT INTO replay_keys (session_id, kind, value, seen_at)
+  SELECT head.session_id, v.kind, v.value, %(now)s
+  FROM head, (VALUES ('request_id', %(rid)s::text), ('nonce', %(nonce)s::text)) AS v(kind, value)
+  WHERE v.value IS NOT NULL
+  RETURNING 1
+), leaf AS (
+  UPDATE log_state SET next_index = next_index + 1
+  WHERE id = 1 AND EXISTS (SELECT 1 FROM head)
+  RETURNING next_index - 1 AS i
+)
+INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, entry, response,
+                     created_at, request, log_index)
+SELECT head.session_id, %(seq)s, %(hash)s, %(step_id)s, %(step_type)s, %(entry)s,
+       %(response)s, %(now)s, %(request)s, leaf.i
+FROM head, leaf
+RETURNING seq
+"""
+
+
 class _EntryConflict(Exception):
     """The entry insert hit a uniqueness constraint (seq or step id); classified after
     rolling back to the item's savepoint."""
@@ -418,7 +462,7 @@ class SqlStore:
                 # process holds the write lock) left no transaction to roll back.
                 if begun:
                     self._rollback(cur)
-                if isinstance(exc, WardenError | KeyboardInterrupt | SystemExit):
+                if isinstance(exc, WardenError | _EntryConflict | KeyboardInterrupt | SystemExit):
                     raise
                 if is_integrity(exc):
                     raise StoreUnavailable(f"unexpected constraint failure: {exc}") from exc
@@ -664,6 +708,19 @@ class SqlStore:
             raise error
 
     def append_many(self, items: list[PendingAppend]) -> list[Exception | None]:
+        if len(items) == 1:
+            # One append needs no savepoint: the transaction is the item (issue 16).
+            outcomes: list[Exception | None] = [self._append_single(items[0])]
+        else:
+            outcomes = self._append_batch(items)
+        for item, outcome in zip(items, outcomes, strict=True):
+            if outcome is None:
+                self._advance_cache(item)
+            elif isinstance(outcome, HeadMoved):
+                self._cache.pop(item.session_id, None)
+        return outcomes
+
+    def _append_batch(self, items: list[PendingAppend]) -> list[Exception | None]:
         outcomes: list[Exception | None] = []
         # The log counter is read (and on PostgreSQL locked, with BEGIN) before the items'
         # savepoints: a row lock taken inside one would be released by its rollback, and
@@ -687,12 +744,89 @@ class SqlStore:
                     continue
                 cur.execute(f"RELEASE {savepoint}")
                 outcomes.append(None)
-        for item, outcome in zip(items, outcomes, strict=True):
-            if outcome is None:
-                self._advance_cache(item)
-            elif isinstance(outcome, HeadMoved):
-                self._cache.pop(item.session_id, None)
         return outcomes
+
+    def _append_single(self, item: PendingAppend) -> Exception | None:
+        """Commit one append in a transaction of its own: on PostgreSQL one statement in
+        autocommit (one round trip, :data:`_PG_APPEND`); on SQLite ``BEGIN IMMEDIATE``,
+        the replay keys, the conditional head move (which also checks the agent key)
+        and the entry. The error it returns has written nothing."""
+        try:
+            if self.row_locks:
+                return self._append_pg(item)
+            with self._write() as cur:
+                self._append_one(cur, item)
+            return None
+        except (HeadMoved, ReplayDetected, KeyRevoked) as exc:
+            return exc
+        except _EntryConflict as exc:
+            with self._write() as cur:
+                return self._classify_conflict(cur, item, exc)
+
+    def _append_pg(self, item: PendingAppend) -> Exception | None:
+        seq = item.expected_seq + 1
+        params = {
+            "key": item.agent_key,
+            "sid": item.session_id,
+            "expected": item.expected_seq,
+            "seq": seq,
+            "hash": item.entry["entry_hash"],
+            "sig": _dumps(item.head_signature),
+            "close": bool(item.close),
+            "rid": item.replay.request_id if item.replay is not None else None,
+            "nonce": item.replay.nonce if item.replay is not None else None,
+            "now": _now(),
+            "step_id": self._step_id(item),
+            "step_type": str(item.entry.get("step_type", "")),
+            "entry": item.entry_text or _dumps(item.entry),
+            "response": _dumps(item.response) if item.response is not None else None,
+            "request": item.request,
+        }
+        with self._lock:
+            cur = self._cursor()
+            try:
+                cur.execute(_PG_APPEND, params)
+                row = cur.fetchone()
+            except Exception as exc:
+                if is_integrity(exc):
+                    constraint = getattr(getattr(exc, "diag", None), "constraint_name", None)
+                    if constraint == "pk_replay_keys":
+                        return ReplayDetected("duplicate request_id or nonce")
+                    raise _EntryConflict(str(exc)) from exc
+                if not self._broken():
+                    raise StoreUnavailable(f"store error: {exc.__class__.__name__}") from exc
+                # The connection dropped: the statement committed or it did not. The
+                # entry row (its hash is unique to this append) says which.
+                return self._after_lost_append(item, exc)
+            finally:
+                cur.close()
+        if row is not None:
+            return None
+        return self._why_not_appended(item)
+
+    def _after_lost_append(self, item: PendingAppend, lost: Exception) -> Exception | None:
+        try:
+            row = self._read(
+                "SELECT entry_hash FROM entries WHERE session_id = ? AND seq = ?",
+                (item.session_id, item.expected_seq + 1),
+            )
+        except StoreUnavailable as exc:
+            raise StoreUnavailable(
+                f"the database connection was lost during an append ({lost}); the change "
+                "may or may not have been applied",
+                outcome_unknown=True,
+            ) from exc
+        if row is not None and row[0] == item.entry["entry_hash"]:
+            return None
+        return StoreUnavailable(f"the database connection was lost: {lost}")
+
+    def _why_not_appended(self, item: PendingAppend) -> Exception:
+        """No row moved: the agent key was revoked, or the head is no longer expected."""
+        if item.agent_key is not None:
+            with self._write() as cur:
+                if not SqlAgents(cur, self._q).key_active(item.agent_key):
+                    return KeyRevoked("the agent key that signed this request is revoked")
+        return HeadMoved(f"session {item.session_id} head is no longer seq {item.expected_seq}")
 
     @staticmethod
     def _step_id(item: PendingAppend) -> str:
@@ -706,13 +840,15 @@ class SqlStore:
 
     def _append_one(self, cur: Any, item: PendingAppend) -> None:
         seq = item.expected_seq + 1
-        self._check_agent_key(cur, item.agent_key)
         if item.replay is not None:
             self._insert_replay(cur, item.session_id, item.replay)
+        # The head moves only while the signing agent key is live: one statement checks
+        # both (a revocation on any replica stops the next write here, issue 15).
         cur.execute(
             self._q(
                 "UPDATE sessions SET head_seq = ?, head_hash = ?, head_signature = ?, "
                 "closed = (closed OR ?) WHERE session_id = ? AND head_seq = ?"
+                + (_KEY_LIVE if item.agent_key is not None else "")
             ),
             (
                 seq,
@@ -721,9 +857,11 @@ class SqlStore:
                 bool(item.close),
                 item.session_id,
                 item.expected_seq,
+                *((item.agent_key,) if item.agent_key is not None else ()),
             ),
         )
         if cur.rowcount != 1:
+            self._check_agent_key(cur, item.agent_key)
             raise HeadMoved(f"session {item.session_id} head is no longer seq {item.expected_seq}")
         log_index = self._leaf_index(cur)
         try:
@@ -739,7 +877,7 @@ class SqlStore:
                     item.entry["entry_hash"],
                     self._step_id(item),
                     str(item.entry.get("step_type", "")),
-                    _dumps(item.entry),
+                    item.entry_text or _dumps(item.entry),
                     _dumps(item.response) if item.response is not None else None,
                     _now(),
                     item.request,
@@ -971,6 +1109,18 @@ class SqlStore:
         idempotency keys, the outbox, Warden-authored chains)."""
         return self.spend_transaction()
 
+    @contextmanager
+    def reading(self) -> Iterator[SqlReadTx]:
+        """A read-only view of the tables behind the wires: no write lock and no
+        transaction (each read sees what is committed). For lookups on the decision path
+        that usually need no write (a pending approval task), so that they do not take
+        a second write transaction (issue 16)."""
+        from warden.store.api_keys_sql import read_cursor
+        from warden.store.tasks_sql import SqlTasks
+
+        with read_cursor(self) as cur:
+            yield SqlReadTx(SqlTasks(cur, self._q, row_locks=False))
+
     def budgets(self) -> list[Budget]:
         """Every budget, by id."""
         from warden.store.spend_sql import list_budgets
@@ -1035,6 +1185,13 @@ class _Checkpointer:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+
+
+@dataclass(frozen=True)
+class SqlReadTx:
+    """What :meth:`SqlStore.reading` offers: the approval tasks, read only."""
+
+    tasks: Any
 
 
 def _engine_for(parsed: URL, sync: str) -> Engine:

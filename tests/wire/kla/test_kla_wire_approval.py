@@ -25,11 +25,11 @@ from kla_wire_helpers import (
 from warden.approvals.tasks import ApprovalState
 from warden.identity.api_keys import Role
 from warden.kla import verify_record_value
+from warden.kla.evidence import execution_session_id
 from warden.kla.keys import KeyRegistry
 from warden.kla.verify import verify_signature
 from warden.runtime import Runtime
 from warden.server.app import create_app
-from warden.wire.kla.evidence import execution_session_id
 
 RID = "req_action_demo_0002"
 EXECUTION = "exec_credit_review_demo_0001"

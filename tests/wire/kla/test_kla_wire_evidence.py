@@ -32,10 +32,10 @@ from typer.testing import CliRunner
 from warden.cli import app as cli_app
 from warden.identity.api_keys import Role
 from warden.kla import KeyRegistry, sign_digest, verify_bundle
+from warden.kla.evidence import execution_session_id
 from warden.kla.verify import VerifyStatus
 from warden.runtime import Runtime
 from warden.server.app import create_app
-from warden.wire.kla.evidence import execution_session_id
 
 EXECUTION = "exec_credit_review_demo_0001"
 TOOL = {"name": "credit.dispose", "params_digest": "sha256:" + "ab" * 32}

@@ -28,10 +28,10 @@ from kla_wire_helpers import (
 from warden.crypto.canonical import canonical_bytes
 from warden.identity.api_keys import Role
 from warden.kla import sign_digest, verify_record_value, verify_signature
+from warden.kla.evidence import execution_session_id
 from warden.kla.keys import KeyRegistry
 from warden.runtime import Runtime
 from warden.server.app import create_app
-from warden.wire.kla.evidence import execution_session_id
 
 VECTORS = json.loads(asset("kla/rfc8032_vectors.json").read_text())
 KEY1 = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(VECTORS["test1"]["secret_key"]))

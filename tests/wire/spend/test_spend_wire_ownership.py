@@ -18,12 +18,12 @@ from conftest import ensure_agent
 from fastapi.testclient import TestClient
 from spend_wire_helpers import Api, Reply, assert_error, db_rows
 
+from warden.adcp.state import budget_id_for
 from warden.identity.api_keys import Role
 from warden.runtime import Runtime
 from warden.server.app import create_app
 from warden.spend import Budget, BudgetKind, Period
 from warden.spend.binding import GROUP, PRINCIPAL
-from warden.wire.adcp.state import budget_id_for
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from threading import Lock
 from typing import Any
 
+from warden.core.types import Principal
 from warden.crypto.hmac_keys import AGENT_KEY_SCHEME, SessionKeys
 from warden.identity.agents import Agent, AgentRegistry
 
@@ -42,6 +43,12 @@ class Caller:
     def agent_key(self) -> str | None:
         """The registered key to re-check in the write transaction (None when shared)."""
         return self.key_id if self.agent is not None else None
+
+    def principal(self) -> Principal:
+        """The caller as the pipeline's stage 1 (:class:`~warden.core.pipeline.Principal`)."""
+        if self.agent is None:
+            return Principal("shared_ikm", "", self.key_id)
+        return Principal("agent", self.agent.agent_id, self.key_id, self.agent.facts())
 
     def identity_record(self) -> dict[str, Any]:
         """What the session record keeps about its signer (``negotiated.identity``):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from warden.core.types import NO_MCP, ActionRequest
+from warden.core.types import NO_AGENT, NO_MCP, ActionRequest
 from warden.store.base import SessionState
 from warden.wire.acs.mcp import message_kind, tool_facts
 from warden.wire.acs.methods import MethodInfo
@@ -13,7 +13,12 @@ _EMPTY_TOOL = {"name": "", "version": "", "provider": "", "operation": "", "capa
 
 
 def action_request(
-    info: MethodInfo, params: dict[str, Any], session: SessionState | None
+    info: MethodInfo,
+    params: dict[str, Any],
+    session: SessionState | None,
+    *,
+    agent: dict[str, Any] | None = None,
+    claims: dict[str, Any] | None = None,
 ) -> ActionRequest:
     """Build the domain request for a schema-valid step.
 
@@ -50,4 +55,6 @@ def action_request(
         },
         permitted=info.permitted,
         mcp=mcp,
+        agent=agent if agent is not None else dict(NO_AGENT),
+        claims=claims if claims is not None else {"user_id": ""},
     )

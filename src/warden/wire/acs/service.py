@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
@@ -43,17 +43,18 @@ from typing import Any
 
 from warden.core.guardian import Guardian
 from warden.core.observe import Wire
-from warden.core.types import NO_AGENT, Effect, Verdict, user_id_claim
+from warden.core.pipeline import Decided, Gate, Offload, Pipeline, abandon
+from warden.core.types import ActionRequest, Effect, Verdict, user_id_claim
 from warden.crypto.canonical import (
     MAX_REQUEST_DEPTH,
     canonical_bytes,
-    is_fast_canonical,
     lone_surrogate_at,
     may_hold_surrogates,
     parse_strict_json,
     sha256_hex,
 )
 from warden.crypto.hmac_keys import SessionKeys
+from warden.crypto.jcs_fast import JcsRoute, jcs_route
 from warden.errors import (
     CapabilityNotNegotiated,
     HeadMoved,
@@ -70,7 +71,7 @@ from warden.errors import (
     WardenError,
     failure_log_level,
 )
-from warden.gates.approval import ApprovalGate, ApprovalStep, needs_human
+from warden.gates.approval import ApprovalGate, ApprovalStep
 from warden.gates.spend import SpendGate, SpendStep
 from warden.ledger.ledger import Ledger
 from warden.provenance.facts import view_for
@@ -108,15 +109,6 @@ class SessionLock:
     on one session queue instead of racing for its head."""
 
     session_id: str
-
-
-@dataclass(frozen=True)
-class Offload:
-    """Yielded by the dispatch for blocking store work outside an append (the spend
-    gate's reserve, settle or release): the driver runs ``run()`` — off the event loop
-    when it has one — and sends back its value, or throws its exception in."""
-
-    run: Callable[[], Any]
 
 
 #: The dispatch generator: yields a session lock, appends to commit and blocking work to
@@ -174,6 +166,7 @@ class AcsService:
         self.max_body_bytes = max_body_bytes
         self.schemas = SchemaSet("acs")
         self.ledger = Ledger(store, keys, key_id)
+        self.pipeline = Pipeline(guardian)
         self.provenance = ProvenanceTracker(store, provenance_cache_bytes)
         self._clock = clock
         self._thread_locks = [threading.Lock() for _ in range(64)]
@@ -317,8 +310,13 @@ class AcsService:
                     f"request envelope invalid at {pointer or '/'}: {text}", pointer=pointer
                 ),
             )
-        fast = is_fast_canonical(msg)
-        if not fast:
+        # One walk checks the JCS domain and whether the C encoder writes this envelope
+        # as JCS as it is (floats included); if so, every canonicalization below skips
+        # its own walk. Only a value the walk is unsure of (NaN, an integer beyond
+        # 2^53, ...) is canonicalized here, to refuse it before anything else.
+        jcs = jcs_route(msg)
+        fast = jcs is JcsRoute.DIRECT
+        if jcs is JcsRoute.UNSURE:
             try:
                 canonical_bytes(msg)  # raises for values outside the JCS domain
             except InvalidRequest as exc:
@@ -332,7 +330,7 @@ class AcsService:
         if caller is not None:
             try:
                 authentic = verify_request(msg, caller.key, known_fast=fast)
-            except InvalidRequest as exc:  # a lone surrogate passes is_fast_canonical's walk
+            except InvalidRequest as exc:  # a lone surrogate passes jcs_route's walk
                 return error_response(rid, exc)
         if method == PING:
             return self._ping(msg, caller.key if authentic and caller is not None else None)
@@ -350,7 +348,9 @@ class AcsService:
             if method == HANDSHAKE:
                 return self._sign(key, self._handshake(msg, caller))
             info = route(method)
-            return (yield from self._step(msg, info, caller, fast))
+            # The params exactly as hashed into request_hash (and stored beside the entry).
+            received = canonical_bytes(params, known_fast=fast)
+            return (yield from self._step(msg, info, caller, received))
         except KeyRevoked as exc:
             # Revoked on some replica since this one cached the key: unauthenticated.
             self.callers.forget(caller.key_id)
@@ -478,7 +478,7 @@ class AcsService:
         )
         return {"jsonrpc": "2.0", "id": msg["id"], "result": hello}
 
-    def _step(self, msg: dict[str, Any], info: MethodInfo, caller: Caller, fast: bool) -> Flow:
+    def _step(self, msg: dict[str, Any], info: MethodInfo, caller: Caller, received: bytes) -> Flow:
         """A signed response for a routed step (protocol errors are raised).
 
         Optimistic: the entry is chained on the head as last seen; if another
@@ -516,7 +516,7 @@ class AcsService:
                 self.store.record_replay(sid, replay)
                 if isinstance(refusal, ProtocolError):
                     raise refusal
-                self._observed(wire, refusal["result"], started)
+                self.pipeline.finished_raw(wire, refusal["result"], started)
                 return self._sign(key, refusal)
             spec = self.guardian.engine.bundle.provenance
             if spec is not None:
@@ -532,8 +532,9 @@ class AcsService:
                         method=msg["method"],
                     )
             after: list[SessionProvenance] = []
+            seen: list[Decided] = []
             pending = yield from self._decide(
-                msg, info, session, replay, caller, fast, gate, approval, after
+                msg, info, session, replay, caller, received, gate, approval, after, seen
             )
             if caller.agent_key is not None:
                 pending = replace(pending, agent_key=caller.agent_key)
@@ -542,7 +543,17 @@ class AcsService:
             if outcome is None:
                 assert pending.response is not None
                 # Final only now: after both gates and the durable commit.
-                self._observed(wire, pending.entry.get("verdict", {}), started)
+                self.pipeline.finished_raw(
+                    wire,
+                    pending.entry.get("verdict", {}),
+                    started,
+                    decided=seen[-1],
+                    audit={
+                        "session_id": sid,
+                        "entry_hash": pending.entry["entry_hash"],
+                        "sequence": pending.expected_seq + 1,
+                    },
+                )
                 if after:
                     self.provenance.committed(sid, pending.entry["entry_hash"], after[0])
                 return pending.response
@@ -550,22 +561,12 @@ class AcsService:
                 # The entry recording the hold did not commit: release it.
                 yield Offload(gate.abandon)
             if not isinstance(outcome, HeadMoved):
-                if approval is not None and approval.granted:
-                    # The step a grant allowed was not recorded: give the grant back.
-                    yield Offload(approval.abandon)
+                # The step a grant allowed was not recorded: give the grant back.
+                yield from abandon(
+                    [g for g in (approval,) if g is not None], "the step could not be recorded"
+                )
                 raise outcome
         raise StoreUnavailable("the session head kept moving; try again")
-
-    def _observed(self, wire: Wire, verdict: dict[str, Any], started: float) -> None:
-        """Report a final verdict (an entry's or a response's ``verdict`` object)."""
-        refs = verdict.get("policy_references") or []
-        self.guardian.observers.decided_raw(
-            wire,
-            str(verdict.get("decision", "deny")),
-            [r["rule_id"] for r in refs],
-            list(verdict.get("reason_codes") or []),
-            started,
-        )
 
     def _refusal(
         self, msg: dict[str, Any], info: MethodInfo, session: SessionState, caller: Caller
@@ -631,64 +632,59 @@ class AcsService:
         session: SessionState,
         replay: ReplayKeys,
         caller: Caller,
-        fast: bool,
+        received: bytes,
         gate: SpendStep | None = None,
         approval: ApprovalStep | None = None,
         after: list[SessionProvenance] | None = None,
+        seen: list[Decided] | None = None,
     ) -> Generator[Offload, Any, PendingAppend]:
-        """Decide the step (Guardian, the approval gate, then the spend gate) and stage
+        """Decide the step through the one pipeline (:mod:`warden.core.pipeline`: the
+        verified caller, the Guardian, the approval gate, then the spend gate) and stage
         its entry. With a bundle ``provenance`` section the request carries the step's
-        provenance view, and ``after`` receives the session's provenance state after it."""
+        provenance view, and ``after`` receives the session's provenance state after it;
+        ``seen`` receives the pipeline's :class:`Decided` (its request and stage timings
+        for the decision's span)."""
         started = time.perf_counter()
         params = msg["params"]
         key = caller.key
-        request = replace(
-            action_request(info, params, session),
-            agent=caller.agent.facts() if caller.agent is not None else dict(NO_AGENT),
+        principal = caller.principal()
+        request = action_request(
+            info,
+            params,
+            session,
+            agent=principal.agent,
             claims={"user_id": user_id_claim(params["metadata"])},
         )
         spec = self.guardian.engine.bundle.provenance
-        prior: SessionProvenance | None = None
-        if spec is not None:
-            prior = yield Offload(partial(self.provenance.state, session))
-            request = replace(
-                request,
-                provenance=view_for(
-                    prior, spec, request.method, params, request.args, request.tool
-                ),
-            )
+        intake = (
+            _ProvenanceIntake(self.provenance, session, spec, params) if spec is not None else None
+        )
         claimed = (params["metadata"].get("session_state") or {}).get("chain_hash")
+        preempt = None
         if claimed is not None and claimed != (session.head_hash or ""):
-            verdict = Verdict(
+            preempt = Verdict(
                 decision=Effect.DENY,
                 reasoning="The client's chain_hash does not match the Guardian's chain head.",
                 reason_codes=("chain_mismatch",),
                 bundle=self.guardian.engine.bundle.ref,
                 policy_data={"chain": {"guardian_head": session.head_hash, "client": claimed}},
             )
-        else:
-            verdict = self.guardian.decide(request)
-        if approval is not None and (approval.resolution is not None or needs_human(verdict)):
-            # An ask meets the approval desk: a grant for this exact action allows the step
-            # once; otherwise the ask names its task (or the step is denied).
-            verdict = yield Offload(partial(approval.apply, request, verdict))
-        if gate is not None:
-            # The one place the spend gate runs: a priced allow/modify reserves its cost
-            # (or becomes a deny); a tool result settles or releases its request's hold.
-            if gate.touches_store(request, verdict):
-                verdict = yield Offload(partial(gate.apply, request, verdict))
-            else:
-                verdict = gate.apply(request, verdict)
-        if approval is not None and approval.granted and verdict.decision is Effect.DENY:
-            # The spend gate refused the granted step: the grant was not used.
-            yield Offload(partial(approval.abandon, "the granted step was denied"))
+        # Approval first (a grant rewrites an ask), then spend: a priced allow/modify
+        # holds its cost or becomes a deny; a tool result settles or releases its hold.
+        gates: list[Gate] = [g for g in (approval, gate) if g is not None]
+        decided = yield from self.pipeline.decide(
+            principal, request, intake=intake, gates=gates, preempt=preempt
+        )
+        if seen is not None:
+            seen.append(decided)
+        request, verdict = decided.request, decided.verdict
         if caller.shared:
             verdict = _mark_shared(verdict)
         acs_version = session.negotiated.get("server_hello", {}).get(
             "negotiated_version", SUPPORTED_VERSIONS[0]
         )
 
-        def render(v: Verdict, chain_hash: str) -> dict[str, Any]:
+        def render(v: Verdict) -> dict[str, Any]:
             return {
                 "jsonrpc": "2.0",
                 "id": msg["id"],
@@ -696,26 +692,27 @@ class AcsService:
                     v,
                     acs_version=acs_version,
                     request_id=params["request_id"],
-                    chain_hash=chain_hash,
+                    chain_hash=_PLACEHOLDER_HASH,
                     duration_ms=int((time.perf_counter() - started) * 1000),
                 ),
             }
 
-        # Check fitness before anything is written: an unfit response becomes a deny.
-        problem = self.schemas.first_error(
-            "response-envelope.json", render(verdict, _PLACEHOLDER_HASH)
-        )
+        # Rendered once, checked before anything is written: an unfit response becomes
+        # a deny; the entry's hash is set into this same document once it is chained.
+        response = render(verdict)
+        problem = self.schemas.first_error("response-envelope.json", response)
         if problem is not None:
-            verdict = self.guardian.fail_closed(
-                request, f"rendered response failed its schema at {problem[0]}: {problem[1]}"
+            decided = yield from self.pipeline.fail_closed(
+                decided,
+                gates,
+                f"rendered response failed its schema at {problem[0]}: {problem[1]}",
             )
+            verdict = decided.verdict
             if gate is not None:
                 # A deny holds nothing; a settlement already made stays recorded.
-                yield Offload(gate.abandon)
                 verdict = replace(verdict, spend=gate.result_record)
-            if approval is not None and approval.granted:
-                yield Offload(partial(approval.abandon, "the granted step was denied"))
-        if prior is not None:
+            response = render(verdict)
+        if intake is not None and intake.prior is not None:
             ibac = verdict.policy_data.get("ibac")
             if (
                 approval is not None
@@ -725,15 +722,14 @@ class AcsService:
             ):
                 # A human approved a call outside the intent: an intent_extension (§8.4).
                 verdict = replace(verdict, intent_extension=ibac.get("requested_capability"))
-            state = prior.applied(
+            state = intake.prior.applied(
                 request.method, params, verdict.decision.value, verdict.intent_extension
             )
             verdict = replace(verdict, provenance_summary=state.summary())
             if after is not None:
                 after.append(state)
-        # The params exactly as hashed are stored beside the entry, so an auditor can
-        # re-check the decision from the record alone.
-        received = canonical_bytes(params, known_fast=fast)
+        # The params exactly as hashed (canonicalized once, on arrival) are stored beside
+        # the entry, so an auditor can re-check the decision from the record alone.
         content = entry_content(
             entry_id=str(uuid.uuid4()),
             session_id=session.session_id,
@@ -742,11 +738,16 @@ class AcsService:
             request_hash=sha256_hex(received),
             verdict=verdict,
         )
+
+        def chained(entry: dict[str, Any]) -> dict[str, Any]:
+            response["result"]["chain_hash"] = entry["entry_hash"]
+            return self._sign(key, response)
+
         try:
             return self.ledger.stage(
                 session,
                 content,
-                lambda entry: self._sign(key, render(verdict, entry["entry_hash"])),
+                chained,
                 replay=replay,
                 close=info.method == "steps/sessionEnd",
                 request=received.decode(),
@@ -755,6 +756,29 @@ class AcsService:
             if gate is not None:
                 gate.abandon()
             raise
+
+
+class _ProvenanceIntake:
+    """ACS provenance intake: the session's provenance state before the step (kept in
+    ``prior`` for the state after it) and the step's view for the rules and gates."""
+
+    def __init__(
+        self, tracker: ProvenanceTracker, session: SessionState, spec: Any, params: Any
+    ) -> None:
+        self.tracker = tracker
+        self.session = session
+        self.spec = spec
+        self.params = params
+        self.prior: SessionProvenance | None = None
+
+    def attach(self, request: ActionRequest) -> ActionRequest:
+        self.prior = self.tracker.state(self.session)
+        return replace(
+            request,
+            provenance=view_for(
+                self.prior, self.spec, request.method, self.params, request.args, request.tool
+            ),
+        )
 
 
 def _mark_shared(verdict: Verdict) -> Verdict:

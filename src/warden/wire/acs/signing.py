@@ -21,10 +21,18 @@ def request_signing_input(envelope: dict[str, Any], *, known_fast: bool = False)
     return canonical_bytes({**envelope, "params": params}, known_fast=known_fast)
 
 
-def verify_request(envelope: dict[str, Any], key: bytes, *, known_fast: bool = False) -> bool:
+def verify_request(
+    envelope: dict[str, Any],
+    key: bytes,
+    *,
+    known_fast: bool = False,
+    signing_input: bytes | None = None,
+) -> bool:
     """True when ``params.signature`` is a valid HMAC-SHA256 under ``key``.
 
-    ``known_fast``: the caller checked the envelope with ``is_fast_canonical``.
+    ``known_fast``: the caller found the envelope DIRECT (``jcs_route``/``is_direct_jcs``)
+    or float-free (``is_fast_canonical``); ``signing_input``: the caller already holds
+    :func:`request_signing_input`'s bytes (assembled from canonical members).
     """
     sig = envelope["params"].get("signature")
     if not isinstance(sig, dict) or sig.get("algorithm") != HMAC_ALGORITHM:
@@ -32,7 +40,9 @@ def verify_request(envelope: dict[str, Any], key: bytes, *, known_fast: bool = F
     value = sig.get("value")
     if not isinstance(value, str):
         return False
-    return hmac_verify(key, request_signing_input(envelope, known_fast=known_fast), value)
+    if signing_input is None:
+        signing_input = request_signing_input(envelope, known_fast=known_fast)
+    return hmac_verify(key, signing_input, value)
 
 
 def sign_response(response: dict[str, Any], key: bytes, key_id: str) -> dict[str, Any]:

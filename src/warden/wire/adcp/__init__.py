@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
+from warden.adcp.state import AdcpState
 from warden.wire.adcp.service import AdcpService, Reply
-from warden.wire.adcp.state import AdcpState
 
 __all__ = ["AdcpService", "AdcpState", "Reply"]

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from warden.wire.adcp.envelope import AdcpError
-from warden.wire.adcp.plan_sync import sync_plans
+from warden.adcp.errors import AdcpError
+from warden.adcp.plan_sync import sync_plans
+from warden.adcp.state import AdcpState, Answer, Call
 from warden.wire.adcp.schemas import adcp_schemas
-from warden.wire.adcp.state import AdcpState, Answer, Call
 
 SCENARIOS = ["seed_plan", "seed_product", "seed_pricing_option", "seed_media_buy"]
 ACKNOWLEDGED = frozenset({"seed_product", "seed_pricing_option", "seed_media_buy"})

@@ -22,9 +22,9 @@ import json
 import re
 from typing import Any
 
+from warden.adcp.errors import AdcpError
 from warden.crypto.canonical import canonical_bytes, sha256_hex
 from warden.store.idempotency import KEY_PATTERN
-from warden.wire.adcp.envelope import AdcpError
 
 EXCLUDED_TOP_LEVEL = ("idempotency_key", "context", "governance_context")
 #: Per-response members a cached body does not keep.

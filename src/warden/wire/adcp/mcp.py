@@ -24,10 +24,11 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
 from warden import __version__
+from warden.adcp.errors import AdcpError
 from warden.crypto.canonical import MAX_REQUEST_DEPTH, nesting_exceeds, parse_request_json
 from warden.errors import ParseError
 from warden.identity.api_keys import ApiKeys
-from warden.wire.adcp.envelope import AdcpError, echoable_context_id, failure, unparsable
+from warden.wire.adcp.envelope import echoable_context_id, failure, unparsable
 from warden.wire.adcp.rest import authenticate
 from warden.wire.adcp.schemas import bundled_request_schema
 from warden.wire.adcp.service import AdcpService, Reply

@@ -12,11 +12,11 @@ from decimal import Decimal
 from typing import Any
 
 from warden import __version__
+from warden.adcp.errors import AdcpError
+from warden.adcp.plan_money import plan_money, restores
 from warden.adcp.plans import Plan, to_decimal
+from warden.adcp.state import AdcpState, Answer, Call, rfc3339, wire_number
 from warden.store.adcp_sql import AdjustmentRow, CheckRow, OutcomeRow, PlanRow
-from warden.wire.adcp.envelope import AdcpError
-from warden.wire.adcp.plan_money import plan_money, restores
-from warden.wire.adcp.state import AdcpState, Answer, Call, rfc3339, wire_number
 
 MAJOR_VERSIONS = [3]
 SUPPORTED_VERSIONS = ["3.2"]

@@ -19,11 +19,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from warden.adcp.errors import AdcpError
 from warden.crypto.canonical import MAX_REQUEST_DEPTH, nesting_exceeds, parse_request_json
 from warden.errors import CouldNotDecide, ParseError, failure_log_level
 from warden.identity.api_keys import ApiKeys, Identity
 from warden.wire.adcp.envelope import (
-    AdcpError,
     dump_with_raw_context,
     echoable_context_id,
     failure,

@@ -12,8 +12,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from warden.adcp.errors import AdcpError
 from warden.schemas import SchemaSet
-from warden.wire.adcp.envelope import AdcpError
 
 #: task → (request schema or None, response schema).
 TASK_SCHEMAS: dict[str, tuple[str | None, str]] = {

@@ -31,6 +31,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from warden.adcp.adjustments import report_plan_adjustment
+from warden.adcp.checks import Checks
+from warden.adcp.errors import AdcpError
+from warden.adcp.outcomes import report_plan_outcome
+from warden.adcp.plan_sync import check_plans, sync_plans
+from warden.adcp.rate_limit import InsertRateLimiter
+from warden.adcp.state import AdcpState, Answer, Call
 from warden.errors import (
     CouldNotDecide,
     InputRejected,
@@ -45,23 +52,16 @@ from warden.store.idempotency import (
     IdempotencyExpired,
     IdempotencyInFlight,
 )
-from warden.wire.adcp.adjustments import report_plan_adjustment
-from warden.wire.adcp.checks import Checks
 from warden.wire.adcp.controller import ControllerError, comply_test_controller
 from warden.wire.adcp.envelope import (
-    AdcpError,
     echoable_context_id,
     envelope,
     failure,
     unavailable,
 )
 from warden.wire.adcp.idempotency import cacheable, key_of, request_hash, scope_of
-from warden.wire.adcp.outcomes import report_plan_outcome
-from warden.wire.adcp.plan_sync import check_plans, sync_plans
-from warden.wire.adcp.rate_limit import InsertRateLimiter
 from warden.wire.adcp.reads import capabilities, get_plan_audit_logs, get_task_status
 from warden.wire.adcp.schemas import TASK_SCHEMAS, check_request
-from warden.wire.adcp.state import AdcpState, Answer, Call
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
+from warden.approvals.tasks import Task
+from warden.kla.recorder import Recorder
 from warden.kla.records import (
     SCHEMA_VERSION,
     SUPPORTED_SCHEMA_VERSIONS,
@@ -151,3 +153,11 @@ def next_steps(rid: str, decision: str, task: TaskRef | None) -> list[str]:
         '"outcome": {"status": "succeeded", "result_digest"}}',
         show,
     ]
+
+
+def task_ref(rec: Recorder, task: Task | None) -> TaskRef | None:
+    """The ``task`` member of an answer: the desk task a decision filed, with its state
+    and the desk's URL for it; ``None`` when the decision filed none."""
+    if task is None:
+        return None
+    return TaskRef(id=task.id, state=task.state.value, url=rec.desk.task_url(task.id))

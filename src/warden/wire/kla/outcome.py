@@ -13,18 +13,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from warden.approvals.desk import Outcome
-from warden.approvals.tasks import ApprovalState
 from warden.errors import InvalidParams
 from warden.identity.api_keys import Identity
-from warden.kla.records import SCHEMA_VERSION, KlaDecision, RecordKind
+from warden.kla.evidence import HELD, now_stamp
+from warden.kla.outcome_rules import OutcomeRefused, authorize, consistent
+from warden.kla.recorder import Recorder, new_id
+from warden.kla.records import SCHEMA_VERSION, RecordKind
+from warden.kla.trail import Trail
 from warden.store.kla_sql import KlaRow
 from warden.wire.kla.answers import Answer, conflict, not_authorized, not_found, stored
-from warden.wire.kla.asks import WIRE, desk_ask
-from warden.wire.kla.evidence import HELD, now_stamp
 from warden.wire.kla.models import OutcomeData, OutcomeRequest
-from warden.wire.kla.recorder import KlaTx, Recorder, new_id
-from warden.wire.kla.trail import Trail
 from warden.wire.spend.models import Resolution
 from warden.wire.spend.render import Refusal, retry, success
 
@@ -55,10 +53,18 @@ def outcome(rec: Recorder, rid: str, body: OutcomeRequest, who: Identity) -> Ans
             return answer
         decision = trail.decision.value()
         standing = trail.approval()
-        if body.tool_call is not None:
-            _authorize(rec, tx, trail, decision, standing, who)
-        else:
-            _consistent(rec, tx, trail, decision, standing, wanted["outcome"]["status"])
+        try:
+            if body.tool_call is not None:
+                authorize(rec, tx, trail, decision, standing, who)
+            else:
+                consistent(rec, tx, trail, decision, standing, wanted["outcome"]["status"])
+        except OutcomeRefused as exc:
+            waiting = (
+                Resolution(type="human_approval", taskId=exc.task_id)
+                if exc.task_id is not None
+                else None
+            )
+            raise not_authorized(exc.message, waiting) from exc
         stamp = now_stamp(rec.now())
         record: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
@@ -98,113 +104,6 @@ def outcome(rec: Recorder, rid: str, body: OutcomeRequest, who: Identity) -> Ans
         tx.kla.insert(row)
         rec.append(tx, row, record, event=row.kind)
         return _audited(row)
-
-
-def _authorize(
-    rec: Recorder,
-    tx: KlaTx,
-    trail: Trail,
-    decision: dict[str, Any],
-    standing: tuple[KlaRow, dict[str, Any]] | None,
-    who: Identity,
-) -> None:
-    """The control rule: no tool effect after block, nor after require_approval
-    without an approval (consumed now: an approval authorizes one step only)."""
-    rid = trail.request.record_id
-    kind = decision["decision"]
-    if kind == KlaDecision.BLOCK:
-        raise not_authorized(
-            f"action request {rid} was blocked by policy: no tool call may follow it; "
-            'record {"outcome": {"status": "blocked"}} without a tool_call'
-        )
-    if kind != KlaDecision.REQUIRE_APPROVAL:
-        return
-    task_id = decision.get("task_id")
-    if standing is None or standing[1]["outcome"] != "approve":
-        state = (
-            "denied"
-            if standing is not None and standing[1]["outcome"] == "deny"
-            else ("not approved yet")
-        )
-        raise not_authorized(
-            f"action request {rid} needs an approval before any tool call and is {state}",
-            Resolution(type="human_approval", taskId=task_id)
-            if isinstance(task_id, str) and state != "denied"
-            else None,
-        )
-    ask = desk_ask(
-        rec.guardian,
-        trail.request.value(),
-        trail.request.digest,
-        decision["policy_decision_id"],
-        who,
-        None,
-        requester=trail.request.principal,
-        cited_task_id=task_id if isinstance(task_id, str) else "(none)",
-    )
-    resolution = rec.desk.resolve(
-        tx,
-        ask,
-        {
-            "wire": WIRE,
-            "route": "POST /v1/action-requests/{id}/outcome",
-            "action_request_id": rid,
-        },
-    )
-    if resolution.outcome is not Outcome.GRANTED:
-        raise not_authorized(
-            f"the approval of action request {rid} cannot be used: {resolution.text}"
-        )
-
-
-def _consistent(
-    rec: Recorder,
-    tx: KlaTx,
-    trail: Trail,
-    decision: dict[str, Any],
-    standing: tuple[KlaRow, dict[str, Any]] | None,
-    status: str,
-) -> None:
-    """An outcome without a tool call must agree with what Warden decided: ``blocked``
-    only after a block, ``denied`` only after an approver's deny, ``expired`` only
-    when the approval task expired; nothing but ``cancelled`` while a human is still
-    deciding (the record would otherwise contradict the desk)."""
-    rid = trail.request.record_id
-    kind = decision["decision"]
-    task = rec.task(tx, decision.get("task_id"))
-    pending = (
-        kind == KlaDecision.REQUIRE_APPROVAL
-        and standing is None
-        and task is not None
-        and task.state is ApprovalState.PENDING
-    )
-    lapsed = task is not None and (
-        task.state is ApprovalState.EXPIRED
-        or (
-            task.state in (ApprovalState.PENDING, ApprovalState.APPROVED)
-            and task.expires_at <= rec.desk.now()
-        )
-    )
-    pending = pending and not lapsed
-    allowed = {
-        "blocked": kind == KlaDecision.BLOCK,
-        "denied": standing is not None and standing[1]["outcome"] == "deny",
-        "expired": lapsed,
-        "cancelled": True,  # the schema refuses it after a block (only blocked fits)
-        "failed": not pending,
-        "succeeded": True,  # the schema refuses a success without its tool_call
-    }
-    if not allowed.get(status, False):
-        raise not_authorized(
-            f"an outcome {status!r} contradicts action request {rid}'s record "
-            f"(decision {kind}"
-            + (", awaiting approval" if pending else "")
-            + (f", approval {standing[1]['outcome']}" if standing is not None else "")
-            + ")"
-        )
-    if status == "cancelled" and pending and task is not None:
-        # The agent gives up: the approvers' task is withdrawn (chained on the desk).
-        rec.desk.cancel(tx, task, "the agent cancelled the action request")
 
 
 def _audited(row: KlaRow) -> Answer:

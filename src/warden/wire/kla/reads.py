@@ -14,13 +14,13 @@ from typing import Any
 from warden.approvals.tasks import ApprovalState, Task
 from warden.errors import IntegrityError
 from warden.identity.api_keys import Identity, Role
+from warden.kla.evidence import HELD, PROCESSED, Evidence, execution_evidence, now_stamp
+from warden.kla.recorder import Recorder
 from warden.kla.records import KlaDecision
+from warden.kla.trail import Trail
 from warden.store.kla_sql import KlaRow
-from warden.wire.kla.answers import Answer, next_steps, not_found, stored
-from warden.wire.kla.evidence import HELD, PROCESSED, Evidence, execution_evidence, now_stamp
+from warden.wire.kla.answers import Answer, next_steps, not_found, stored, task_ref
 from warden.wire.kla.models import ActionRequestData, EvidenceData, KeysData, RecordData
-from warden.wire.kla.recorder import Recorder
-from warden.wire.kla.trail import Trail
 from warden.wire.spend.render import Refusal, success
 
 
@@ -48,7 +48,7 @@ def get_request(rec: Recorder, rid: str, who: Identity) -> Answer:
         data.decision = stored(trail.decision)
     if trail.audit is not None:
         data.audit_event = stored(trail.audit)
-    ref = rec.task_ref(task)
+    ref = task_ref(rec, task)
     if ref is not None:
         data.task = ref
     steps = ["GET /v1/kla-records/{id} reads one record by id"]

@@ -1,16 +1,18 @@
 """What the action request routes do (seed 004: request → decision → approval → audit).
 
 :class:`KlaService` is the one object the routes (:mod:`.routes`) and the runtime hold;
-each of its operations is a path in its own module, over one shared :class:`.Recorder`
-(store, Guardian, desk, audit chain, Warden's key, the trusted agent keys, the clock):
+each of its operations is a path in its own module, over one shared
+:class:`~warden.kla.recorder.Recorder` (store, Guardian, desk, audit chain, Warden's key,
+the trusted agent keys, the clock):
 
 - :mod:`.submit`: ``POST /v1/action-requests`` validates an AI agent action request
   v1 record, digests it, checks a detached signature, asks the Guardian (policy method
   ``kla/action``), writes the signed policy decision, files an approval task on the
   desk for ``require_approval`` and chains the request and the decision, all in one
   database transaction (a version Warden does not support is held for review, ``422``);
-- :mod:`.approval_events`: an approver's decision on the desk writes a signed approval
-  event on the same chain, inside the desk's transaction (:meth:`on_desk_transition`);
+- :mod:`warden.kla.approval_events`: an approver's decision on the desk writes a signed
+  approval event on the same chain, inside the desk's transaction
+  (:meth:`on_desk_transition`);
 - :mod:`.outcome`: the agent's outcome report writes the audit event, refused (``409
   record:not_authorized``) when it names a tool call the decision did not allow: after
   ``block``, or after ``require_approval`` without an approval it consumes then (an
@@ -31,14 +33,15 @@ from warden.approvals.desk import ApprovalDesk, Approver, DeskTx
 from warden.approvals.tasks import Event, Task
 from warden.core.guardian import Guardian
 from warden.identity.api_keys import Identity
+from warden.kla import approval_events
+from warden.kla.evidence import Evidence, Signer
 from warden.kla.keys import KeyRegistry
+from warden.kla.recorder import KlaStore, Recorder
 from warden.ledger.ledger import Ledger
 from warden.ledger.warden_chain import WardenChain
-from warden.wire.kla import approval_events, outcome, reads, submit
+from warden.wire.kla import outcome, reads, submit
 from warden.wire.kla.answers import Answer
-from warden.wire.kla.evidence import Evidence, Signer
 from warden.wire.kla.models import OutcomeRequest
-from warden.wire.kla.recorder import KlaStore, Recorder
 
 
 class KlaService:

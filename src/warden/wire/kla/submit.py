@@ -22,22 +22,24 @@ Takes an AI agent action request v1 record and, in order (docs/decisions.md, ite
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from warden.approvals.tasks import Task
-from warden.core.types import Verdict
+from warden.core.observe import TraceParent
 from warden.errors import WardenError
 from warden.identity.api_keys import Identity
+from warden.kla.asks import WIRE, action_request, desk_ask, policy_decision_record
 from warden.kla.digest import record_digest
+from warden.kla.evidence import HELD, PROCESSED, now_stamp
+from warden.kla.recorder import Recorder, canonical_text, new_id
 from warden.kla.records import (
-    SCHEMA_VERSION,
     SUPPORTED_SCHEMA_VERSIONS,
     KlaDecision,
     RecordKind,
     kla_decision,
     shape_error,
 )
+from warden.kla.trail import Trail
 from warden.kla.verify import verify_signature
 from warden.store.kla_sql import KlaRow
 from warden.wire.kla.answers import (
@@ -47,15 +49,11 @@ from warden.wire.kla.answers import (
     schema_invalid,
     signature_invalid,
     taken,
+    task_ref,
 )
-from warden.wire.kla.asks import WIRE, action_request, desk_ask
-from warden.wire.kla.evidence import HELD, PROCESSED, now_stamp
 from warden.wire.kla.models import RequestRef, SubmitData
-from warden.wire.kla.recorder import Recorder, canonical_text, new_id
-from warden.wire.kla.trail import Trail
 from warden.wire.spend.render import Refusal, retry, success
 
-MAX_REASONING = 4096
 MAX_ID = 256
 
 
@@ -107,6 +105,17 @@ def _check_signature(rec: Recorder, digest: str, signature: str | None, kid: str
         raise signature_invalid(
             f"the Ed25519 signature does not verify over {digest} with key {kid!r:.80}"
         )
+
+
+def _trace_parent(record: dict[str, Any]) -> TraceParent | None:
+    """The W3C trace the action request names in ``correlation`` (its schema allows
+    ``trace_id`` and ``span_id`` as lowercase hex, neither all zeros), when both are
+    there: the decision's span is a child of the caller's span (decision 401)."""
+    correlation = record["correlation"]
+    trace_id, span_id = correlation.get("trace_id"), correlation.get("span_id")
+    if isinstance(trace_id, str) and isinstance(span_id, str):
+        return TraceParent(trace_id, span_id)
+    return None
 
 
 def _usable_id(value: Any) -> str | None:
@@ -189,9 +198,11 @@ def _process(
             return answer
         now = rec.now()
         stamp = now_stamp(now)
-        started = time.perf_counter()
-        verdict = rec.guardian.decide(action_request(record, who))
-        rec.guardian.observers.decided("kla", verdict, started)
+        decided = rec.pipeline.run(who.as_principal(), action_request(record, who))
+        verdict = decided.verdict
+        rec.pipeline.finished(
+            "kla", decided, audit={"action_request_id": rid}, parent=_trace_parent(record)
+        )
         decision = kla_decision(verdict.decision, warn=verdict.warn)
         decision_id = new_id("pd")
         task: Task | None = None
@@ -201,8 +212,8 @@ def _process(
                 tx, ask, {"wire": WIRE, "action_request_id": rid, "key_id": who.key_id}
             )
             task = resolution.task
-        decision_record = _decision_record(
-            rec, record, digest, decision_id, decision, verdict, task, stamp
+        decision_record = policy_decision_record(
+            rec.guardian, record, digest, decision_id, decision, verdict, task, stamp
         )
         sealed = rec.seal(RecordKind.POLICY_DECISION, decision_record)
         request_row = KlaRow(
@@ -225,36 +236,6 @@ def _process(
         return _submitted(rec, request_row, decision_row, task)
 
 
-def _decision_record(
-    rec: Recorder,
-    record: dict[str, Any],
-    digest: str,
-    decision_id: str,
-    decision: KlaDecision,
-    verdict: Verdict,
-    task: Task | None,
-    stamp: str,
-) -> dict[str, Any]:
-    bundle = verdict.bundle or rec.guardian.engine.bundle.ref
-    out: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "policy_decision_id": decision_id,
-        "action_request_id": record["action_request_id"],
-        "action_request_digest": digest,
-        "correlation": record["correlation"],
-        "decision": decision.value,
-        "rules": [r.to_wire() for r in verdict.policy_references],
-        "reasons": list(verdict.reason_codes),
-        "policy": {"bundle_id": bundle.id, "version": bundle.version, "digest": bundle.digest},
-        "decided_at": stamp,
-    }
-    if verdict.reasoning:
-        out["reasoning"] = verdict.reasoning[:MAX_REASONING]
-    if task is not None:
-        out["task_id"] = task.id
-    return out
-
-
 def _submitted(rec: Recorder, request: KlaRow, decision_row: KlaRow, task: Task | None) -> Answer:
     decision = decision_row.value()
     rid = request.record_id
@@ -265,7 +246,7 @@ def _submitted(rec: Recorder, request: KlaRow, decision_row: KlaRow, task: Task 
         decision_signature=decision_row.signature or "",
         kid=decision_row.kid or "",
     )
-    ref = rec.task_ref(task)
+    ref = task_ref(rec, task)
     if ref is not None:
         data.task = ref
     return Answer(200, success(data, next_steps(rid, decision["decision"], ref)))

@@ -10,28 +10,41 @@ here: the engine decides whether a spend fits.
 from __future__ import annotations
 
 import json
-import re
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
 
 from fastapi.responses import Response
 
-from warden.approvals.desk import ApprovalDesk, AskRequest, DeskTx, Outcome
-from warden.approvals.tasks import Requester, Task, TaskKind
+from warden.approvals.desk import ApprovalDesk, DeskTx, Outcome
 from warden.core.guardian import Guardian
-from warden.core.types import ActionRequest
+from warden.core.pipeline import Pipeline
 from warden.core.types import Effect as VerdictEffect
+from warden.core.types import Verdict
 from warden.errors import CouldNotDecide, WardenError
-from warden.gates.approval import ask_terms, policy_of
 from warden.identity.api_keys import Role
+from warden.spend.asks import (
+    BUDGET_APPROVERS,
+    budget_increase_ask,
+    decision_detail,
+    quote_ask,
+    quote_request,
+    winning_gate,
+)
 from warden.spend.budgets import Budget, period_key
 from warden.spend.engine import DEFAULT_HOLD_SECONDS, SpendEngine, SpendTx
 from warden.spend.errors import BudgetExceeded
 from warden.spend.money import parse_amount, to_wire
+from warden.spend.ownership import (
+    concludable_reservation,
+    may_read_budget,
+    readable_path,
+    readable_reservation,
+    spendable_path,
+    undoable_receipt,
+)
 from warden.store.idempotency import Idempotency, IdempotencyKeys, request_hash
 from warden.wire.spend.auth import KeyAuth, caller
 from warden.wire.spend.models import (
@@ -54,14 +67,6 @@ from warden.wire.spend.models import (
     TaskData,
     UndoData,
 )
-from warden.wire.spend.ownership import (
-    concludable_reservation,
-    may_read_budget,
-    readable_path,
-    readable_reservation,
-    spendable_path,
-    undoable_receipt,
-)
 from warden.wire.spend.render import (
     CURRENCY,
     IRREVERSIBLE,
@@ -83,10 +88,6 @@ from warden.wire.spend.render import (
     usd,
     warden_resource,
 )
-
-#: The approver group that decides budget increases, and how long a request stays open.
-BUDGET_APPROVERS = "finance"
-BUDGET_REQUEST_TIMEOUT_S = 7 * 24 * 3600
 
 
 class WireTx(SpendTx, DeskTx, Protocol):
@@ -129,6 +130,7 @@ class SpendWire:
         desk: ApprovalDesk | None = None,
     ) -> None:
         self.guardian = guardian
+        self.pipeline = Pipeline(guardian) if guardian is not None else None
         self.desk = desk
         self.engine = engine
         self.store = store
@@ -274,56 +276,22 @@ class SpendWire:
         ``approval:expired`` / ``approval:unavailable`` when the human said no, did not
         answer, or no desk is configured.
         """
-        if self.guardian is None:
+        if self.guardian is None or self.pipeline is None:
             return None, None
         who = caller()
-        request = ActionRequest(
-            method="spend/quote",
-            payload=body.model_dump(),
-            metadata={"principal": who.principal},
-            tool={
-                "name": body.action,
-                "version": "",
-                "provider": "spend",
-                "operation": "",
-                "capability": "spend",
-            },
-            args={
-                "budgetId": body.budgetId,
-                "amount": to_wire(amount),
-                "currency": body.currency,
-                "action": body.action,
-            },
-            raw_command="",
-            session={"id": "", "agent_id": who.principal, "step_count": 0},
-            agent=who.facts(),
+        request = quote_request(
+            who, body.model_dump(), body.budgetId, amount, body.currency, body.action
         )
-        started = time.perf_counter()
-        verdict = self.guardian.decide(request)
-        self.guardian.observers.decided("spend", verdict, started)
+        decided = self.pipeline.run(who.as_principal(), request)
+        verdict = decided.verdict
+        self.pipeline.finished("spend", decided)
         if verdict.decision is VerdictEffect.ALLOW:
             return None, None
-        rules = [r.rule_id for r in verdict.policy_references]
         eng.record_decision(
             body.budgetId,
-            {
-                "budget_id": body.budgetId,
-                "amount": to_wire(amount),
-                "currency": body.currency,
-                "action": body.action,
-                "decision": verdict.decision.value,
-                "reason_codes": list(verdict.reason_codes),
-                "rules": rules,
-                "bundle": verdict.bundle.to_wire() if verdict.bundle else None,
-                "key_id": who.key_id,
-            },
+            decision_detail(who, verdict, body.budgetId, amount, body.currency, body.action),
         )
-        # The gate names the rule whose effect won (a fired allow rule is not the reason).
-        effects = {r.id: r.effect for r in self.guardian.engine.bundle.rules}
-        winners = [rid for rid in rules if effects.get(rid) is verdict.decision]
-        gate = "policy:" + _gate_value(
-            winners[0] if winners else (verdict.reason_codes or ("no_rule_matched",))[0]
-        )
+        gate = winning_gate(self.guardian, verdict)
         if verdict.decision in (VerdictEffect.ASK, VerdictEffect.DEFER):
             return self.ask_human(tx, body, amount, verdict)
         if verdict.decision is VerdictEffect.MODIFY:
@@ -339,7 +307,7 @@ class SpendWire:
         raise Refusal(gate, 403, verdict.reasoning or "denied by policy")
 
     def ask_human(
-        self, tx: WireTx, body: QuoteRequest, amount: Decimal, verdict: Any
+        self, tx: WireTx, body: QuoteRequest, amount: Decimal, verdict: Verdict
     ) -> tuple[Answer | None, str | None]:
         """The desk's answer for a quote the policy asks a human about."""
         if self.desk is None or self.guardian is None:
@@ -349,24 +317,7 @@ class SpendWire:
                 f"{verdict.reasoning} No approval desk is configured, so it is refused.",
             )
         who = caller()
-        arguments = {
-            "budgetId": body.budgetId,
-            # Canonical: "1500", "1500.0" and "1500.00" are one quote.
-            "amount": canonical_amount(amount),
-            "currency": CURRENCY,
-            "action": body.action,
-        }
-        ask = AskRequest(
-            kind=TaskKind.SPEND_APPROVAL,
-            wire="spend",
-            scope=f"spend:{who.principal}",
-            action={"method": "spend/quote", "name": body.action, "arguments": arguments},
-            requester=Requester(agent_id=who.principal, principal=who.owner or who.principal),
-            correlation={"key_id": who.key_id},
-            policy=policy_of(verdict),
-            detail=dict(arguments),
-            **ask_terms(self.guardian, verdict),
-        )
+        ask = quote_ask(self.guardian, who, verdict, body.budgetId, amount, body.action)
         res = self.desk.resolve(
             tx, ask, {"wire": "spend", "route": "POST /v1/quotes", "key_id": who.key_id}
         )
@@ -557,34 +508,7 @@ class SpendWire:
             raise Refusal(
                 "approval:unavailable", 503, "no approval desk is configured to decide this"
             )
-        who = caller()
-        detail = {
-            "budgetId": budget.id,
-            "currentCap": to_wire(budget.cap),
-            "requestedCap": to_wire(cap),
-            "currency": CURRENCY,
-            "reason": body.reason,
-        }
-        task = self.desk.file(
-            tx,
-            AskRequest(
-                kind=TaskKind.BUDGET_INCREASE,
-                wire="spend",
-                scope=f"spend:{who.principal}",
-                action={
-                    "method": "spend/budget-request",
-                    "name": "budget_increase",
-                    "arguments": detail,
-                },
-                requester=Requester(agent_id=who.principal, principal=who.owner or who.principal),
-                approver_group=BUDGET_APPROVERS,
-                question=f"Raise budget {budget.id} from {to_wire(budget.cap)} to "
-                f"{to_wire(cap)} USD? Reason given: {body.reason or '(none)'}",
-                timeout_s=BUDGET_REQUEST_TIMEOUT_S,
-                correlation={"key_id": who.key_id},
-                detail=detail,
-            ),
-        )
+        task = self.desk.file(tx, budget_increase_ask(caller(), budget, cap, body.reason))
         return self.awaiting(
             task.id,
             f"raising budget {budget.id} from {to_wire(budget.cap)} to {to_wire(cap)} USD "
@@ -696,33 +620,3 @@ class SpendWire:
             else ["The task is finished"]
         )
         return Answer(200, success(TaskData(task=task_view(task)), steps))
-
-
-def _gate_value(name: str) -> str:
-    """A rule id or reason code as a ``blockedBy`` value (lower snake_case)."""
-    value = re.sub(r"[^a-z0-9_.]+", "_", name.lower()).strip("_")
-    return value or "denied"
-
-
-def canonical_amount(amount: Decimal) -> str:
-    """The shortest plain decimal string of ``amount`` (no exponent, no trailing zeros)."""
-    text = to_wire(amount)
-    return text.rstrip("0").rstrip(".") if "." in text else text
-
-
-def budget_increase_effect(engine: SpendEngine) -> Callable[[Any, Task], dict[str, Any]]:
-    """What approving a budget increase does, inside the desk's transaction: the cap is
-    raised (and chained on the budget tree's spend chain). Raises ``BudgetError`` when
-    the new cap no longer fits (the approval then fails and nothing changes)."""
-
-    def apply(tx: Any, task: Task) -> dict[str, Any]:
-        eng = engine.within(tx)
-        current = eng.path(task.detail["budgetId"])[0]
-        eng.define_budget(replace(current, cap=Decimal(task.detail["requestedCap"])))
-        return {
-            "budgetId": current.id,
-            "previousCap": to_wire(current.cap),
-            "cap": task.detail["requestedCap"],
-        }
-
-    return apply

@@ -30,6 +30,8 @@ from warden.spend.budgets import Budget, BudgetError, period_end, period_key
 from warden.spend.errors import (
     AlreadyUndone,
     BudgetExceeded,
+    NotOwner,
+    OtherWire,
     ReservationNotHeld,
     SettlementExceedsReservation,
     UnknownBudget,
@@ -195,6 +197,15 @@ def refusal_for(exc: BaseException) -> Refusal:
                 retryable=retryable,
                 resolution=retry(hint),
             )
+    if isinstance(exc, NotOwner):
+        return Refusal(
+            exc.gate,
+            403,
+            exc.message,
+            resolution=Resolution(type="authenticate", hint=exc.hint),
+        )
+    if isinstance(exc, OtherWire):
+        return Refusal(exc.gate, 409, exc.message)
     if isinstance(exc, ReservationNotHeld):
         lapsed = exc.status in ("released", "expired")
         return Refusal(

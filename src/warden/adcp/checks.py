@@ -1,0 +1,197 @@
+"""``check_governance``: intent and execution checks, their verdicts, and the human
+review that resolves one (specs/adcp-spend-kla.md §1.6, §1.7).
+
+**Intent** (``plan_id + tool + payload``, from the buyer): the plan's rules
+(:func:`warden.adcp.verdicts.evaluate`) then the bundle's rules on
+``adcp/check_governance`` decide. ``approved`` holds the commitment on the plan's budget
+in the spend ledger (the same ledger as the spend wire) and returns a signed
+``governance_context`` (phase ``intent``, 15 minutes) binding the exact payload, task,
+seller and ceiling; ``conditions`` returns a ``consultation_context`` to re-check with;
+``denied`` returns findings. When the plan requires human review, a reallocation
+exceeds ``reallocation_threshold``, or a rule asks, the check becomes an async task on
+the approval desk (``status: submitted``): approving it holds the budget and issues the
+token, denying (or letting it expire) makes the verdict ``denied``; the buyer polls
+``get_task_status``.
+
+**Execution** (``governance_context + planned_delivery``, from the seller): the token
+must be one this agent issued; the planned commitment must fit the authorized ceiling,
+the flight and the sellers. Only ``approved`` (a fresh execution-phase token, no new
+hold: the intent's hold covers it) or ``denied``.
+
+Each verdict is one ``adcp_checks`` row and one ``warden/adcp.check`` audit entry on the
+plan's chain, in the transaction of its effect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from warden.adcp.errors import AdcpError
+from warden.adcp.execution import Executions
+from warden.adcp.plans import Plan
+from warden.adcp.reviews import METHOD, Reviews
+from warden.adcp.state import Answer, Call, new_id, wire_number
+from warden.adcp.verdicts import CheckInput, Evaluation, commitment_of, evaluate
+from warden.core.pipeline import Pipeline
+from warden.core.types import ActionRequest, Effect, Verdict
+from warden.errors import CouldNotDecide
+from warden.identity.api_keys import Identity
+
+
+class Checks(Reviews, Executions):
+    """check_governance over the shared :class:`AdcpState`."""
+
+    # -- entry --------------------------------------------------------------------------
+
+    def check_governance(self, call: Call, tx: Any) -> Answer:
+        req = call.request
+        if "plan_id" in req and "governance_context" in req:
+            raise AdcpError(
+                "INVALID_REQUEST",
+                "send plan_id (an intent check) or governance_context (an execution "
+                "check), not both",
+                field="governance_context",
+            )
+        if "governance_context" in req:
+            return self._execution(call, tx)
+        return self._intent(call, tx)
+
+    # -- intent -------------------------------------------------------------------------
+
+    def _intent(self, call: Call, tx: Any) -> Answer:
+        st, req, who = self.st, call.request, call.who
+        plan_row = st.plan(tx, who.principal, str(req["plan_id"]))
+        plan = Plan.from_record(plan_row.record)
+        consult = req.get("consultation_context")
+        if consult is not None:
+            prior = st.rows(tx).check_by("consultation_context", str(consult))
+            if prior is None or (prior.principal, prior.plan_id) != (who.principal, plan.plan_id):
+                raise AdcpError(
+                    "REFERENCE_NOT_FOUND",
+                    f"no consultation {consult!r}",
+                    field="consultation_context",
+                )
+        amount, currency = commitment_of(req)
+        _, _, remaining = st.budget_state(tx, plan_row.budget_id)
+        raw_payload = req.get("payload")
+        payload: dict[str, Any] = raw_payload if isinstance(raw_payload, dict) else {}
+        check = CheckInput(
+            check_type="intent",
+            tool=req.get("tool"),
+            payload=payload,
+            amount=amount,
+            currency=currency or plan.currency,
+            target_agent=req.get("target_agent"),
+            phase=str(req.get("phase") or "purchase"),
+            payload_amount=commitment_of({"payload": payload})[0],
+        )
+        ev = evaluate(plan, check, remaining, call.now)
+        ev, verdict = self._policy(ev, plan, check, req, who)
+        check_id = new_id("chk")
+        if ev.kind == "review":
+            return self._escalate(tx, call, plan_row, check, check_id, ev, verdict)
+        record = self._record(call, check, check_id, sub=new_id("act"))
+        modern = "proposed_commitment" in req
+        if ev.kind == "approved" or (ev.kind == "conditions" and not modern):
+            body, extra = self._approve(
+                tx,
+                call.now,
+                plan_row,
+                check_id,
+                req,
+                check,
+                ev,
+                record["sub"],
+                phase="intent",
+                modern=modern,
+            )
+        else:
+            body, extra = self._refuse(check_id, plan.plan_id, "intent", ev, modern=modern), {}
+        record.update(extra, response=body)
+        self._store(tx, plan_row, check_id, "intent", body, record, extra)
+        return Answer(body)
+
+    def _policy(
+        self,
+        ev: Evaluation,
+        plan: Plan,
+        check: CheckInput,
+        req: dict[str, Any],
+        caller: Identity,
+    ) -> tuple[Evaluation, Verdict | None]:
+        """The bundle's rules on ``adcp/check_governance``: a deny (or a modify, which
+        cannot be applied to a check) denies; an ask or a human-resolved defer escalates.
+        A plan denial is final and asks no rule."""
+        if ev.kind == "denied":
+            return ev, None
+        who, principal = caller.principal, caller.as_principal()
+        request = ActionRequest(
+            method=METHOD,
+            payload=dict(req),
+            metadata={"principal": who},
+            tool={
+                "name": check.tool or "check_governance",
+                "version": "",
+                "provider": "adcp",
+                "operation": "",
+                "capability": "governance",
+            },
+            args={
+                "plan_id": plan.plan_id,
+                "check_type": check.check_type,
+                "tool": check.tool or "",
+                "amount": None if check.amount is None else wire_number(check.amount),
+                "currency": check.currency or plan.currency,
+                "target_agent": check.target_agent or "",
+                "purchase_type": str(req.get("purchase_type") or "media_buy"),
+                "caller": str(req.get("caller") or ""),
+            },
+            raw_command="",
+            session={"id": "", "agent_id": who, "step_count": 0},
+        )
+        pipeline = Pipeline(self.st.guardian)
+        try:
+            decided = pipeline.run(principal, request)
+        except CouldNotDecide as exc:
+            raise AdcpError(
+                "GOVERNANCE_UNAVAILABLE", "the governance agent could not decide", retry_after=5
+            ) from exc
+        verdict = decided.verdict
+        pipeline.finished("adcp", decided)
+        rules = [r.rule_id for r in verdict.policy_references]
+        ev.policies_evaluated = [*ev.policies_evaluated, *rules]
+        if verdict.decision is Effect.ALLOW:
+            return ev, verdict
+        if verdict.decision in (Effect.ASK, Effect.DEFER):
+            if ev.kind == "conditions":
+                return ev, verdict  # conditions first; the re-check asks the human
+            why = verdict.reasoning or "a policy rule asks a human to review this action"
+            return (
+                replace(
+                    ev, kind="review", explanation=f"A human must review: {why}", review_reason=why
+                ),
+                verdict,
+            )
+        effects = {r.id: r.effect for r in self.st.guardian.engine.bundle.rules}
+        winner = next((r for r in rules if effects.get(r) is verdict.decision), None)
+        finding: dict[str, Any] = {
+            "category_id": "policy",
+            "severity": "critical",
+            "explanation": verdict.reasoning or "denied by policy",
+        }
+        if winner is not None:
+            finding["policy_id"] = winner
+        return (
+            Evaluation(
+                "denied",
+                finding["explanation"],
+                findings=[finding],
+                categories_evaluated=[*ev.categories_evaluated, "policy"],
+                policies_evaluated=ev.policies_evaluated,
+            ),
+            verdict,
+        )
+
+
+__all__ = ["Checks"]

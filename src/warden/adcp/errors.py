@@ -1,0 +1,96 @@
+"""The error every AdCP task fails with (specs/adcp-spend-kla.md §1.3): a standard AdCP
+error code from the shipped ``enums/error-code.json``, its ``recovery`` and the HTTP
+status of the REST binding.
+
+The domain modules of :mod:`warden.adcp` raise :class:`AdcpError`; the wire
+(:mod:`warden.wire.adcp.envelope`) renders it as ``status: failed`` with ``errors[]``
+and ``adcp_error``. It lives here, below the wire, so the task logic can raise it
+without importing the wire (docs/decisions.md 390).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from warden.errors import WardenError
+from warden.schemas import load_folder
+
+#: HTTP status of each error code on the REST binding (anything else: 400).
+HTTP_STATUS = {
+    "AUTH_REQUIRED": 401,
+    "AUTH_MISSING": 401,
+    "AUTH_INVALID": 401,
+    "PERMISSION_DENIED": 403,
+    "PLAN_NOT_FOUND": 404,
+    "REFERENCE_NOT_FOUND": 404,
+    "UNSUPPORTED_FEATURE": 404,
+    "IDEMPOTENCY_CONFLICT": 409,
+    "IDEMPOTENCY_EXPIRED": 409,
+    "IDEMPOTENCY_IN_FLIGHT": 409,
+    "INVALID_STATE": 409,
+    "CONFLICT": 409,
+    "BUDGET_EXCEEDED": 422,
+    "RATE_LIMITED": 429,
+    "SERVICE_UNAVAILABLE": 503,
+    "GOVERNANCE_UNAVAILABLE": 503,
+}
+
+
+@cache
+def recovery_of() -> dict[str, str]:
+    """``code → recovery`` from the shipped ``enums/error-code.json``."""
+    doc = load_folder("adcp")["enums/error-code.json"]
+    meta = doc.get("enumMetadata") or {}
+    return {code: str((meta.get(code) or {}).get("recovery", "terminal")) for code in doc["enum"]}
+
+
+class AdcpError(WardenError):
+    """A fatal task failure with a standard AdCP error code.
+
+    ``code`` must be in ``enums/error-code.json`` (:func:`recovery_of`); ``field`` is a
+    JSONPath-lite location, ``issues`` RFC 6901 pointers with messages, ``retry_after``
+    whole seconds. The wire message is :attr:`message`; nothing else is disclosed.
+    """
+
+    reason = "adcp_error"
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        field: str | None = None,
+        issues: list[dict[str, Any]] | None = None,
+        details: dict[str, Any] | None = None,
+        retry_after: int | None = None,
+    ) -> None:
+        if code not in recovery_of():
+            raise ValueError(f"{code} is not an AdCP error code")
+        super().__init__(message, reason=code.lower())
+        self.code = code
+        self.field = field
+        self.issues = issues
+        self.details = details
+        self.retry_after = retry_after
+
+    @property
+    def http_status(self) -> int:
+        return HTTP_STATUS.get(self.code, 400)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The ``core/error.json`` object."""
+        out: dict[str, Any] = {
+            "code": self.code,
+            "message": self.message,
+            "recovery": recovery_of()[self.code],
+        }
+        if self.field is not None:
+            out["field"] = self.field
+        if self.issues:
+            out["issues"] = self.issues
+        if self.details:
+            out["details"] = self.details
+        if self.retry_after is not None:
+            out["retry_after"] = self.retry_after
+        return out

@@ -1,0 +1,185 @@
+"""Human review of a ``check_governance`` on the approval desk (specs/adcp-spend-kla.md
+§1.6 "Human review"): the check becomes an async task (``status: submitted``) in group
+``finance`` for 24 h (or as the asking rule says); approving it holds the budget and
+issues the token (:meth:`Reviews.on_approved`, the desk's effect), denying it, letting
+it expire or withdrawing it resolves the check to ``denied`` (:meth:`Reviews.on_transition`,
+the desk's listener) — each in the desk's transaction, with its audit entry naming the
+reviewers.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from warden.adcp.check_answers import CheckAnswers, audit_detail
+from warden.adcp.state import Answer, Call, new_id
+from warden.adcp.verdicts import CheckInput, Evaluation
+from warden.approvals.desk import AskRequest
+from warden.approvals.tasks import Event, Requester, Task, TaskKind
+from warden.core.types import Effect, Verdict
+from warden.gates.approval import ask_terms, policy_of
+from warden.store.adcp_sql import CheckRow, PlanRow
+
+METHOD = "adcp/check_governance"
+#: Who reviews a plan-triggered escalation, and for how long the task stays open.
+REVIEW_GROUP = "finance"
+REVIEW_TIMEOUT_S = 24 * 3600
+
+
+class Reviews(CheckAnswers):
+    """Escalation to, and resolution from, the approval desk."""
+
+    def _escalate(
+        self,
+        tx: Any,
+        call: Call,
+        plan_row: PlanRow,
+        check: CheckInput,
+        check_id: str,
+        ev: Evaluation,
+        verdict: Verdict | None,
+    ) -> Answer:
+        st, who = self.st, call.who
+        terms: dict[str, Any] = {
+            "approver_group": REVIEW_GROUP,
+            "question": f"Approve this {check.tool or 'governed action'} on plan "
+            f"{plan_row.plan_id}? {ev.review_reason}",
+            "timeout_s": float(REVIEW_TIMEOUT_S),
+            "timeout_disposition": "deny",
+            "approvals_required": 1,
+        }
+        if verdict is not None and verdict.decision in (Effect.ASK, Effect.DEFER):
+            terms = ask_terms(st.guardian, verdict)
+            terms["timeout_disposition"] = "deny"  # an unanswered review is a denial
+        detail = {
+            "check_id": check_id,
+            "plan_id": plan_row.plan_id,
+            "tool": check.tool,
+            "amount": None if check.amount is None else str(check.amount),
+            "currency": check.currency,
+            "target_agent": check.target_agent,
+            "reason": ev.review_reason,
+        }
+        task = st.desk.file(
+            tx,
+            AskRequest(
+                kind=TaskKind.ADCP_CHECK,
+                wire="adcp",
+                scope=f"adcp:{who.principal}",
+                action={
+                    "method": METHOD,
+                    "name": check.tool or "check_governance",
+                    "arguments": detail,
+                },
+                requester=Requester(agent_id=who.principal, principal=who.owner or who.principal),
+                correlation={"check_id": check_id, "key_id": who.key_id},
+                policy=policy_of(verdict) if verdict is not None else {},
+                detail=detail,
+                **terms,
+            ),
+        )
+        record = self._record(call, check, check_id, sub=new_id("act"))
+        record.update(
+            task_id=task.id,
+            review_reason=ev.review_reason,
+            evaluation={
+                "explanation": ev.explanation,
+                "categories_evaluated": ev.categories_evaluated,
+                "policies_evaluated": ev.policies_evaluated,
+            },
+        )
+        body = {"check_id": check_id, "plan_id": plan_row.plan_id}
+        self._store(tx, plan_row, check_id, "intent", body, record, {}, task_id=task.id)
+        return Answer(
+            {"check_id": check_id},
+            status="submitted",
+            task_id=task.id,
+            message=f"A human reviews this check ({ev.review_reason}); poll get_task_status "
+            f"with task_id {task.id}: it resolves to approved or denied.",
+        )
+
+    def on_approved(self, tx: Any, task: Task) -> dict[str, Any]:
+        """The desk's effect for an approved review: hold the budget and issue the token
+        (or deny if the budget no longer has room), in the desk's transaction."""
+        st = self.st
+        row = st.rows(tx).check(str(task.detail.get("check_id")))
+        if row is None or row.verdict is not None:
+            return {"check_id": task.detail.get("check_id"), "verdict": None}
+        plan_row = st.rows(tx).plan(row.principal, row.plan_id)
+        if plan_row is None:  # pragma: no cover - plans are never deleted
+            return self._resolve_denied(tx, row, task, "the plan no longer exists")
+        record = dict(row.record)
+        req = record["request"]
+        amount = None if record.get("amount") is None else Decimal(record["amount"])
+        check = CheckInput(
+            "intent",
+            record.get("tool"),
+            req.get("payload") if isinstance(req.get("payload"), dict) else {},
+            amount,
+            record.get("currency"),
+            req.get("target_agent"),
+        )
+        evaluation = record.get("evaluation") or {}
+        names = ", ".join(v.principal for v in task.approvals())
+        ev = Evaluation(
+            "approved",
+            f"Approved by human review ({names}).",
+            categories_evaluated=list(evaluation.get("categories_evaluated") or []),
+            policies_evaluated=list(evaluation.get("policies_evaluated") or []),
+        )
+        body, extra = self._approve(
+            tx,
+            st.clock(),
+            plan_row,
+            row.check_id,
+            req,
+            check,
+            ev,
+            record["sub"],
+            phase="intent",
+            modern="proposed_commitment" in req,
+        )
+        record.update(extra, response=body, reviewed_by=[v.to_dict() for v in task.approvals()])
+        st.rows(tx).resolve_check(
+            row.check_id,
+            str(body["verdict"]),
+            record,
+            reservation_id=extra.get("reservation_id"),
+            jti=extra.get("jti"),
+        )
+        st.audit(tx, row.principal, row.plan_id, "review_resolved", audit_detail(record, body))
+        return {"check_id": row.check_id, "verdict": body["verdict"]}
+
+    def on_transition(self, tx: Any, task: Task, event: Event, by: Any, reason: str) -> None:
+        """The desk's listener: a denied, expired or withdrawn review denies the check."""
+        if event not in (Event.DENIED, Event.EXPIRED, Event.CANCELED):
+            return
+        row = self.st.rows(tx).check(str(task.detail.get("check_id")))
+        if row is None or row.verdict is not None:
+            return
+        who = f" by {by.principal}" if by is not None else ""
+        why = {
+            Event.DENIED: f"The human reviewer denied it{who}" + (f": {reason}" if reason else "."),
+            Event.EXPIRED: "Nobody reviewed it in time.",
+            Event.CANCELED: "The review was withdrawn.",
+        }[event]
+        self._resolve_denied(tx, row, task, why)
+
+    def _resolve_denied(self, tx: Any, row: CheckRow, task: Task, why: str) -> dict[str, Any]:
+        st = self.st
+        finding = {"category_id": "human_review", "severity": "critical", "explanation": why}
+        evaluation = row.record.get("evaluation") or {}
+        ev = Evaluation(
+            "denied",
+            why,
+            findings=[finding],
+            categories_evaluated=list(evaluation.get("categories_evaluated") or []),
+            policies_evaluated=list(evaluation.get("policies_evaluated") or []),
+        )
+        modern = "proposed_commitment" in row.record["request"]
+        body = self._refuse(row.check_id, row.plan_id, row.check_type, ev, modern=modern)
+        record = dict(row.record, response=body, reviewed_by=[v.to_dict() for v in task.votes])
+        st.rows(tx).resolve_check(row.check_id, "denied", record, reservation_id=None, jti=None)
+        st.audit(tx, row.principal, row.plan_id, "review_resolved", audit_detail(record, body))
+        return {"check_id": row.check_id, "verdict": "denied"}

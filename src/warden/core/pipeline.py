@@ -1,0 +1,239 @@
+"""The one decision pipeline every wire calls (issue 16; docs/architecture.md).
+
+A wire parses the caller's bytes and authenticates the caller; then, for every wire
+(ACS hooks, wrapped MCP, the MCP proxy through ACS, spend quotes, KLA action requests
+and AdCP ``check_governance``), :class:`Pipeline` runs the same stages in the same order:
+
+1. **principal** — the caller as Warden verified it (:class:`Principal`) becomes the
+   request's CEL ``agent``; what the caller only claims stays in ``claims``;
+2. **request** — the wire's :class:`~warden.core.types.ActionRequest`;
+3. **intake** — the provenance view of the step (:class:`Intake`), when the bundle has one;
+4. **decide** — :meth:`Guardian.decide <warden.core.guardian.Guardian.decide>` (or a
+   verdict the wire pre-empted with, e.g. ACS ``chain_mismatch``);
+5. **gates** — each :class:`Gate` in order (approval, then spend); when the final verdict
+   is a deny, every gate is told to give back what it took (:meth:`Gate.abandon`);
+6. **record** — the wire's audit sink writes the entry and the gates' state changes in
+   its transaction (ACS: the staged ContextEntry through group commit; the Warden-chain
+   wires: the operation's own transaction);
+7. **verdict** — after the record is durable the wire calls :meth:`Pipeline.finished`,
+   the one place a final verdict is reported to the observers (metrics, traces).
+
+:meth:`Pipeline.decide` is a generator so that one code path serves a thread and an
+event loop: it yields an :class:`Offload` for blocking store work (a gate that holds
+money or files a task) and receives its value; :meth:`Pipeline.run` is the driver for
+callers already on a worker thread. The core imports nothing above ``policy/``: gates
+and intakes are protocols that the layers above implement.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from warden.core.guardian import Guardian
+from warden.core.observe import TraceParent, Wire
+from warden.core.types import ActionRequest, Effect, Principal, Verdict
+
+
+@dataclass(frozen=True)
+class Offload:
+    """Blocking store work the driver must run (off the event loop when it has one);
+    the driver sends back ``run()``'s value or throws its exception in."""
+
+    run: Callable[[], Any]
+
+
+class Gate(Protocol):
+    """An effect that follows a verdict (stage 5): the approval desk, a spend hold.
+
+    ``wants`` says whether the gate acts on this verdict at all; ``blocking`` whether
+    :meth:`apply` may touch the store (the driver then offloads it); ``apply`` returns
+    the verdict after the gate (tightened, or rewritten by a human's answer);
+    ``holding`` whether it took something it would give back; ``abandon`` gives that
+    back when the step ends denied or its record does not commit (idempotent, blocking,
+    never raises).
+    """
+
+    def wants(self, request: ActionRequest, verdict: Verdict) -> bool: ...
+
+    def blocking(self, request: ActionRequest, verdict: Verdict) -> bool: ...
+
+    def apply(self, request: ActionRequest, verdict: Verdict) -> Verdict: ...
+
+    def holding(self) -> bool: ...
+
+    def abandon(self, why: str) -> None: ...
+
+
+class Intake(Protocol):
+    """Provenance intake (stage 3): the request with its provenance view attached."""
+
+    def attach(self, request: ActionRequest) -> ActionRequest: ...
+
+
+#: A decision in progress: yields blocking work, returns the :class:`Decided`.
+DecisionFlow = Generator[Offload, Any, "Decided"]
+
+
+@dataclass(frozen=True)
+class Decided:
+    """The outcome of stages 1–5: the request as decided and its verdict, ready to be
+    recorded. ``started`` is the :func:`time.perf_counter` value at the request's
+    arrival; ``stages`` the seconds each stage took (``intake``, ``decide``, ``gates``),
+    one after the other; ``ended`` the :func:`time.perf_counter` value when the gates
+    ended (0.0: unknown), so the record stage is what lies between it and :meth:`finished
+    <Pipeline.finished>`."""
+
+    request: ActionRequest
+    verdict: Verdict
+    started: float
+    stages: dict[str, float]
+    ended: float = 0.0
+
+
+class Pipeline:
+    """Runs the decision stages for one Guardian. Thread-safe (holds no per-step state)."""
+
+    def __init__(self, guardian: Guardian) -> None:
+        self.guardian = guardian
+
+    def decide(
+        self,
+        principal: Principal | None,
+        request: ActionRequest,
+        *,
+        intake: Intake | None = None,
+        gates: Sequence[Gate] = (),
+        preempt: Verdict | None = None,
+        started: float | None = None,
+    ) -> DecisionFlow:
+        """Stages 1–5 as a generator (see the module doc). ``preempt`` replaces the
+        Guardian's verdict (the gates still run on it). Never raises for request content:
+        the Guardian fails closed; an exception from a gate propagates after every gate
+        has been told to abandon (the wire answers its fail-closed error)."""
+        t0 = time.perf_counter() if started is None else started
+        if principal is not None and request.agent is not principal.agent:
+            request = replace(request, agent=principal.agent)
+        stages: dict[str, float] = {}
+        mark = time.perf_counter()
+        if intake is not None:
+            request = yield Offload(lambda: intake.attach(request))
+            now = time.perf_counter()
+            stages["intake"], mark = now - mark, now
+        verdict = preempt if preempt is not None else self.guardian.decide(request)
+        now = time.perf_counter()
+        stages["decide"], mark = now - mark, now
+        try:
+            for gate in gates:
+                if not gate.wants(request, verdict):
+                    continue
+                if gate.blocking(request, verdict):
+                    verdict = yield Offload(_applier(gate, request, verdict))
+                else:
+                    verdict = gate.apply(request, verdict)
+        except BaseException:
+            yield from abandon(gates, "the step could not be decided")
+            raise
+        if verdict.decision is Effect.DENY:
+            # A later gate refused what an earlier one granted: give the grant back.
+            yield from abandon(gates, "the granted step was denied")
+        ended = time.perf_counter()
+        stages["gates"] = ended - mark
+        return Decided(request, verdict, t0, stages, ended)
+
+    def run(
+        self,
+        principal: Principal | None,
+        request: ActionRequest,
+        *,
+        intake: Intake | None = None,
+        gates: Sequence[Gate] = (),
+        preempt: Verdict | None = None,
+    ) -> Decided:
+        """:meth:`decide` driven on the calling thread (its blocking work runs inline)."""
+        decided: Decided = drive(
+            self.decide(principal, request, intake=intake, gates=gates, preempt=preempt)
+        )
+        return decided
+
+    def fail_closed(self, decided: Decided, gates: Sequence[Gate], detail: str) -> DecisionFlow:
+        """A fail-closed deny for a decided step that cannot be answered as decided (its
+        rendered response failed its schema): every gate gives back what it took."""
+        verdict = self.guardian.fail_closed(decided.request, detail)
+        yield from abandon(gates, "the step could not be answered as decided")
+        return replace(decided, verdict=verdict)
+
+    def finished(
+        self,
+        wire: Wire,
+        decided: Decided,
+        *,
+        audit: Mapping[str, str | int] | None = None,
+        parent: TraceParent | None = None,
+    ) -> None:
+        """Stage 7: report a final, durably recorded verdict to the observers (metrics,
+        and the tracer when one is configured). Call once per decision, after its record
+        committed. ``audit`` names the record (e.g. ``entry_hash``) on the decision's span;
+        ``parent`` is a trace parent the request itself carried (else the current
+        OpenTelemetry context: the HTTP ``traceparent``)."""
+        observers = self.guardian.observers
+        observers.decided(wire, decided.verdict, decided.started)
+        if observers.tracer is not None:
+            observers.tracer.decided(wire, decided, decided.verdict, audit=audit, parent=parent)
+
+    def finished_raw(
+        self,
+        wire: Wire,
+        verdict: dict[str, Any],
+        started: float,
+        *,
+        decided: Decided | None = None,
+        audit: Mapping[str, str | int] | None = None,
+    ) -> None:
+        """:meth:`finished` for a verdict known only as rendered (an entry's ``verdict``
+        object, or a signed deny that writes no entry); ``decided`` is the pipeline's
+        outcome when the step went through it (its request and stage timings go on the
+        span; the rendered verdict is the one reported)."""
+        refs = verdict.get("policy_references") or []
+        observers = self.guardian.observers
+        observers.decided_raw(
+            wire,
+            str(verdict.get("decision", "deny")),
+            [r["rule_id"] for r in refs],
+            list(verdict.get("reason_codes") or []),
+            started,
+        )
+        if observers.tracer is not None:
+            observers.tracer.decided_raw(wire, verdict, started, decided=decided, audit=audit)
+
+
+def abandon(gates: Sequence[Gate], why: str) -> Generator[Offload, Any, None]:
+    """Tell every gate to give back what it took (each ``abandon`` is idempotent)."""
+    for gate in gates:
+        if gate.holding():
+            yield Offload(_abandoner(gate, why))
+
+
+def drive(flow: Generator[Offload, Any, Any]) -> Any:
+    """Run a flow of :class:`Offload` items on the calling thread; return its value."""
+    try:
+        item = next(flow)
+        while True:
+            try:
+                value = item.run()
+            except Exception as exc:  # noqa: BLE001 - the flow decides what it means
+                item = flow.throw(exc)
+            else:
+                item = flow.send(value)
+    except StopIteration as done:
+        return done.value
+
+
+def _applier(gate: Gate, request: ActionRequest, verdict: Verdict) -> Callable[[], Verdict]:
+    return lambda: gate.apply(request, verdict)
+
+
+def _abandoner(gate: Gate, why: str) -> Callable[[], None]:
+    return lambda: gate.abandon(why)

@@ -1,0 +1,224 @@
+"""The RFC 8785 (JCS) fast path: JCS bytes from the C JSON encoder, floats included.
+
+:func:`warden.crypto.canonical.canonical_bytes` tries :func:`fast_jcs_bytes` first and
+uses the pure-Python ``rfc8785`` library only when it answers None. Why the C encoder
+(``json.dumps(ensure_ascii=False, sort_keys=True, separators=(",", ":"))``) can write
+JCS (RFC 8785 §3.2):
+
+- strings (§3.2.2.2): it escapes exactly ``"``, ``\\``, and U+0000–U+001F, the latter
+  as ``\\b \\f \\n \\r \\t`` or lowercase ``\\u00xx``, and writes everything else as
+  UTF-8 — the JCS rules;
+- member order (§3.2.3): it sorts by code point, which is UTF-16 code-unit order
+  unless a key holds a character beyond U+FFFF (its surrogates sort below
+  U+E000–U+FFFF); such objects are sorted here by UTF-16 code units instead;
+- numbers (§3.2.2.3): it writes ``float.__repr__``, the same shortest digits ECMAScript
+  takes, but places the point and spells the exponent differently
+  (:mod:`warden.crypto.ecmascript_number`). For a non-integral double ``x`` with
+  ``1e-3 ≤ |x| < 1e15`` the two texts are identical, so such values are written as
+  they are. Any other finite double is rewritten before encoding: an integral one
+  below 10^21 becomes the Python int that ECMAScript's digits spell (``1500.0`` →
+  ``1500``, ``2.0**60`` → ``1152921504606847000``), one whose repr already is its
+  ECMAScript text (``1e+21``, ``5e-324``) stays, and the rest (``1e-07`` → ``1e-7``,
+  ``1.5e-05`` → ``0.000015``) are written through a placeholder string replaced in
+  the output.
+
+The fast path answers None ("not sure"; ``rfc8785`` decides, and raises its domain
+errors) for: NaN and ±Infinity, integers beyond ±(2^53 − 1) (their domain rule is in
+``canonical._as_doubles``), types other than exact ``dict``/``list``/``str``/``int``/
+``float``/``bool``/``None`` (subclasses included), non-string keys, strings that
+cannot be UTF-8 (lone surrogates), values too deeply nested for the encoder, and a
+placeholder that also occurs in the caller's data (docs/decisions.md 290–291).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from enum import IntEnum
+from typing import Any, Final
+
+from warden.crypto.ecmascript_number import ecmascript_number
+
+_MAX_SAFE_INT: Final = 2**53 - 1
+
+#: The C encoder writes these doubles as ECMAScript does (see the module docstring).
+_DIRECT_LOW: Final = 1e-3
+_DIRECT_HIGH: Final = 1e15
+
+
+class JcsRoute(IntEnum):
+    """How :func:`fast_jcs_bytes` writes a value, as :func:`jcs_route` finds it;
+    ordered from cheapest to "not sure"."""
+
+    DIRECT = 0  # the C encoder's output for the value as it is, is its JCS
+    NUMBERS = 1  # JCS once some floats are rewritten (objects still sorted by the encoder)
+    ORDER = 2  # also an object with a key beyond U+FFFF: sorted here, by UTF-16 code units
+    UNSURE = 3  # the fast path is not sure: rfc8785 writes it or raises
+
+
+_MAX_EXACT: Final = float(2**53)  # below it an integral double's digits are its ECMAScript text
+
+_sorted_dumps = json.JSONEncoder(
+    ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+).encode
+_ordered_dumps = json.JSONEncoder(
+    ensure_ascii=False, sort_keys=False, separators=(",", ":"), allow_nan=False
+).encode
+
+# A per-process nonce makes a placeholder unguessable; the count check in
+# _placed keeps the output right even if caller data held one anyway.
+_PLACEHOLDER_STEM: Final = f"\x00jcs-number-{secrets.token_hex(8)}-"
+
+
+def jcs_route(value: Any) -> JcsRoute:
+    """How the fast path would write ``value`` (one iterative walk, no copy).
+
+    Anything but ``UNSURE`` is inside the RFC 8785 domain, lone surrogates apart
+    (the walk does not read strings; the encoder refuses them). ``DIRECT`` means
+    :func:`is_direct_jcs`.
+    """
+    return _scan(value)
+
+
+def is_direct_jcs(value: Any) -> bool:
+    """True when the C JSON encoder's sorted, compact output for ``value`` is already
+    its RFC 8785 form, floats included (see the module docstring for the doubles this
+    covers). One iterative walk, no copy; a value that passes may be given to
+    :func:`~warden.crypto.canonical.canonical_bytes` with ``known_fast=True``, and so
+    may every value inside it. Lone surrogates pass (the encoder refuses them later).
+    """
+    return _scan(value) is JcsRoute.DIRECT
+
+
+def fast_jcs_bytes(value: Any) -> bytes | None:
+    """The RFC 8785 bytes of ``value``, or None when this fast path cannot be sure of
+    them (the module docstring lists when). Never raises for a JSON-like value; a
+    deep value the encoder gives up on answers None."""
+    verdict = _scan(value)
+    if verdict is JcsRoute.UNSURE:
+        return None
+    try:
+        if verdict is JcsRoute.DIRECT:
+            return _sorted_dumps(value).encode("utf-8")
+        numbers: list[str] = []
+        if verdict is JcsRoute.NUMBERS:
+            text = _sorted_dumps(_with_numbers(value, numbers))
+        else:
+            text = _ordered_dumps(_in_utf16_order(value, numbers))
+        return _placed(text, numbers)
+    except (UnicodeEncodeError, RecursionError):
+        return None
+
+
+def _scan(value: Any) -> JcsRoute:
+    """Walk ``value`` once and say how the fast path can write it. Iterative, so
+    depth costs no recursion."""
+    verdict: JcsRoute = JcsRoute.DIRECT
+    stack = [value]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        v = pop()
+        t = type(v)
+        if t is str or t is bool or v is None:
+            continue
+        if t is int:
+            if -_MAX_SAFE_INT <= v <= _MAX_SAFE_INT:
+                continue
+            return JcsRoute.UNSURE
+        if t is float:
+            if _DIRECT_LOW <= abs(v) < _DIRECT_HIGH and not v.is_integer():
+                continue
+            if v - v != 0.0:  # NaN or ±Infinity (x − x is NaN for both)
+                return JcsRoute.UNSURE
+            verdict = max(verdict, JcsRoute.NUMBERS)
+            continue
+        if t is dict:
+            for k in v:
+                if type(k) is not str:
+                    return JcsRoute.UNSURE
+                if not k.isascii() and max(map(ord, k)) > 0xFFFF:
+                    verdict = JcsRoute.ORDER  # UTF-16 order differs from code-point order
+            extend(v.values())
+            continue
+        if t is list:
+            extend(v)
+            continue
+        return JcsRoute.UNSURE
+    return verdict
+
+
+def _placed(text: str, numbers: list[str]) -> bytes | None:
+    """``text`` with each placeholder replaced by its number's text (``numbers[i]``
+    for placeholder ``i``), as UTF-8; None when a placeholder is not there exactly
+    once (the caller's data holds it too, so replacing could change their string)."""
+    for index, number in enumerate(numbers):
+        token = _ordered_dumps(f"{_PLACEHOLDER_STEM}{index}\x00")
+        if text.count(token) != 1:
+            return None
+        text = text.replace(token, number)
+    return text.encode("utf-8")
+
+
+def _with_numbers(value: Any, numbers: list[str]) -> Any:
+    """``value`` with every float the C encoder would write wrongly replaced (see
+    :func:`_writable`); copies only the containers on the way to one."""
+    t = type(value)
+    if t is float:
+        return _writable(value, numbers)
+    if t is dict:
+        out = None
+        for k, v in value.items():
+            tv = type(v)
+            if tv is float or tv is dict or tv is list:
+                w = _with_numbers(v, numbers)
+                if w is not v:
+                    if out is None:
+                        out = dict(value)
+                    out[k] = w
+        return value if out is None else out
+    if t is list:
+        items = None
+        for i, v in enumerate(value):
+            tv = type(v)
+            if tv is float or tv is dict or tv is list:
+                w = _with_numbers(v, numbers)
+                if w is not v:
+                    if items is None:
+                        items = list(value)
+                    items[i] = w
+        return value if items is None else items
+    return value
+
+
+def _in_utf16_order(value: Any, numbers: list[str]) -> Any:
+    """A copy of ``value`` whose objects are in UTF-16 key order (for an encoder that
+    does not sort) and whose floats are rewritten as by :func:`_with_numbers`."""
+    t = type(value)
+    if t is dict:
+        keys = sorted(value) if all(k.isascii() for k in value) else sorted(value, key=_utf16)
+        return {k: _in_utf16_order(value[k], numbers) for k in keys}
+    if t is list:
+        return [_in_utf16_order(v, numbers) for v in value]
+    if t is float:
+        return _writable(value, numbers)
+    return value
+
+
+def _writable(value: float, numbers: list[str]) -> Any:
+    """What to give the C encoder for the finite double ``value``: ``value`` when its
+    repr is its ECMAScript text, the int ECMAScript's digits spell for an integral
+    double below 10^21, else a placeholder whose text is appended to ``numbers``."""
+    if -_MAX_EXACT < value < _MAX_EXACT and value.is_integer():
+        return int(value)  # below 2^53 the shortest digits are the integer's own
+    text = ecmascript_number(value)
+    if text == repr(value):
+        return value
+    if "." not in text and "e" not in text:
+        return int(text)  # an integral double below 10^21: ECMAScript writes digits
+    numbers.append(text)
+    return f"{_PLACEHOLDER_STEM}{len(numbers) - 1}\x00"
+
+
+def _utf16(key: str) -> bytes:
+    # Big-endian UTF-16 bytes compare as the code-unit sequence does (RFC 8785 §3.2.3).
+    return key.encode("utf-16-be", "surrogatepass")

@@ -1,0 +1,126 @@
+"""The action request wire's shared state and the one way it writes a record.
+
+Every record Warden writes for an action request (seed 004: the policy decision, each
+approval event, the audit event) is sealed with Warden's Ed25519 key, stored as a
+``kla_records`` row and appended, in the same store transaction, to the execution's
+Warden audit chain (``warden/kla.<event>``; docs/decisions.md, item 82). The submit,
+outcome, approval-event and read paths all work through one :class:`Recorder`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, Protocol
+
+from warden.approvals.desk import ApprovalDesk, DeskTx
+from warden.approvals.tasks import Task
+from warden.core.guardian import Guardian
+from warden.core.pipeline import Pipeline
+from warden.crypto.canonical import canonical_bytes
+from warden.kla.evidence import CHAIN_KIND, PROCESSED, Signer
+from warden.kla.keys import KeyRegistry
+from warden.kla.records import RecordKind, SealedRecord, seal
+from warden.ledger.ledger import Ledger
+from warden.ledger.warden_chain import WardenChain
+from warden.store.kla_sql import KlaRow, SqlKlaRecords
+
+
+class KlaTx(DeskTx, Protocol):
+    """One store write transaction as the action request wire uses it."""
+
+    @property
+    def kla(self) -> SqlKlaRecords: ...
+
+
+class KlaStore(Protocol):
+    def transaction(self) -> AbstractContextManager[KlaTx]: ...
+
+    def iter_records(self, session_id: str | None = None) -> Iterator[dict[str, Any]]: ...
+
+
+def canonical_text(record: Any) -> str:
+    """A record as stored: its RFC 8785 canonical text (whose SHA-256 is its digest)."""
+    return canonical_bytes(record).decode("utf-8")
+
+
+def new_id(prefix: str) -> str:
+    """A new id of one of Warden's records: ``pd_``, ``ae_`` or ``au_`` + 32 random hex."""
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+class Recorder:
+    """Store, Guardian, desk, chain, Warden's key, the registry of trusted agent keys,
+    and the clock (the desk's by default); seals, stores and chains records."""
+
+    def __init__(
+        self,
+        store: KlaStore,
+        guardian: Guardian,
+        desk: ApprovalDesk,
+        ledger: Ledger,
+        signer: Signer,
+        registry: KeyRegistry | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.store = store
+        self.guardian = guardian
+        self.pipeline = Pipeline(guardian)
+        self.desk = desk
+        self.signer = signer
+        self.registry = registry
+        self.clock = clock
+        self.chain = WardenChain(
+            ledger,
+            CHAIN_KIND,
+            lambda: self.now(),
+            negotiated=lambda name: (
+                {"kind": "kla_execution", "execution_id": name} if name else {"kind": "kla_review"}
+            ),
+        )
+
+    def now(self) -> datetime:
+        return self.clock() if self.clock is not None else self.desk.now()
+
+    def seal(self, kind: RecordKind, record: dict[str, Any]) -> SealedRecord:
+        return seal(kind, record, private_key=self.signer.key, kid=self.signer.kid)
+
+    @staticmethod
+    def row(sealed: SealedRecord, rid: str, execution: str, principal: str, stamp: str) -> KlaRow:
+        """The stored row of one of Warden's sealed records (status ``processed``)."""
+        return KlaRow(
+            record_id=sealed.record[sealed.kind.id_field],
+            kind=sealed.kind.value,
+            action_request_id=rid,
+            execution_id=execution,
+            principal=principal,
+            digest=sealed.digest,
+            record=canonical_text(sealed.record),
+            signature=sealed.signature,
+            kid=sealed.kid,
+            status=PROCESSED,
+            created_at=stamp,
+        )
+
+    def append(self, tx: KlaTx, row: KlaRow, value: Any, *, event: str) -> None:
+        """Append ``warden/kla.<event>`` carrying the record to its execution's chain
+        (records held for review without a usable execution_id: the review chain ``""``)."""
+        detail: dict[str, Any] = {
+            "record_id": row.record_id,
+            "kind": row.kind,
+            "digest": row.digest,
+            "status": row.status,
+            "principal": row.principal,
+            "record": value,
+        }
+        if row.signature is not None:
+            detail["signature"] = row.signature
+            detail["kid"] = row.kid
+        self.chain.append(tx, row.execution_id or "", event, f"{event}:{row.record_id}", detail)
+
+    @staticmethod
+    def task(tx: KlaTx, task_id: Any) -> Task | None:
+        """The approval task a decision names, if it names one."""
+        return tx.tasks.get(task_id) if isinstance(task_id, str) else None

@@ -1,0 +1,182 @@
+"""A spend quote and a budget increase as the Guardian and the approval desk see them.
+
+A quote is decided under the policy method ``spend/quote`` (DESIGN.md's decision
+table): :func:`quote_request` is its :class:`ActionRequest`, :func:`decision_detail`
+what the spend chain records about a decision that is not ``allow``, and
+:func:`winning_gate` the rule (or reason code) that names the refusal. A quote the
+policy asks a human about files :func:`quote_ask` (the same quote, however its amount is
+written, is one ask); a budget increase files :func:`budget_increase_ask`, and approving
+it runs :func:`budget_increase_effect` in the desk's transaction.
+
+The spend wire (:mod:`warden.wire.spend.operations`) parses the request, calls these and
+renders the answer (docs/decisions.md 390).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+from warden.approvals.desk import AskRequest
+from warden.approvals.tasks import Requester, Task, TaskKind
+from warden.core.guardian import Guardian
+from warden.core.types import ActionRequest, Verdict
+from warden.gates.approval import ask_terms, policy_of
+from warden.identity.api_keys import Identity
+from warden.spend.budgets import Budget
+from warden.spend.engine import SpendEngine
+from warden.spend.money import to_wire
+
+#: The approver group that decides budget increases, and how long a request stays open.
+BUDGET_APPROVERS = "finance"
+BUDGET_REQUEST_TIMEOUT_S = 7 * 24 * 3600
+
+#: The only currency the spend wire takes.
+USD = "USD"
+
+
+def quote_request(
+    who: Identity,
+    payload: dict[str, Any],
+    budget_id: str,
+    amount: Decimal,
+    currency: str,
+    action: str,
+) -> ActionRequest:
+    """The ``spend/quote`` request the Guardian decides: ``payload`` is the quote body as
+    received, ``args`` its budget, amount (wire decimal string), currency and action."""
+    return ActionRequest(
+        method="spend/quote",
+        payload=payload,
+        metadata={"principal": who.principal},
+        tool={
+            "name": action,
+            "version": "",
+            "provider": "spend",
+            "operation": "",
+            "capability": "spend",
+        },
+        args={
+            "budgetId": budget_id,
+            "amount": to_wire(amount),
+            "currency": currency,
+            "action": action,
+        },
+        raw_command="",
+        session={"id": "", "agent_id": who.principal, "step_count": 0},
+    )
+
+
+def decision_detail(
+    who: Identity, verdict: Verdict, budget_id: str, amount: Decimal, currency: str, action: str
+) -> dict[str, Any]:
+    """What the budget tree's spend chain records about a quote's non-``allow`` decision."""
+    return {
+        "budget_id": budget_id,
+        "amount": to_wire(amount),
+        "currency": currency,
+        "action": action,
+        "decision": verdict.decision.value,
+        "reason_codes": list(verdict.reason_codes),
+        "rules": [r.rule_id for r in verdict.policy_references],
+        "bundle": verdict.bundle.to_wire() if verdict.bundle else None,
+        "key_id": who.key_id,
+    }
+
+
+def winning_gate(guardian: Guardian, verdict: Verdict) -> str:
+    """``policy:<rule>``: the rule whose effect won (a fired allow rule is not the
+    reason), else the first reason code, as a ``blockedBy`` value."""
+    rules = [r.rule_id for r in verdict.policy_references]
+    effects = {r.id: r.effect for r in guardian.engine.bundle.rules}
+    winners = [rid for rid in rules if effects.get(rid) is verdict.decision]
+    name = winners[0] if winners else (verdict.reason_codes or ("no_rule_matched",))[0]
+    value = re.sub(r"[^a-z0-9_.]+", "_", name.lower()).strip("_")
+    return "policy:" + (value or "denied")
+
+
+def canonical_amount(amount: Decimal) -> str:
+    """The shortest plain decimal string of ``amount`` (no exponent, no trailing zeros)."""
+    text = to_wire(amount)
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def quote_ask(
+    guardian: Guardian,
+    who: Identity,
+    verdict: Verdict,
+    budget_id: str,
+    amount: Decimal,
+    action: str,
+) -> AskRequest:
+    """The desk ask for a quote the policy asks a human about. The amount is canonical,
+    so ``1500``, ``1500.0`` and ``1500.00`` are one quote (and one grant)."""
+    arguments = {
+        "budgetId": budget_id,
+        "amount": canonical_amount(amount),
+        "currency": USD,
+        "action": action,
+    }
+    return AskRequest(
+        kind=TaskKind.SPEND_APPROVAL,
+        wire="spend",
+        scope=f"spend:{who.principal}",
+        action={"method": "spend/quote", "name": action, "arguments": arguments},
+        requester=Requester(agent_id=who.principal, principal=who.owner or who.principal),
+        correlation={"key_id": who.key_id},
+        policy=policy_of(verdict),
+        detail=dict(arguments),
+        **ask_terms(guardian, verdict),
+    )
+
+
+def budget_increase_ask(
+    who: Identity, budget: Budget, cap: Decimal, reason: str | None
+) -> AskRequest:
+    """The desk task that asks group :data:`BUDGET_APPROVERS` to raise ``budget``'s cap
+    to ``cap`` (USD); it stays open :data:`BUDGET_REQUEST_TIMEOUT_S` seconds."""
+    detail = {
+        "budgetId": budget.id,
+        "currentCap": to_wire(budget.cap),
+        "requestedCap": to_wire(cap),
+        "currency": USD,
+        "reason": reason,
+    }
+    return AskRequest(
+        kind=TaskKind.BUDGET_INCREASE,
+        wire="spend",
+        scope=f"spend:{who.principal}",
+        action={
+            "method": "spend/budget-request",
+            "name": "budget_increase",
+            "arguments": detail,
+        },
+        requester=Requester(agent_id=who.principal, principal=who.owner or who.principal),
+        approver_group=BUDGET_APPROVERS,
+        question=f"Raise budget {budget.id} from {to_wire(budget.cap)} to "
+        f"{to_wire(cap)} USD? Reason given: {reason or '(none)'}",
+        timeout_s=BUDGET_REQUEST_TIMEOUT_S,
+        correlation={"key_id": who.key_id},
+        detail=detail,
+    )
+
+
+def budget_increase_effect(engine: SpendEngine) -> Callable[[Any, Task], dict[str, Any]]:
+    """What approving a budget increase does, inside the desk's transaction: the cap is
+    raised (and chained on the budget tree's spend chain). Raises ``BudgetError`` when
+    the new cap no longer fits (the approval then fails and nothing changes)."""
+
+    def apply(tx: Any, task: Task) -> dict[str, Any]:
+        eng = engine.within(tx)
+        current = eng.path(task.detail["budgetId"])[0]
+        eng.define_budget(replace(current, cap=Decimal(task.detail["requestedCap"])))
+        return {
+            "budgetId": current.id,
+            "previousCap": to_wire(current.cap),
+            "cap": task.detail["requestedCap"],
+        }
+
+    return apply
