@@ -46,7 +46,7 @@ def _replay_efficacy(
     markdown_out: Path | None,
     as_json: bool,
 ) -> None:
-    """``warden replay agentdojo --efficacy`` (README "Efficacy on AgentDojo attacks")."""
+    """``warden replay agentdojo --efficacy`` (docs/provenance.md, "Efficacy on AgentDojo")."""
     from warden.replay.efficacy import (
         MODES,
         PARADIGMS,

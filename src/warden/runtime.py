@@ -336,7 +336,7 @@ def _first_agents(agents: AgentRegistry, settings: Settings, *, first_start: boo
     log.warning(
         "no agent is registered: ACS requests are refused unless signed with a registered "
         "agent's key. Register each agent with `warden agents add ID --owner PRINCIPAL "
-        "--key-out FILE` and give it the key file (README, Identities); agent API keys: "
+        "--key-out FILE` and give it the key file (docs/identities.md); agent API keys: "
         "`warden keys create --role agent --agent ID`."
     )
     return None

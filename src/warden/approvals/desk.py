@@ -197,6 +197,10 @@ def _newly_void(before: Task, after: Task) -> dict[str, Any]:
     return {"votes_void": now} if now else {}
 
 
+#: How many parsed pending tasks :meth:`ApprovalDesk.peek` keeps (cleared when full).
+_PENDING_CACHE = 4096
+
+
 class ApprovalDesk:
     """Approval tasks over one store; every change chained and notified. Thread-safe
     (each operation is one database transaction)."""
@@ -214,6 +218,8 @@ class ApprovalDesk:
         self._transaction = transaction
         #: A read-only view with ``tasks`` (``SqlStore.reading``) for :meth:`peek`.
         self._reading = reading
+        #: Pending tasks as parsed, by id: ``(updated_at as stored, task)``.
+        self._pending: dict[str, tuple[str, Task]] = {}
         self._chain = WardenChain(
             ledger, "approval", clock, negotiated=lambda name: {"kind": "approval_desk"}
         )
@@ -254,12 +260,23 @@ class ApprovalDesk:
         if self._reading is None or ask.cited_task_id is not None:
             return None
         with self._reading() as view:
-            latest = view.tasks.latest_for(ask.scope, action_hash(ask.action))
-            if (
-                latest is None
-                or latest.state is not ApprovalState.PENDING
-                or latest.expires_at <= self.now()
-            ):
+            head = view.tasks.latest_state(ask.scope, action_hash(ask.action))
+            if head is None or head[1] != ApprovalState.PENDING.value:
+                return None
+            task_id, _, updated_at, _ = head
+            cached = self._pending.get(task_id)
+            if cached is not None and cached[0] == updated_at:
+                latest: Task | None = cached[1]
+            else:
+                # Parsed once per version of the task (every change moves updated_at).
+                latest = view.tasks.get(task_id)
+                if latest is None or latest.state is not ApprovalState.PENDING:
+                    return None
+                if len(self._pending) >= _PENDING_CACHE:
+                    self._pending.clear()
+                self._pending[task_id] = (updated_at, latest)
+            assert latest is not None
+            if latest.expires_at <= self.now():
                 return None
             latest = _shown_void(view, [latest])[0]
         return Resolution(Outcome.PENDING, latest, self._pending_text(latest))

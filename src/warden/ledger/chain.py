@@ -38,15 +38,6 @@ def compute_entry_hash(content: Mapping[str, Any], previous_hash: str | None) ->
     return hashlib.sha256(canonical_bytes(dict(content)) + prev).hexdigest()
 
 
-def chain_entry_text(
-    content: Mapping[str, Any], previous_hash: str | None
-) -> tuple[dict[str, Any], str]:
-    """:func:`chain_entry` and the completed entry's JCS text (what the store keeps, so
-    the stored bytes are canonical and a reader needs no second canonicalization)."""
-    entry = chain_entry(content, previous_hash)
-    return entry, canonical_bytes(entry).decode("utf-8")
-
-
 def chain_entry(content: Mapping[str, Any], previous_hash: str | None) -> dict[str, Any]:
     """Return ``content`` completed with ``previous_hash`` and ``entry_hash``.
 

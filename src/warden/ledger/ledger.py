@@ -21,7 +21,7 @@ from typing import Any
 
 from warden.crypto.canonical import canonical_bytes
 from warden.crypto.hmac_keys import HMAC_ALGORITHM, SessionKeys, hmac_sign
-from warden.ledger.chain import chain_entry_text
+from warden.ledger.chain import chain_entry
 from warden.ledger.records import head_signing_input, session_signing_input
 from warden.store.base import PendingAppend, ReplayKeys, SessionState, Store
 
@@ -110,7 +110,7 @@ class Ledger:
             hashlib.sha256(request.encode("utf-8")).hexdigest() != content.get("request_hash")
         ):
             raise ValueError("request does not hash to the entry's request_hash")
-        entry, entry_text = chain_entry_text(content, session.head_hash)
+        entry = chain_entry(content, session.head_hash)
         response = build_response(entry)
         seq = session.head_seq + 1
         return PendingAppend(
@@ -124,7 +124,6 @@ class Ledger:
             replay=replay,
             close=close,
             request=request,
-            entry_text=entry_text,
         )
 
     def commit(self, pending: PendingAppend) -> None:

@@ -352,7 +352,7 @@ class BundleSpec(_Strict):
     data: dict[str, Any] = Field(default_factory=dict)
     rules: list[RuleSpec]
     spend: list[ChargeSpec] = Field(default_factory=list)
-    #: Provenance-aware decisions (README "Provenance-aware decisions"); None = off.
+    #: Provenance-aware decisions (docs/provenance.md); None = off.
     provenance: ProvenanceSpec | None = None
 
     @field_validator("provenance", mode="before")

@@ -98,7 +98,7 @@ class CamelSpec(_Strict):
 
 class LimitsSpec(_Strict):
     """What one step or session may add to the provenance graph. A step over a limit is
-    refused with ``-32602`` and records nothing (README "Provenance-aware decisions")."""
+    refused with ``-32602`` and records nothing (docs/provenance.md)."""
 
     nodes_per_step: int = Field(default=1000, ge=1, le=100_000)
     nodes_per_session: int = Field(default=20_000, ge=1, le=1_000_000)
@@ -114,7 +114,7 @@ class GatesSpec(_Strict):
 
 
 class ProvenanceSpec(_Strict):
-    """The ``provenance`` section of a bundle (docs: README "Provenance-aware decisions")."""
+    """The ``provenance`` section of a bundle (docs/provenance.md)."""
 
     consequential_tools: list[str] = Field(default_factory=list)
     external_sinks: list[str] = Field(default_factory=list)

@@ -108,7 +108,7 @@ class ProvenanceView:
         return best.to_json()
 
     def facts(self) -> dict[str, Any]:
-        """The CEL variable ``provenance`` (README "Provenance-aware decisions")."""
+        """The CEL variable ``provenance`` (docs/provenance.md)."""
         entered = self.entered()
         intent = self.state.intent
         covers = self.intent_covers()

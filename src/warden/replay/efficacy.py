@@ -1,4 +1,4 @@
-"""AgentDojo efficacy harness for the provenance gates (issue 8; README "Efficacy on
+"""AgentDojo efficacy harness for the provenance gates (issue 8; docs/provenance.md, "Efficacy on
 AgentDojo attacks").
 
 For each configuration — one paradigm alone (``fides``, ``ibac``, ``aarm``, ``camel``) or

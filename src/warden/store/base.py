@@ -80,9 +80,6 @@ class PendingAppend:
     #: The registered agent key that signed the request: the append commits only while
     #: it is unrevoked (checked in its transaction; :class:`~warden.errors.KeyRevoked`).
     agent_key: str | None = None
-    #: ``entry`` as its JCS text when the ledger already has it (stored as is, so the
-    #: stored bytes are the canonical bytes that were hashed; else ``entry`` is dumped).
-    entry_text: str | None = None
 
 
 class Store(Protocol):

@@ -778,7 +778,7 @@ class SqlStore:
             "now": _now(),
             "step_id": self._step_id(item),
             "step_type": str(item.entry.get("step_type", "")),
-            "entry": item.entry_text or _dumps(item.entry),
+            "entry": _dumps(item.entry),
             "response": _dumps(item.response) if item.response is not None else None,
             "request": item.request,
         }
@@ -877,7 +877,7 @@ class SqlStore:
                     item.entry["entry_hash"],
                     self._step_id(item),
                     str(item.entry.get("step_type", "")),
-                    item.entry_text or _dumps(item.entry),
+                    _dumps(item.entry),
                     _dumps(item.response) if item.response is not None else None,
                     _now(),
                     item.request,

@@ -88,6 +88,20 @@ class SqlTasks:
         row = self._cur.fetchone()
         return Task.from_dict(parse_strict_json(row[0])) if row is not None else None
 
+    def latest_state(self, scope: str, action_hash: str) -> tuple[str, str, str, str] | None:
+        """``(task_id, state, updated_at, expires_at)`` of the newest task bound to the
+        action, without its record (for a read that usually needs no parse)."""
+        self._cur.execute(
+            self._q(
+                "SELECT task_id, state, updated_at, expires_at FROM tasks "
+                "WHERE session_id = ? AND action_hash = ? "
+                "ORDER BY created_at DESC, task_id DESC LIMIT 1"
+            ),
+            (scope, action_hash),
+        )
+        row = self._cur.fetchone()
+        return (str(row[0]), str(row[1]), str(row[2]), str(row[3])) if row is not None else None
+
     def latest_for(self, scope: str, action_hash: str) -> Task | None:
         self._cur.execute(
             self._q(
