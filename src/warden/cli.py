@@ -23,6 +23,7 @@ from warden.cli_evidence import export_evidence_cmd
 from warden.cli_hook import hook_app
 from warden.cli_keys import keys_app
 from warden.cli_ledger import export_cmd, verify_cmd
+from warden.cli_log import log_app, witness_cmd
 from warden.cli_mcp import mcp_proxy_cmd
 from warden.cli_policy import policy_app
 from warden.cli_records import verify_bundle_cmd, verify_record_cmd
@@ -41,6 +42,7 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(approvals_app, name="approvals")
 app.add_typer(db_app, name="db")
 app.add_typer(agents_app, name="agents")
+app.add_typer(log_app, name="log")
 app.add_typer(hook_app, name="hook")
 
 from warden.cli_options import (  # noqa: E402 - after the Typer apps
@@ -317,6 +319,7 @@ app.command("verify-bundle")(verify_bundle_cmd)
 app.command("export-evidence")(export_evidence_cmd)
 app.command("mcp-proxy")(mcp_proxy_cmd)
 app.command("doctor")(doctor_cmd)
+app.command("witness")(witness_cmd)
 
 
 def main() -> None:

@@ -13,7 +13,9 @@ says ``"ok": false`` and names the first bad record); 2 bad input or configurati
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -34,7 +36,8 @@ from warden.cli_options import (
     shown_url,
 )
 from warden.cli_output import print_json, print_line, print_table, table
-from warden.errors import IntegrityError, WardenError
+from warden.errors import ConfigError, IntegrityError, WardenError
+from warden.tlog.audit import LogProblem
 
 AsJson = Annotated[
     bool, typer.Option("--json", help="Print one JSON document (docs/cli-json.md) on stdout.")
@@ -71,20 +74,33 @@ def verify_chains(
     database_url: str | None,
     key_file: Path | None,
     no_signatures: bool,
+    checkpoint: Path | None = None,
+    log_key: str | None = None,
+    check_log: bool = True,
 ) -> ChainCheck:
     """Re-walk an export (``file``) or every chain in the database.
 
     Returns the verify.json document, ``ok`` false with ``failure`` at the first broken
-    record (ACS §8.2, §8.6). Raises :class:`WardenError` (not an integrity failure) for
-    a missing or unreadable key file, database or export.
+    record (ACS §8.2, §8.6). Then (``check_log``) the transparency log: every leaf, no
+    index gap, every stored checkpoint reproduced, and ``checkpoint`` (a signed note a
+    client or witness kept) proven a prefix of the log (:mod:`warden.tlog.audit`); its
+    key is ``log_key`` (vkey or file), else the data directory's checkpoint key. Raises
+    :class:`WardenError` (not an integrity failure) for a missing or unreadable key
+    file, database, export or kept checkpoint.
     """
     from warden.crypto.keystore import load_ikm
     from warden.ledger.verify import read_jsonl, verify_records
 
     ikm = None if no_signatures else load_ikm(key_file or data_dir / "ikm.key")
+    trusted = _read_kept(checkpoint)
+    verifier = _log_verifier(log_key, data_dir) if check_log else None
     store = None
+    exported: list[dict[str, Any]] | None = None
     if file is not None:
-        records: Any = read_jsonl(file)
+        # Read lazily, as before (a bad line is an integrity failure at its place); the
+        # log record is kept aside for the log check after the chains.
+        exported = []
+        records: Any = _chain_records(read_jsonl(file), exported)
         source = str(file)
     else:
         from warden.store import open_store
@@ -96,24 +112,141 @@ def verify_chains(
     doc: dict[str, Any] = {"ok": False, "source": source, "signatures": ikm is not None}
     try:
         report = verify_records(records, ikm=ikm, require_manifest=file is not None)
-    except IntegrityError as exc:
-        return ChainCheck(doc | {"failure": _failure(exc)})
-    finally:
         if store is not None:
             # Close the walk first: a generator suspended mid-session holds an open read
             # snapshot, and the final WAL checkpoint would wait out the busy timeout.
             records.close()
+        log_doc = None
+        if check_log:
+            log_doc = _check_log(store, exported, verifier, trusted)
+    except IntegrityError as exc:
+        return ChainCheck(doc | {"failure": _failure(exc)})
+    except LogProblem as exc:
+        return ChainCheck(doc | {"failure": _log_failure(exc)})
+    finally:
+        if store is not None:
+            records.close()
             store.close()
-    return ChainCheck(
-        doc
-        | {
-            "ok": True,
-            "sessions": report.sessions,
-            "entries": report.entries,
-            "signatures_checked": report.signatures_checked,
-            "heads": dict(report.heads),
-        }
-    )
+    result = doc | {
+        "ok": True,
+        "sessions": report.sessions,
+        "entries": report.entries,
+        "signatures_checked": report.signatures_checked,
+        "heads": dict(report.heads),
+    }
+    if log_doc is not None:
+        result["log"] = log_doc
+    return ChainCheck(result)
+
+
+def _chain_records(
+    records: Iterable[dict[str, Any]], seen: list[dict[str, Any]]
+) -> Iterator[dict[str, Any]]:
+    """``records`` without the transparency log's record; every record is also kept in
+    ``seen`` for the log check."""
+    for rec in records:
+        seen.append(rec)
+        if rec.get("kind") != "log":
+            yield rec
+
+
+def _read_kept(checkpoint: Path | None) -> str | None:
+    if checkpoint is None:
+        return None
+    try:
+        return checkpoint.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the kept checkpoint {checkpoint}: {exc}") from exc
+
+
+def _log_verifier(log_key: str | None, data_dir: Path) -> Any:
+    """The checkpoint key: ``--log-key``, else the data directory's checkpoint.key (None
+    when neither is there: roots are still compared, signatures are not)."""
+    from warden.cli_log import read_log_key
+    from warden.tlog.keys import load_checkpoint_signer
+    from warden.tlog.note import NoteVerifier
+
+    if log_key is not None:
+        return read_log_key(log_key)
+    path = data_dir / "checkpoint.key"
+    if not path.exists():
+        return None
+    signer = load_checkpoint_signer(path, os.environ.get("WARDEN_LOG_ORIGIN"), create=False)
+    return NoteVerifier(signer.name, signer.public)
+
+
+def _check_log(
+    store: Any, exported: list[dict[str, Any]] | None, verifier: Any, trusted: str | None
+) -> dict[str, Any] | None:
+    """The log part of verify.json (see :func:`verify_chains`); LogProblem at a fault."""
+    from warden.store import tlog_sql
+    from warden.tlog.audit import check_log
+    from warden.tlog.export import check_export_log
+
+    if exported is not None:
+        if not any(r.get("kind") == "log" for r in exported):
+            if trusted is not None:
+                raise LogProblem("log_missing", "the export carries no log record to check against")
+            return None  # an export written before the log existed (issue 17)
+        report = check_export_log(exported, verifier=verifier, trusted=trusted)
+    else:
+        engine = store.engine
+        # The counter is read before the leaves: a Warden still running only adds leaves
+        # after it, so fewer leaves than it said means some were deleted (PostgreSQL keeps
+        # a counter; SQLite numbers from the largest index: decision 362).
+        expected = tlog_sql.next_index(engine) if engine.dialect.name == "postgresql" else None
+        report = check_log(
+            tlog_sql.iter_leaves(engine),
+            [c.note for c in tlog_sql.all_checkpoints(engine)],
+            verifier=verifier,
+            trusted=trusted,
+            unindexed=len(tlog_sql.unindexed_entries(engine)),
+        )
+        if expected is not None and report.leaves < expected:
+            raise LogProblem(
+                "log_truncated",
+                f"the log's counter says {expected} leaves were appended, {report.leaves} "
+                "are stored: the newest leaves were deleted",
+                report.leaves,
+            )
+        from warden.tlog.state import check_state
+
+        check_state(engine)
+    return report.as_dict() | {"checkpoint_signatures": verifier is not None}
+
+
+def _export_log(store: Any, data_dir: Path, session: str | None) -> Any:
+    """The export's log record maker: it signs a checkpoint of the whole log first when
+    the data directory's checkpoint key is there (so the export is covered to its end);
+    a database whose leaves contradict its checkpoints is refused (IntegrityError)."""
+    from warden.errors import IntegrityReason
+    from warden.tlog.export import log_record
+    from warden.tlog.keys import load_checkpoint_signer
+    from warden.tlog.service import LogForked, TransparencyLog
+
+    def make() -> dict[str, Any] | None:
+        path = data_dir / "checkpoint.key"
+        if path.exists():
+            signer = load_checkpoint_signer(path, os.environ.get("WARDEN_LOG_ORIGIN"), create=False)
+            try:
+                TransparencyLog(store.engine, signer).checkpoint()
+            except LogForked as exc:
+                raise IntegrityError(
+                    f"transparency log: {exc}", reason=IntegrityReason.CHAIN_MISMATCH
+                ) from exc
+        return log_record(store.engine, session)
+
+    return make
+
+
+def _log_failure(exc: LogProblem) -> dict[str, Any]:
+    return {
+        "reason": exc.reason,
+        "message": exc.message,
+        "session_id": None,
+        "seq": None,
+        "log_index": exc.index,
+    }
 
 
 def print_check(check: ChainCheck) -> None:
@@ -132,6 +265,24 @@ def print_check(check: ChainCheck) -> None:
         f"{doc['entries']} entries, {doc['signatures_checked']} signatures checked"
         + ("" if doc["signatures"] else " (signatures not checked: --no-signatures)"),
     )
+    log = doc.get("log")
+    if log is not None:
+        print_line(
+            console,
+            f"[green]OK[/green] transparency log: {log['leaves']} leaves, "
+            f"{log['checkpoints_checked']} checkpoint(s) reproduced"
+            + (f" (newest {log['latest_checkpoint']})" if log["latest_checkpoint"] else "")
+            + (
+                f", extends the kept checkpoint of {log['trusted_checkpoint']}"
+                if log["trusted_checkpoint"] is not None
+                else ""
+            )
+            + (
+                ""
+                if log["checkpoint_signatures"]
+                else " (no checkpoint key: signatures not checked)"
+            ),
+        )
     heads: dict[str, str] = doc["heads"]
     if not heads:
         return
@@ -154,9 +305,23 @@ def verify_cmd(
     no_signatures: Annotated[
         bool, typer.Option("--no-signatures", help="Check hashes and links only (no key needed).")
     ] = False,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            help="A signed checkpoint you kept: prove the log still extends it (rollback, "
+            "truncation)."
+        ),
+    ] = None,
+    log_key: Annotated[
+        str | None,
+        typer.Option(
+            help="The log's checkpoint vkey (text or file); default: <data-dir>/checkpoint.key."
+        ),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
-    """Re-walk every audit chain offline: entry hashes, links, signed heads, signatures."""
+    """Re-walk every audit chain offline (entry hashes, links, signed heads, signatures),
+    then the transparency log (every leaf, no index gap, the checkpoints, --checkpoint)."""
     try:
         check = verify_chains(
             file,
@@ -164,6 +329,8 @@ def verify_cmd(
             database_url=database_url,
             key_file=key_file,
             no_signatures=no_signatures,
+            checkpoint=checkpoint,
+            log_key=log_key,
         )
     except WardenError as exc:
         raise _fail(exc) from exc
@@ -215,7 +382,10 @@ def export_cmd(
     fh = out.open("w", encoding="utf-8") if out else sys.stdout
     counts = {"records": 0, "sessions": 0}
     try:
-        for rec in export_records(store, ikm, key_id=key_id, session_id=session):
+        log_record = _export_log(store, data_dir, session)
+        for rec in export_records(
+            store, ikm, key_id=key_id, session_id=session, log_record=log_record
+        ):
             fh.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n")
             counts["records"] += 1
             counts["sessions"] += rec["kind"] == "session"

@@ -27,7 +27,7 @@ from warden.core.types import BundleRef
 from warden.crypto.ed25519_keys import load_or_create_signing_key
 from warden.crypto.hmac_keys import SessionKeys, ikm_fingerprint
 from warden.crypto.keystore import load_or_create_api_token, load_or_create_ikm
-from warden.errors import StoreUnavailable
+from warden.errors import ConfigError, StoreUnavailable
 from warden.gates.approval import ApprovalGate
 from warden.gates.spend import SpendGate
 from warden.identity.agents import AgentRegistry
@@ -35,6 +35,7 @@ from warden.identity.api_keys import ApiKeys, Role, api_key_pepper
 from warden.kla.evidence import Signer
 from warden.kla.keys import KeyRegistry
 from warden.ledger.ledger import Ledger
+from warden.ledger.system_events import record_start
 from warden.policy.bundle import Bundle, load_bundle
 from warden.policy.engine import PolicyEngine
 from warden.settings import Settings
@@ -45,6 +46,9 @@ from warden.spend.engine import SpendEngine
 from warden.store.idempotency import Idempotency
 from warden.store.secrets_sql import bind_key_fingerprint
 from warden.store.sql import SqlStore, open_store
+from warden.tlog.keys import load_checkpoint_signer
+from warden.tlog.note import NoteError, load_witness_keys
+from warden.tlog.service import CheckpointPolicy, CheckpointWorker, LogForked, TransparencyLog
 from warden.wire.acs.callers import CallerKeys
 from warden.wire.acs.handshake import HandshakeConfig
 from warden.wire.acs.service import AcsService
@@ -86,6 +90,9 @@ class Runtime:
     #: Its ``GET /metrics`` instruments and registry (warden.server.metrics.WardenMetrics),
     #: made by the first ``create_app`` for this runtime.
     metrics: Any = None
+    #: The transparency log (``/v1/log/*``) and the thread that signs its checkpoints.
+    tlog: TransparencyLog | None = None
+    tlog_worker: CheckpointWorker | None = None
     #: The OTLP span exporter (warden.core.tracing.Exporting) when ``otlp_endpoint`` is
     #: set; its tracer is ``guardian.observers.tracer``.
     tracing: Exporting | None = None
@@ -110,6 +117,10 @@ class Runtime:
                 signing_kid,
                 signing_file,
             )
+        checkpoint_signer = load_checkpoint_signer(
+            settings.resolved_checkpoint_key_file(), settings.log_origin
+        )
+        witnesses = _witness_keys(settings)
         signer = load_governance_signer(settings.data_dir, settings.resolved_public_url())
         kla_keys = KeyRegistry.load(settings.kla_keys) if settings.kla_keys is not None else None
         budgets = load_budgets(settings.budgets) if settings.budgets is not None else None
@@ -211,6 +222,31 @@ class Runtime:
                 "unsafe_shared_ikm. Register agents (`warden agents add`) and drop the flag."
             )
         try:
+            record_start(store, bundle.ref, replica=settings.replica_id or _replica())
+        except BaseException:
+            store.close()
+            raise
+        tlog = TransparencyLog(
+            store.engine,
+            checkpoint_signer,
+            witnesses=witnesses,
+            quorum=settings.log_witness_quorum,
+            policy=CheckpointPolicy(
+                settings.log_checkpoint_interval_s, settings.log_checkpoint_entries
+            ),
+        )
+        try:
+            # The first checkpoint is signed before serving; the worker then signs only
+            # when the log grows. A database whose leaves contradict its newest checkpoint
+            # gets no signature (decision 366) but is still served: decisions must go on
+            # being audited, and `warden verify` names what was changed.
+            tlog.checkpoint()
+        except LogForked as exc:
+            log.critical("transparency log: refusing to sign a checkpoint: %s", exc)
+        except BaseException:
+            store.close()
+            raise
+        try:
             # Last of the steps that may refuse the start: a refused start leaves no
             # exporter thread behind.
             tracing = _tracing(settings, bundle.ref)
@@ -245,10 +281,14 @@ class Runtime:
             adcp=adcp,
             agents=agents,
             demo_agent_key=demo_key,
+            tlog=tlog,
+            tlog_worker=CheckpointWorker(tlog),
             tracing=tracing,
         )
 
     def close(self) -> None:
+        if self.tlog_worker is not None:
+            self.tlog_worker.stop()  # signs the shutdown checkpoint
         if self.expirer is not None:
             self.expirer.stop()
         if self.notifier is not None:
@@ -304,6 +344,31 @@ def _first_agents(agents: AgentRegistry, settings: Settings, *, first_start: boo
         "`warden keys create --role agent --agent ID`."
     )
     return None
+
+
+def _replica() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _witness_keys(settings: Settings) -> list[Any]:
+    """The witnesses' verifier keys (setting ``log_witness_keys``); ConfigError if the
+    file is unreadable or malformed, or the quorum asks for more witnesses than listed."""
+    keys = []
+    if settings.log_witness_keys is not None:
+        try:
+            keys = load_witness_keys(settings.log_witness_keys.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read log_witness_keys {settings.log_witness_keys}: {exc}"
+            ) from exc
+        except NoteError as exc:
+            raise ConfigError(f"log_witness_keys {settings.log_witness_keys}: {exc}") from exc
+    if settings.log_witness_quorum > len(keys):
+        raise ConfigError(
+            f"log_witness_quorum is {settings.log_witness_quorum} but log_witness_keys lists "
+            f"{len(keys)} witness key(s)"
+        )
+    return keys
 
 
 def _log_tick_failure(what: str, exc: Exception) -> None:

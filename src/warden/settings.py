@@ -82,6 +82,24 @@ class Settings(BaseSettings):
     #: ``policy_data.unsafe_shared_ikm``. Registered agents' keys work either way.
     unsafe_shared_ikm: bool = False
 
+    # -- the transparency log (issue 17; decisions 360-389) --------------------------------
+    #: The Ed25519 key that signs the log's checkpoints (PKCS#8 PEM, 0600; created on first
+    #: start; separate from the IKM and the signing key); default
+    #: ``<data-dir>/checkpoint.key``.
+    checkpoint_key_file: Path | None = None
+    #: The checkpoints' origin line and key name (a schema-less URL naming this log);
+    #: default ``warden.invalid/log/<first 16 hex of the checkpoint key id>``.
+    log_origin: str | None = Field(None, min_length=1, max_length=255, pattern=r"^[^\s+]+$")
+    #: A new checkpoint is signed when the log grew and this many seconds passed ...
+    log_checkpoint_interval_s: float = Field(10.0, ge=0.05)
+    #: ... or when it grew by this many entries (and always on shutdown).
+    log_checkpoint_entries: int = Field(1000, ge=1)
+    #: A file of the witnesses' verifier keys (C2SP vkeys, type 0x04), one per line;
+    #: only their cosignatures are accepted.
+    log_witness_keys: Path | None = None
+    #: How many of those witnesses must cosign a checkpoint before it is final.
+    log_witness_quorum: int = Field(0, ge=0, le=100)
+
     # -- operations (issue 18; decisions 231-245) ----------------------------------------
     #: Python logging level of ``warden serve`` (DEBUG, INFO, WARNING, ERROR, CRITICAL).
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
@@ -152,3 +170,6 @@ class Settings(BaseSettings):
 
     def resolved_signing_key_file(self) -> Path:
         return self.signing_key_file or self.data_dir / "signing.key"
+
+    def resolved_checkpoint_key_file(self) -> Path:
+        return self.checkpoint_key_file or self.data_dir / "checkpoint.key"

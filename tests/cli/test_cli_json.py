@@ -105,11 +105,13 @@ def test_every_schema_is_valid_and_listed() -> None:
         "doctor.json",
         "export.json",
         "keys-list.json",
+        "log-check.json",
         "policy-check.json",
         "policy-explain.json",
         "replay-agentdojo.json",
         "replay-efficacy.json",
         "verify.json",
+        "witness.json",
     ]
     docs = (ROOT / "docs" / "cli-json.md").read_text(encoding="utf-8")
     for name in names:

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from conftest import TEST_IKM, write_key
 from ledger_chains import produce_chain
@@ -39,6 +40,13 @@ def verified(path: Path, key: Path) -> dict[str, object]:
     return doc
 
 
+def _without_log(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records without the transparency log's one record (what export_records yields
+    without ``log_record``)."""
+    assert sum(r["kind"] == "log" for r in records) == 1
+    return [r for r in records if r["kind"] != "log"]
+
+
 def _heads(records: list[dict[str, object]]) -> dict[object, object]:
     return {r["session_id"]: r["chain_hash"] for r in records if r["kind"] == "head"}
 
@@ -54,8 +62,11 @@ def test_export_then_verify(runtime: Runtime, tmp_path: Path) -> None:
     proc = warden("export", "--data-dir", data, "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert len(expected) == len(stored) + 1 == 14
-    assert f"wrote 14 records to {out}" in proc.stderr
+    # The CLI adds the transparency log's record before the manifest (issue 17).
+    assert f"wrote 15 records to {out}" in proc.stderr
     records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert records[-2]["kind"] == "log"
+    records = _without_log(records)
     assert records == expected
     assert records[:-1] == stored
     assert [r["kind"] for r in records] == (
@@ -74,8 +85,10 @@ def test_export_then_verify(runtime: Runtime, tmp_path: Path) -> None:
     one = tmp_path / "b.jsonl"
     proc = warden("export", "--data-dir", data, "--session", sid_b, "-o", one)
     assert proc.returncode == 0, proc.stderr
-    assert f"wrote 6 records to {one}" in proc.stderr
+    assert f"wrote 7 records to {one}" in proc.stderr
     records = [json.loads(line) for line in one.read_text(encoding="utf-8").splitlines()]
+    assert records[-2]["kind"] == "log" and list(records[-2]["indexes"]) == [sid_b]
+    records = _without_log(records)
     assert [r["kind"] for r in records] == [
         "session",
         "entry",
@@ -128,7 +141,7 @@ def test_export_to_stdout(runtime: Runtime) -> None:
     runtime.close()
     proc = warden("export", "--data-dir", runtime.settings.data_dir)
     assert proc.returncode == 0, proc.stderr
-    assert [json.loads(line) for line in proc.stdout.splitlines()] == expected
+    assert _without_log([json.loads(line) for line in proc.stdout.splitlines()]) == expected
     assert proc.stderr == ""
 
 
@@ -142,10 +155,10 @@ def test_export_with_explicit_key_file(runtime: Runtime, tmp_path: Path) -> None
     (data / "ikm.key").unlink()
     proc = warden("export", "--data-dir", data, "--key-file", key)
     assert proc.returncode == 0, proc.stderr
-    assert [json.loads(line) for line in proc.stdout.splitlines()] == expected
+    assert _without_log([json.loads(line) for line in proc.stdout.splitlines()]) == expected
     proc = warden("export", "--data-dir", data, WARDEN_KEY_FILE=str(key))
     assert proc.returncode == 0, proc.stderr
-    assert [json.loads(line) for line in proc.stdout.splitlines()] == expected
+    assert _without_log([json.loads(line) for line in proc.stdout.splitlines()]) == expected
 
 
 def test_export_without_database(tmp_path: Path) -> None:

@@ -314,6 +314,12 @@ class ApiKeys:
         self._pepper = pepper
         self._clock = clock
 
+    @staticmethod
+    def _audit(tx: Any, event: str, detail: dict[str, Any]) -> None:
+        """Every key created, registered or revoked is a ``keys.<event>`` leaf of the
+        transparency log in the same transaction (issue 17)."""
+        tx.log_event(f"keys.{event}", detail)
+
     def _hash(self, token: str) -> str:
         return hash_token(self._pepper, token)
 
@@ -329,7 +335,8 @@ class ApiKeys:
         role = parse_role(role)
         group_tuple = check_groups(groups)
         created_at = _rfc3339(self._clock())
-        with self._store._write() as cur:
+        with self._store.transaction() as tx:
+            cur = tx.cursor
             table = SqlApiKeys(cur, self._store._q)
             agent = _require_agent(cur, self._store._q, principal) if role is Role.AGENT else None
             for _ in range(8):
@@ -345,6 +352,11 @@ class ApiKeys:
                 groups_json=json.dumps(list(group_tuple)),
                 secret_hash=self._hash(token),
                 created_at=created_at,
+            )
+            self._audit(
+                tx,
+                "created",
+                _key_detail(key_id, principal, role, group_tuple, self._hash(token)),
             )
         who = Identity(key_id, principal, role, group_tuple)
         return (_as_agent(who, agent) if agent is not None else who), token
@@ -409,7 +421,8 @@ class ApiKeys:
         embedded: re.Match[str] | None,
         created_at: str,
     ) -> Identity:
-        with self._store._write() as cur:
+        with self._store.transaction() as tx:
+            cur = tx.cursor
             table = SqlApiKeys(cur, self._store._q)
             found = table.by_hash(digest)
             if found is not None:
@@ -435,6 +448,7 @@ class ApiKeys:
                 secret_hash=digest,
                 created_at=created_at,
             )
+            self._audit(tx, "registered", _key_detail(key_id, principal, role, group_tuple, digest))
         return Identity(key_id, principal, role, group_tuple)
 
     def authenticate(self, token: str | None) -> Identity | None:
@@ -501,8 +515,29 @@ class ApiKeys:
         approval-desk sessions end in the same transaction
         (:mod:`warden.identity.desk_sessions`)."""
         revoked_at = _rfc3339(self._clock())
-        with self._store._write() as cur:
+        with self._store.transaction() as tx:
+            cur = tx.cursor
             found = SqlApiKeys(cur, self._store._q).revoke(key_id, revoked_at)
             if found:
                 SqlDeskSessions(cur, self._store._q).delete_for_key(key_id)
+                self._audit(tx, "revoked", {"key_id": key_id, "revoked_at": revoked_at})
             return found
+
+
+def _key_detail(
+    key_id: str, principal: str, role: Role, groups: tuple[str, ...], secret_hash: str
+) -> dict[str, Any]:
+    """What a key's audit event records: never the token; a digest of its stored hash, so
+    a row whose credential was swapped disagrees with the log (:mod:`warden.tlog.state`)."""
+    return {
+        "key_id": key_id,
+        "principal": principal,
+        "role": role.value,
+        "groups": list(groups),
+        "secret": secret_digest(secret_hash),
+    }
+
+
+def secret_digest(secret_hash: str) -> str:
+    """SHA-256 (hex) of a stored key hash: what the log records of a credential."""
+    return sha256(secret_hash.encode("ascii")).hexdigest()

@@ -8,7 +8,7 @@ session): an export never silently drops or re-reads tampered rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from warden.crypto.canonical import canonical_bytes
@@ -18,10 +18,16 @@ from warden.store.base import Store
 
 
 def export_records(
-    store: Store, ikm: bytes, *, key_id: str = "warden", session_id: str | None = None
+    store: Store,
+    ikm: bytes,
+    *,
+    key_id: str = "warden",
+    session_id: str | None = None,
+    log_record: Callable[[], dict[str, Any] | None] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Yield every record of the store (or one session), then the signed manifest
-    listing each exported session's head."""
+    """Yield every record of the store (or one session), then ``log_record()`` (the
+    transparency log's checkpoint and proof material, :mod:`warden.tlog.export`) if
+    given and not None, then the signed manifest listing each exported session's head."""
     heads: list[dict[str, Any]] = []
     last: dict[str, dict[str, Any]] = {}
     for rec in store.iter_records(session_id):
@@ -35,6 +41,10 @@ def export_records(
         elif rec["kind"] == "head":
             last[rec["session_id"]].update(seq=rec["seq"], chain_hash=rec["chain_hash"])
         yield rec
+    if log_record is not None:
+        extra = log_record()
+        if extra is not None:
+            yield extra
     manifest: dict[str, Any] = {"kind": "manifest", "sessions": heads}
     value = hmac_sign(
         derive_session_key(ikm, MANIFEST_KEY_INFO),

@@ -29,6 +29,7 @@ from warden.runtime import Runtime
 from warden.server.agents_api import agents_router
 from warden.server.approvals_api import approvals_router
 from warden.server.desk import mount_desk
+from warden.server.log_api import log_router
 from warden.server.metrics import WardenMetrics
 from warden.server.trace_context import TraceContext
 from warden.store.group_commit import GroupCommitter
@@ -150,6 +151,8 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
     # not serve are answered by their wire's catch-all, in that wire's error format.
     app = FastAPI(title="Warden", version=__version__, lifespan=lifespan, redirect_slashes=False)
     # Before the spend router, whose catch-all answers unknown /v1 routes.
+    if runtime.tlog is not None:
+        app.include_router(log_router(runtime.tlog))
     app.include_router(
         approvals_router(
             runtime.desk, runtime.api_keys, max_body_bytes=runtime.settings.max_body_bytes

@@ -11,12 +11,14 @@ columns on ``tasks``, ``approval_votes``, ``api_keys`` and ``webhook_deliveries`
 ``adcp_adjustments``; 0007 ``desk_sessions`` (approval-desk sessions kept server-side);
 0008 spend ownership: ``budgets.principals`` (who may spend a budget) and
 ``reservations.principal`` / ``receipts.principal`` (who took a hold); 0009 the agent
-identity registry, ``agents`` and ``agent_keys``.
+identity registry, ``agents`` and ``agent_keys``; 0010 the transparency log:
+``entries.log_index``, ``log_state``, ``log_events``, ``log_checkpoints``, ``log_cosignatures``.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     Index,
@@ -68,8 +70,11 @@ entries = Table(
     Column("response", Text, nullable=True),
     Column("created_at", String(40), nullable=False),
     Column("request", Text, nullable=True),
+    #: The entry's leaf index in the transparency log (migration 0010): global, gapless.
+    Column("log_index", BigInteger, nullable=True),
     PrimaryKeyConstraint("session_id", "seq", name="pk_entries"),
 )
+Index("uq_entries_log_index", entries.c.log_index, unique=True)
 
 #: One chained entry per request id and session: a replayed request cannot be chained
 #: twice even if its replay keys were deleted. Entries without a step id ("") are exempt.
@@ -365,4 +370,47 @@ Index(
     adcp_adjustments.c.principal,
     adcp_adjustments.c.plan_id,
     adcp_adjustments.c.created_at,
+)
+
+# -- transparency log (migration 0010) -------------------------------------------------
+
+#: One row (id 1): the leaf index the next appended entry gets.
+log_state = Table(
+    "log_state",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("next_index", BigInteger, nullable=False),
+)
+
+#: Leaves that are no chain entry (server starts, bundle loads, API key changes).
+log_events = Table(
+    "log_events",
+    metadata,
+    Column("log_index", BigInteger, primary_key=True),
+    Column("kind", String(64), nullable=False),
+    Column("event", Text, nullable=False),
+    Column("created_at", String(40), nullable=False),
+)
+
+#: Signed checkpoints (C2SP tlog-checkpoint notes), one per tree size.
+log_checkpoints = Table(
+    "log_checkpoints",
+    metadata,
+    Column("tree_size", BigInteger, primary_key=True),
+    Column("root_hash", String(64), nullable=False),
+    Column("note", Text, nullable=False),
+    Column("created_at", String(40), nullable=False),
+)
+
+#: Witnesses' cosignature lines (C2SP tlog-cosignature v1) on a checkpoint.
+log_cosignatures = Table(
+    "log_cosignatures",
+    metadata,
+    Column("tree_size", BigInteger, nullable=False),
+    Column("witness", String(255), nullable=False),
+    Column("key_id", String(8), nullable=False),
+    Column("line", Text, nullable=False),
+    Column("timestamp", BigInteger, nullable=False),
+    Column("received_at", String(40), nullable=False),
+    PrimaryKeyConstraint("tree_size", "witness", "key_id", name="pk_log_cosignatures"),
 )

@@ -139,6 +139,15 @@ class SqlSpendTx:
         self.tasks = SqlTasks(cur, self._q, row_locks=store.row_locks)
 
     @property
+    def cursor(self) -> Any:
+        """The DB-API cursor of this transaction (for the ``*_sql`` tables that take one)."""
+        return self._cur
+
+    def log_event(self, kind: str, detail: dict[str, Any]) -> int:
+        """Append a transparency-log leaf that is no chain entry; its index."""
+        return self._store.append_log_event(self._cur, kind, detail)  # noqa: SLF001
+
+    @property
     def outbox(self) -> SqlOutbox:
         """The webhook outbox in this transaction: a task change and its notifications
         commit together (:meth:`warden.approvals.notifier.Notifier.enqueue`)."""

@@ -60,6 +60,15 @@ from warden.store.driver_errors import is_integrity
 from warden.store.schema import entries, replay_keys, sessions
 
 SYNC_MODES = ("FULL", "NORMAL", "EXTRA")
+#: The next leaf index. PostgreSQL: the counter row, locked until COMMIT. SQLite (whose
+#: ``BEGIN IMMEDIATE`` already makes the writer alone): one past the largest index stored,
+#: read from the two unique indexes, so no page is dirtied for the counter (writing a
+#: counter row would add a page to every commit's WAL frame set: measurably slower).
+_LOG_LOCK = "SELECT next_index FROM log_state WHERE id = 1 FOR UPDATE"
+_LOG_MAX = (
+    "SELECT COALESCE(MAX(m), -1) + 1 FROM (SELECT MAX(log_index) AS m FROM entries "
+    "UNION ALL SELECT MAX(log_index) FROM log_events)"
+)
 _CACHE_SIZE = 10_000
 log = logging.getLogger(__name__)
 
@@ -283,13 +292,18 @@ _KEY_LIVE = (
 
 #: One ACS append on PostgreSQL as one statement (its own transaction in autocommit, so
 #: one round trip): move the head if it is where the entry was chained and the agent key
-#: is live, record the replay keys, insert the entry. No row back means the head did not
-#: move (classified after); a unique violation names its constraint.
+#: is live, record the replay keys, insert the entry as the next transparency-log leaf.
+#: No row back means the head did not move (classified after); a unique violation names
+#: its constraint. The log counter is locked first (``lk``, evaluated before the session
+#: row is locked, the order a group-commit batch takes them in) and bumped only when the
+#: head moved (``leaf``), so the index is gapless and costs no round trip.
 _PG_APPEND = """
-WITH head AS (
+WITH lk AS (
+  SELECT next_index FROM log_state WHERE id = 1 FOR UPDATE
+), head AS (
   UPDATE sessions SET head_seq = %(seq)s, head_hash = %(hash)s, head_signature = %(sig)s,
          closed = (closed OR %(close)s)
-  WHERE session_id = %(sid)s AND head_seq = %(expected)s
+  WHERE session_id = %(sid)s AND head_seq = %(expected)s AND EXISTS (SELECT 1 FROM lk)
     AND (%(key)s::text IS NULL OR EXISTS (
       SELECT 1 FROM agent_keys k JOIN agents a ON a.agent_id = k.agent_id
       WHERE k.key_id = %(key)s::text AND k.revoked_at IS NULL AND a.revoked_at IS NULL))
@@ -300,12 +314,16 @@ WITH head AS (
   FROM head, (VALUES ('request_id', %(rid)s::text), ('nonce', %(nonce)s::text)) AS v(kind, value)
   WHERE v.value IS NOT NULL
   RETURNING 1
+), leaf AS (
+  UPDATE log_state SET next_index = next_index + 1
+  WHERE id = 1 AND EXISTS (SELECT 1 FROM head)
+  RETURNING next_index - 1 AS i
 )
 INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, entry, response,
-                     created_at, request)
+                     created_at, request, log_index)
 SELECT head.session_id, %(seq)s, %(hash)s, %(step_id)s, %(step_type)s, %(entry)s,
-       %(response)s, %(now)s, %(request)s
-FROM head
+       %(response)s, %(now)s, %(request)s, leaf.i
+FROM head, leaf
 RETURNING seq
 """
 
@@ -355,6 +373,10 @@ class SqlStore:
                 pass
         self._cache: dict[str, SessionState] = {}
         self.session_signer: SessionSigner | None = None
+        #: The transparency log's counter inside the open write transaction:
+        #: ``(next_index read at the first append, next index to assign)``; None until
+        #: the transaction appends (see :meth:`_leaf_index`).
+        self._log_tx: list[int] | None = None
         self._checkpointer: _Checkpointer | None = None
         if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
             # Checkpoint the WAL off the request path: an automatic checkpoint runs
@@ -423,25 +445,36 @@ class SqlStore:
         return sql if self._qmark else sql.replace("?", "%s")
 
     @contextmanager
-    def _write(self) -> Iterator[Any]:
-        """One write transaction on the raw connection; foreign errors translated."""
+    def _write(self, *, log: bool = False) -> Iterator[Any]:
+        """One write transaction on the raw connection; foreign errors translated.
+
+        ``log``: the transaction will append leaves; on PostgreSQL the log counter is
+        read and locked in the same round trip as ``BEGIN`` (see :meth:`_leaf_index`).
+        """
         with self._lock:
             cur = self._cursor()
             begun = committing = False
+            begin = "BEGIN IMMEDIATE" if self._qmark else "BEGIN"
+            if log and self.row_locks:
+                begin += "; " + _LOG_LOCK
             try:
                 try:
-                    cur.execute("BEGIN IMMEDIATE" if self._qmark else "BEGIN")
+                    cur.execute(begin)
                 except Exception:
                     if not self._broken():
                         raise
                     # The server dropped the connection (restart, failover): nothing has
                     # been done yet, so reconnect and begin again instead of failing.
                     cur = self._cursor()
-                    cur.execute("BEGIN IMMEDIATE" if self._qmark else "BEGIN")
+                    cur.execute(begin)
                 begun = True
+                self._log_tx = None
+                if log and self.row_locks:
+                    cur.nextset()
+                    self._log_tx = self._log_start(cur.fetchone())
                 yield cur
                 committing = True
-                cur.execute("COMMIT")
+                cur.execute(self._log_flush() + "COMMIT")
             except BaseException as exc:
                 # A BEGIN that failed (SQLite's "database is locked" while another
                 # process holds the write lock) left no transaction to roll back.
@@ -461,7 +494,63 @@ class SqlStore:
                     ) from exc
                 raise StoreUnavailable(f"store error: {exc.__class__.__name__}: {exc}") from exc
             finally:
+                self._log_tx = None
                 cur.close()
+
+    def _leaf_index(self, cur: Any) -> int:
+        """The transparency-log index of the next entry this transaction appends.
+
+        The first call in a transaction reads the next index (PostgreSQL: the
+        ``log_state`` row, locked, so replicas number leaves one transaction at a time;
+        SQLite: one past the largest stored index, its ``BEGIN IMMEDIATE`` already making
+        this the only writer); later ones count in memory, and on PostgreSQL
+        :meth:`_log_flush` writes the counter back once, with COMMIT. An index is used
+        only by an entry that was inserted (a failed item's savepoint rollback takes
+        nothing): no gaps. On PostgreSQL a group commit reads the counter in BEGIN's
+        round trip and writes it in COMMIT's: no extra round trip per batch.
+        """
+        if self._log_tx is None:
+            cur.execute(_LOG_LOCK if self.row_locks else _LOG_MAX)
+            self._log_tx = self._log_start(cur.fetchone())
+        return self._log_tx[1]
+
+    @staticmethod
+    def _log_start(row: Any) -> list[int]:
+        if row is None:
+            raise StoreUnavailable("the transparency log's counter row (log_state) is missing")
+        return [int(row[0]), int(row[0])]
+
+    def _log_flush(self) -> str:
+        """PostgreSQL: the statement that writes the log counter back, sent in one string with
+        ``COMMIT`` (no round trip of its own), or "" if no leaf was appended. It writes
+        NULL (refused: the column is NOT NULL) unless the counter still holds what this
+        transaction read, so a counter that moved (it cannot, under the write lock) aborts
+        the commit instead of numbering two leaves alike; on PostgreSQL the failed
+        statement keeps the COMMIT sent with it from running. The numbers are integers
+        this process formatted."""
+        if not self.row_locks or self._log_tx is None or self._log_tx[1] == self._log_tx[0]:
+            return ""
+        start, end = int(self._log_tx[0]), int(self._log_tx[1])
+        return (
+            f"UPDATE log_state SET next_index = CASE WHEN next_index = {start} "
+            f"THEN {end} ELSE NULL END WHERE id = 1; "
+        )
+
+    def append_log_event(self, cur: Any, kind: str, detail: dict[str, Any]) -> int:
+        """Append an event that belongs to no chain (a server start, a bundle load, an API
+        key change) as a leaf, inside the caller's write transaction; return its index.
+        The leaf bytes are the stored JSON text ``{"kind", "at", **detail}``."""
+        index = self._leaf_index(cur)
+        at = _now()
+        cur.execute(
+            self._q(
+                "INSERT INTO log_events (log_index, kind, event, created_at) VALUES (?, ?, ?, ?)"
+            ),
+            (index, kind, _dumps({"kind": kind, "at": at, **detail}), at),
+        )
+        assert self._log_tx is not None
+        self._log_tx[1] = index + 1
+        return index
 
     def _rollback(self, cur: Any) -> None:
         """Roll back the transaction :meth:`_write` began; a failure is logged, never
@@ -651,7 +740,11 @@ class SqlStore:
 
     def _append_batch(self, items: list[PendingAppend]) -> list[Exception | None]:
         outcomes: list[Exception | None] = []
-        with self._write() as cur:
+        # The log counter is read (and on PostgreSQL locked, with BEGIN) before the items'
+        # savepoints: a row lock taken inside one would be released by its rollback, and
+        # taking it first orders it before every session row lock (no deadlock on it).
+        with self._write(log=True) as cur:
+            self._leaf_index(cur)
             for i, item in enumerate(items):
                 # A savepoint per item: one replay or lost race fails alone.
                 savepoint = f"item{i}"
@@ -788,11 +881,13 @@ class SqlStore:
         if cur.rowcount != 1:
             self._check_agent_key(cur, item.agent_key)
             raise HeadMoved(f"session {item.session_id} head is no longer seq {item.expected_seq}")
+        log_index = self._leaf_index(cur)
         try:
             cur.execute(
                 self._q(
                     "INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, "
-                    "entry, response, created_at, request) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    "entry, response, created_at, request, log_index) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
                 (
                     item.session_id,
@@ -804,12 +899,15 @@ class SqlStore:
                     _dumps(item.response) if item.response is not None else None,
                     _now(),
                     item.request,
+                    log_index,
                 ),
             )
         except Exception as exc:
             if is_integrity(exc):
                 raise _EntryConflict(str(exc)) from exc
             raise
+        assert self._log_tx is not None
+        self._log_tx[1] = log_index + 1
 
     def _classify_conflict(
         self, cur: Any, item: PendingAppend, conflict: _EntryConflict

@@ -1,0 +1,295 @@
+"""``warden log`` (key, prove, check) and ``warden witness``: the transparency log offline.
+
+* ``warden log key``: the checkpoint verifier key (C2SP vkey) of this data directory.
+* ``warden log prove --index I --size N`` / ``--from M --to N``: an inclusion or
+  consistency proof computed from the database (the document ``GET /v1/log/inclusion``
+  and ``/v1/log/consistency`` serve); always JSON.
+* ``warden log check PROOF --checkpoint NOTE [--old-checkpoint NOTE] --log-key VKEY``:
+  checks a proof document against signed checkpoints; ``--leaf FILE`` also checks that
+  the proven leaf hash is that file's bytes.
+* ``warden witness --url URL --log-key VKEY --key FILE --name NAME --state FILE``:
+  fetches each new checkpoint, checks it extends the last one, cosigns it and posts the
+  cosignature back (:mod:`warden.tlog.witness`); ``--once`` for one round.
+
+Exit codes: 0 fine; 1 a proof fails, or (witness) a fork or rollback; 2 bad input.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from warden.cli_options import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE_FOUND,
+    DataDir,
+    DbUrl,
+    console,
+    err_console,
+    existing_database_url,
+)
+from warden.cli_output import print_json, print_line
+from warden.errors import ConfigError, WardenError
+
+log_app = typer.Typer(help="The transparency log: its key, proofs, and checking them offline.")
+
+AsJson = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document (docs/cli-json.md) on stdout.")
+]
+LogKey = Annotated[
+    str,
+    typer.Option(
+        "--log-key",
+        help="The log's checkpoint verifier key (C2SP vkey text, or a file holding it).",
+    ),
+]
+
+
+def _bad(message: str) -> typer.Exit:
+    print_line(err_console, f"[red]error:[/red] {escape(message)}")
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
+def read_log_key(value: str) -> Any:
+    """A NoteVerifier from vkey text or a file holding it; ConfigError otherwise."""
+    from warden.tlog.note import NoteError, NoteVerifier
+
+    text = value
+    path = Path(value)
+    if "+" not in value or path.is_file():
+        try:
+            text = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"--log-key {value}: not a vkey, and not a readable file") from exc
+    try:
+        return NoteVerifier.from_vkey(text)
+    except NoteError as exc:
+        raise ConfigError(f"--log-key: {exc}") from exc
+
+
+def b64(raw: bytes) -> str:
+    """Standard base64 text."""
+    return base64.b64encode(raw).decode("ascii")
+
+
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc}") from exc
+
+
+@log_app.command("key")
+def key_cmd(
+    data_dir: DataDir = Path(".warden"),
+    key_file: Annotated[
+        Path | None, typer.Option(help="The checkpoint key (default <data-dir>/checkpoint.key).")
+    ] = None,
+    origin: Annotated[
+        str | None, typer.Option(envvar="WARDEN_LOG_ORIGIN", help="The log's origin.")
+    ] = None,
+) -> None:
+    """Print the checkpoint verifier key: give it to witnesses and auditors."""
+    from warden.tlog.keys import load_checkpoint_signer
+
+    try:
+        signer = load_checkpoint_signer(
+            key_file or data_dir / "checkpoint.key", origin, create=False
+        )
+    except WardenError as exc:
+        raise _bad(exc.message) from exc
+    console.print(signer.vkey(), soft_wrap=True, highlight=False)
+
+
+@log_app.command("prove")
+def prove_cmd(
+    index: Annotated[int | None, typer.Option(min=0, help="Inclusion: the leaf index.")] = None,
+    size: Annotated[int | None, typer.Option(min=1, help="Inclusion: the tree size.")] = None,
+    first: Annotated[
+        int | None, typer.Option("--from", min=0, help="Consistency: the older size.")
+    ] = None,
+    second: Annotated[
+        int | None, typer.Option("--to", min=0, help="Consistency: the newer size.")
+    ] = None,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+) -> None:
+    """Compute an inclusion (--index, --size) or consistency (--from, --to) proof from the
+    database; prints the proof document (JSON)."""
+    from warden.store import open_store
+    from warden.store.tlog_sql import iter_leaves
+    from warden.tlog.merkle import MerkleTree, ProofError, leaf_hash
+
+    inclusion = index is not None or size is not None
+    consistency = first is not None or second is not None
+    if inclusion == consistency:
+        raise _bad("give --index and --size (inclusion), or --from and --to (consistency)")
+    try:
+        store = open_store(existing_database_url(data_dir, database_url), migrate=False)
+    except WardenError as exc:
+        raise _bad(exc.message) from exc
+    try:
+        tree = MerkleTree(leaf_hash(bytes(t)) for _, t in iter_leaves(store.engine))
+    finally:
+        store.close()
+    try:
+        if inclusion:
+            if index is None or size is None:
+                raise _bad("an inclusion proof needs both --index and --size")
+            doc: dict[str, Any] = {
+                "index": index,
+                "size": size,
+                "leaf_hash": b64(tree.leaf(index)),
+                "root_hash": b64(tree.root(size)),
+                "proof": [b64(p) for p in tree.inclusion_proof(index, size)],
+            }
+        else:
+            if first is None or second is None:
+                raise _bad("a consistency proof needs both --from and --to")
+            doc = {
+                "from": first,
+                "to": second,
+                "from_root": b64(tree.root(first)),
+                "to_root": b64(tree.root(second)),
+                "proof": [b64(p) for p in tree.consistency_proof(first, second)],
+            }
+    except ProofError as exc:
+        raise _bad(str(exc)) from exc
+    print_json(doc)
+
+
+@log_app.command("check")
+def check_cmd(
+    proof: Annotated[Path, typer.Argument(help="A proof document (warden log prove, /v1/log).")],
+    checkpoint: Annotated[
+        Path, typer.Option(help="The signed checkpoint the proof leads to (its size).")
+    ],
+    log_key: LogKey,
+    old_checkpoint: Annotated[
+        Path | None, typer.Option(help="Consistency: the older signed checkpoint.")
+    ] = None,
+    leaf: Annotated[
+        Path | None, typer.Option(help="Inclusion: the leaf's bytes (an entry's stored JSON).")
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Check a proof against signed checkpoints, offline."""
+    from warden.tlog.merkle import leaf_hash, verify_consistency, verify_inclusion
+    from warden.tlog.note import NoteError, open_checkpoint
+
+    try:
+        verifier = read_log_key(log_key)
+        doc = json.loads(_read_text(proof, "the proof"))
+        new = open_checkpoint(_read_text(checkpoint, "the checkpoint"), verifier)
+        old = (
+            open_checkpoint(_read_text(old_checkpoint, "the old checkpoint"), verifier)
+            if old_checkpoint is not None
+            else None
+        )
+        path = [base64.b64decode(p, validate=True) for p in doc["proof"]]
+    except (WardenError, NoteError, ValueError, KeyError, TypeError) as exc:
+        raise _bad(getattr(exc, "message", None) or str(exc)) from exc
+    result: dict[str, Any] = {"ok": False, "kind": "", "size": new.size}
+    try:
+        if "index" in doc:
+            result["kind"] = "inclusion"
+            hashed = base64.b64decode(doc["leaf_hash"], validate=True)
+            if leaf is not None and leaf_hash(leaf.read_bytes()) != hashed:
+                result["message"] = "the leaf file does not hash to the proof's leaf_hash"
+            elif int(doc["size"]) != new.size:
+                result["message"] = (
+                    f"the proof is for size {doc['size']}, the checkpoint {new.size}"
+                )
+            else:
+                result["ok"] = verify_inclusion(int(doc["index"]), new.size, hashed, path, new.root)
+                result["index"] = int(doc["index"])
+        else:
+            result["kind"] = "consistency"
+            if old is None:
+                raise _bad("a consistency proof needs --old-checkpoint")
+            if (int(doc["from"]), int(doc["to"])) != (old.size, new.size):
+                result["message"] = "the proof's sizes are not the checkpoints' sizes"
+            else:
+                result["ok"] = verify_consistency(old.size, new.size, old.root, new.root, path)
+                result["from"] = old.size
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _bad(f"malformed proof document: {exc}") from exc
+    if not result["ok"]:
+        result.setdefault("message", f"the {result['kind']} proof does not verify")
+    if as_json:
+        print_json(result)
+    elif result["ok"]:
+        print_line(
+            console, f"[green]OK[/green] {result['kind']} proof verifies ({new.size} leaves)"
+        )
+    else:
+        print_line(err_console, f"[red]FAILED[/red] {escape(result['message'])}")
+    if not result["ok"]:
+        raise typer.Exit(EXIT_FAILURE_FOUND)
+
+
+def witness_cmd(
+    url: Annotated[str, typer.Option(help="The Warden to witness, e.g. https://warden.example.")],
+    log_key: LogKey,
+    key: Annotated[
+        Path, typer.Option(help="This witness's Ed25519 key (PKCS#8 PEM; created if absent).")
+    ],
+    name: Annotated[
+        str, typer.Option(help="This witness's name (a schema-less URL, e.g. witness.example/w1).")
+    ],
+    state: Annotated[
+        Path, typer.Option(help="The state file: the last checkpoint this witness cosigned.")
+    ],
+    once: Annotated[bool, typer.Option(help="One round, then exit.")] = False,
+    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between rounds.")] = 10.0,
+    as_json: AsJson = False,
+) -> None:
+    """Witness a Warden log: verify each new checkpoint extends the last one, cosign it
+    (C2SP tlog-cosignature) and post the cosignature back. Refuses and exits 1 on a fork
+    or rollback."""
+    import httpx
+
+    from warden.crypto.ed25519_keys import load_or_create_signing_key
+    from warden.tlog.note import COSIGNATURE_V1, NoteError, NoteSigner
+    from warden.tlog.witness import ForkDetected, WitnessError, witness_once
+
+    try:
+        verifier = read_log_key(log_key)
+        private, _, created = load_or_create_signing_key(key)
+        signer = NoteSigner(name, private, COSIGNATURE_V1)
+    except (WardenError, NoteError) as exc:
+        raise _bad(getattr(exc, "message", None) or str(exc)) from exc
+    if created:
+        print_line(err_console, f"generated the witness key {escape(str(key))} (mode 0600)")
+    print_line(err_console, f"witness key: {signer.vkey()}")
+    with httpx.Client(timeout=10.0) as client:
+        while True:
+            try:
+                result = witness_once(client, url, verifier, signer, state)
+            except ForkDetected as exc:
+                if as_json:
+                    print_json({"ok": False, "alarm": str(exc)})
+                print_line(err_console, f"[bold red]ALARM[/bold red] {escape(str(exc))}")
+                raise typer.Exit(EXIT_FAILURE_FOUND) from exc
+            except WitnessError as exc:
+                if once:
+                    raise _bad(str(exc)) from exc
+                print_line(err_console, f"[yellow]retrying[/yellow] {escape(str(exc))}")
+            else:
+                if as_json:
+                    print_json(result.as_dict())
+                else:
+                    print_line(
+                        console,
+                        f"[green]OK[/green] {escape(result.origin)} at {result.size} leaves "
+                        f"(previously {result.previous_size}); cosigned: {result.cosigned}",
+                    )
+            if once:
+                return
+            time.sleep(interval)

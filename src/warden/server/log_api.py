@@ -1,0 +1,125 @@
+"""The transparency log over HTTP: ``/v1/log/*`` (issue 17).
+
+Public reads, no API key: a checkpoint and proofs carry hashes only, never an entry's
+content, and a log that only its operator can read is no transparency log.
+
+* ``GET /v1/log/checkpoint``: the newest signed checkpoint, a C2SP signed note
+  (``text/plain; charset=utf-8``) with every cosignature stored for it; header
+  ``Warden-Checkpoint-Final: true|false`` (enough witnesses cosigned it).
+* ``GET /v1/log/checkpoint/final``: the newest checkpoint cosigned by
+  ``log_witness_quorum`` configured witnesses, with their cosignatures (404 if none yet).
+* ``GET /v1/log/key``: the checkpoint key as a C2SP verifier key (``<origin>+<key id>+
+  <base64>``); pin it out of band, this is for convenience.
+* ``GET /v1/log/inclusion?index=I&size=N``: ``{index, size, leaf_hash, root_hash,
+  proof[]}`` (base64), RFC 9162 §2.1.3.
+* ``GET /v1/log/consistency?from=M&to=N``: ``{from, to, from_root, to_root, proof[]}``
+  (base64), RFC 9162 §2.1.4.
+* ``POST /v1/log/cosignatures``: a witness posts this log's checkpoint note carrying its
+  cosignature line(s) (text/plain); only configured witness keys are accepted. ``{stored}``.
+
+Refusals use the ``/v1`` envelope (``{blockedBy, message, retryable}``):
+``log:invalid_params`` (400), ``log:not_found`` (404), ``log:cosignature_refused``
+(400), ``log:unavailable`` (503).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from warden.tlog.merkle import ProofError
+from warden.tlog.note import NoteError
+from warden.tlog.service import LogForked, TransparencyLog
+from warden.wire.spend.render import Refusal, dump, json_response
+
+_MAX_NOTE_BYTES = 64 * 1024
+_NOTE_TYPE = "text/plain; charset=utf-8"
+
+
+def _refuse(gate: str, status: int, message: str) -> Response:
+    return json_response(status, dump(Refusal(gate, status, message).envelope()))
+
+
+def _int_param(request: Request, name: str) -> int:
+    raw = request.query_params.getlist(name)
+    if len(raw) != 1:
+        raise ValueError(f"give exactly one query parameter {name}=<non-negative integer>")
+    value = raw[0]
+    if not value.isascii() or not value.isdigit() or len(value) > 19:
+        raise ValueError(f"{name} must be a non-negative decimal integer, got {value!r}")
+    return int(value)
+
+
+def log_router(tlog: TransparencyLog) -> APIRouter:
+    """The ``/v1/log`` routes (no authentication; see the module docstring)."""
+    router = APIRouter(prefix="/v1/log", tags=["transparency log"])
+
+    @router.get("/checkpoint", summary="The newest signed checkpoint (C2SP signed note)")
+    async def checkpoint() -> Response:
+        try:
+            cp = await run_in_threadpool(tlog.latest)
+            if cp is None:
+                return _refuse("log:not_found", 404, "no checkpoint has been signed yet")
+            sigs = await run_in_threadpool(tlog.cosignatures, cp.tree_size)
+            final = await run_in_threadpool(tlog.final)
+        except Exception as exc:  # noqa: BLE001 - the database is unreachable
+            return _refuse("log:unavailable", 503, f"the log cannot be read: {exc}")
+        is_final = final is not None and final[0].tree_size == cp.tree_size
+        return Response(
+            tlog.with_cosignatures(cp, sigs),
+            200,
+            media_type=_NOTE_TYPE,
+            headers={"Warden-Checkpoint-Final": "true" if is_final else "false"},
+        )
+
+    @router.get("/key", summary="The checkpoint verifier key (C2SP vkey)")
+    async def key() -> Response:
+        return Response(tlog.signer.vkey() + "\n", 200, media_type=_NOTE_TYPE)
+
+    @router.get("/checkpoint/final", summary="The newest checkpoint enough witnesses cosigned")
+    async def final_checkpoint() -> Response:
+        found = await run_in_threadpool(tlog.final)
+        if found is None:
+            return _refuse(
+                "log:not_found",
+                404,
+                f"no checkpoint has {tlog.quorum} witness cosignature(s) yet",
+            )
+        return Response(tlog.with_cosignatures(*found), 200, media_type=_NOTE_TYPE)
+
+    @router.get("/inclusion", summary="An inclusion proof (RFC 9162 §2.1.3)")
+    async def inclusion(request: Request) -> Response:
+        try:
+            index, size = _int_param(request, "index"), _int_param(request, "size")
+            return json_response(200, await run_in_threadpool(tlog.inclusion, index, size))
+        except (ValueError, ProofError) as exc:
+            return _refuse("log:invalid_params", 400, str(exc))
+        except LogForked as exc:
+            return _refuse("log:unavailable", 503, str(exc))
+
+    @router.get("/consistency", summary="A consistency proof (RFC 9162 §2.1.4)")
+    async def consistency(request: Request) -> Response:
+        try:
+            first, second = _int_param(request, "from"), _int_param(request, "to")
+            return json_response(200, await run_in_threadpool(tlog.consistency, first, second))
+        except (ValueError, ProofError) as exc:
+            return _refuse("log:invalid_params", 400, str(exc))
+        except LogForked as exc:
+            return _refuse("log:unavailable", 503, str(exc))
+
+    @router.post("/cosignatures", summary="A witness's cosignature (C2SP tlog-cosignature)")
+    async def cosignatures(request: Request) -> Response:
+        body = await request.body()
+        if len(body) > _MAX_NOTE_BYTES:
+            return _refuse("log:cosignature_refused", 400, "a checkpoint note is at most 64 KiB")
+        try:
+            text = body.decode("utf-8")
+            stored = await run_in_threadpool(tlog.add_cosignatures, text)
+        except UnicodeDecodeError:
+            return _refuse("log:cosignature_refused", 400, "the body is not UTF-8 text")
+        except NoteError as exc:
+            return _refuse("log:cosignature_refused", 400, str(exc))
+        return json_response(200, {"stored": stored})
+
+    return router

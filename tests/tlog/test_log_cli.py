@@ -1,0 +1,152 @@
+"""`warden log key|prove|check`, and exports that verify offline with only the
+checkpoint key (and fail on any change), through the real CLI on a SQLite data dir."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import service_client, write_key
+from jsonschema import Draft202012Validator
+from sqlalchemy import create_engine, text
+
+from warden.cli_output import cli_schema
+from warden.runtime import Runtime
+from warden.settings import Settings
+
+
+def _warden(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "warden", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("logcli")
+    d = root / "data"
+    write_key(d / "ikm.key")
+    rt = Runtime.start(Settings(data_dir=d))
+    sids = []
+    for agent in ("agent-a", "agent-b"):
+        c = service_client(rt, agent_id=agent)
+        c.hello()
+        c.call("steps/sessionStart", {})
+        assert "result" in c.tool_call("read_file", {"path": "/tmp/x"})
+        sids.append(c.session_id)
+        assert rt.tlog is not None
+        rt.tlog.checkpoint()
+    rt.close()
+    engine = create_engine(f"sqlite:///{d / 'warden.db'}")
+    with engine.connect() as conn:
+        notes = [r[0] for r in conn.execute(text("SELECT note FROM log_checkpoints ORDER BY 1"))]
+        sizes = [
+            int(r[0])
+            for r in conn.execute(text("SELECT tree_size FROM log_checkpoints ORDER BY 1"))
+        ]
+    engine.dispose()
+    vkey = _warden("log", "key", "--data-dir", str(d)).stdout.strip()
+    return {"root": root, "dir": d, "sids": sids, "notes": notes, "sizes": sizes, "vkey": vkey}
+
+
+def test_prove_and_check_offline(data: dict[str, Any]) -> None:
+    root, d = data["root"], data["dir"]
+    old_size, size = data["sizes"][-2], data["sizes"][-1]
+    (root / "new.cp").write_text(data["notes"][-1])
+    (root / "old.cp").write_text(data["notes"][-2])
+    schema = Draft202012Validator(cli_schema("log-check"))
+    inc = _warden("log", "prove", "--index", "2", "--size", str(size), "--data-dir", str(d))
+    assert inc.returncode == 0, inc.stderr
+    (root / "inc.json").write_text(inc.stdout)
+    ok = _warden("log", "check", str(root / "inc.json"), "--checkpoint", str(root / "new.cp"),
+                 "--log-key", data["vkey"], "--json")  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    doc = json.loads(ok.stdout)
+    schema.validate(doc)
+    assert (doc["ok"], doc["kind"], doc["index"], doc["size"]) == (True, "inclusion", 2, size)
+    forged = json.loads(inc.stdout)
+    forged["index"] = 3
+    (root / "forged.json").write_text(json.dumps(forged))
+    bad = _warden("log", "check", str(root / "forged.json"), "--checkpoint", str(root / "new.cp"),
+                  "--log-key", data["vkey"], "--json")  # fmt: skip
+    assert bad.returncode == 1
+    schema.validate(json.loads(bad.stdout))
+    con = _warden("log", "prove", "--from", str(old_size), "--to", str(size), "--data-dir", str(d))
+    (root / "con.json").write_text(con.stdout)
+    ok = _warden("log", "check", str(root / "con.json"), "--checkpoint", str(root / "new.cp"),
+                 "--old-checkpoint", str(root / "old.cp"), "--log-key", data["vkey"])  # fmt: skip
+    assert ok.returncode == 0 and "consistency proof verifies" in ok.stdout
+    # A checkpoint signed by another key is bad input (exit 2), not a failed proof.
+    other = data["vkey"].split("+")[0] + "+00000000+" + data["vkey"].split("+", 2)[2]
+    assert _warden("log", "check", str(root / "inc.json"), "--checkpoint", str(root / "new.cp"),
+                   "--log-key", other).returncode == 2  # fmt: skip
+    assert _warden("log", "prove", "--index", "1", "--data-dir", str(d)).returncode == 2
+
+
+def _export(data: dict[str, Any], name: str, *extra: str) -> list[dict[str, Any]]:
+    out = data["root"] / name
+    r = _warden("export", "--data-dir", str(data["dir"]), "--out", str(out), *extra)
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def _verify_offline(data: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+    alone = data["root"] / "offline"
+    alone.mkdir(exist_ok=True)
+    f = alone / "x.jsonl"
+    f.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    # Only the public checkpoint key: no data directory, no IKM.
+    r = _warden("verify", str(f), "--no-signatures", "--log-key", data["vkey"], "--json",
+                "--data-dir", str(alone / "none"), cwd=alone)  # fmt: skip
+    doc: dict[str, Any] = json.loads(r.stdout)
+    assert r.returncode == (0 if doc["ok"] else 1), r.stderr
+    return doc
+
+
+def test_a_whole_export_verifies_offline_and_fails_on_any_change(data: dict[str, Any]) -> None:
+    records = _export(data, "all.jsonl")
+    doc = _verify_offline(data, records)
+    assert doc["ok"], doc
+    assert doc["log"]["checkpoint_signatures"] and doc["log"]["leaves"] >= 6
+    log_rec = next(r for r in records if r["kind"] == "log")
+    edited_event = json.loads(json.dumps(records))
+    for r in edited_event:
+        if r["kind"] == "log":
+            r["events"][0][1] = r["events"][0][1].replace('"kind"', '"kind" ')
+    assert _verify_offline(data, edited_event)["failure"]["reason"] == "log_mismatch"
+    moved = json.loads(json.dumps(records))
+    for r in moved:
+        if r["kind"] == "log":
+            sid = data["sids"][0]
+            r["indexes"][sid] = [i + 1 if i is not None else None for i in r["indexes"][sid]]
+    assert _verify_offline(data, moved)["ok"] is False
+    resigned = json.loads(json.dumps(records))
+    for r in resigned:
+        if r["kind"] == "log":
+            lines = r["checkpoint"].split("\n")
+            lines[1] = str(int(lines[1]) - 1)
+            r["checkpoint"] = "\n".join(lines)
+    assert _verify_offline(data, resigned)["failure"]["reason"] == "log_signature"
+    assert log_rec["cosignatures"] == []
+
+
+def test_a_session_export_proves_its_leaves(data: dict[str, Any]) -> None:
+    records = _export(data, "one.jsonl", "--session", data["sids"][0])
+    doc = _verify_offline(data, records)
+    assert doc["ok"], doc
+    assert doc["log"]["leaves"] >= 2
+    forged = json.loads(json.dumps(records))
+    for r in forged:
+        if r["kind"] == "log":
+            key = next(iter(r["proofs"]))
+            r["proofs"][key] = list(reversed(r["proofs"][key]))
+    failure = _verify_offline(data, forged)["failure"]
+    assert failure["reason"] == "log_mismatch"
