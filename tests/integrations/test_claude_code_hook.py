@@ -276,6 +276,10 @@ def test_fail_closed_without_warden_or_key_and_bad_input_blocks(
         json.dumps({"hook_event_name": "PreToolUse"}), url=srv.url, key=key_file
     )
     assert rc == 2 and "session_id" in err
+    # A tool call without its input is refused, never decided as if its input were `{}`.
+    no_input = {"session_id": sid, "hook_event_name": "PreToolUse", "tool_name": "Bash"}
+    rc, body, err = in_process_hook(json.dumps(no_input), url=srv.url, key=key_file)
+    assert rc == 2 and body is None and "tool_input" in err
     # Nothing reached the audit log of that session.
     assert audit(srv, sid) == []
 

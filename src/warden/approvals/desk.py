@@ -368,7 +368,9 @@ class ApprovalDesk:
         """Withdraw a pending task inside ``tx`` (its requester gave up): pending →
         canceled, chained and notified. Raises TaskConflict if it is no longer pending."""
         if task.state is not ApprovalState.PENDING:
-            raise TaskConflict(f"task {task.id} is {task.state.value}; only a pending task can be")
+            raise TaskConflict(
+                f"task {task.id} is {task.state.value}; only a pending task can be canceled"
+            )
         return self._transition(
             tx, task, replace(task, state=ApprovalState.CANCELED), Event.CANCELED, None, reason
         )
@@ -518,7 +520,9 @@ class ApprovalDesk:
             raise TaskNotFound(f"no approval task {task_id!r}")
         task = self._expire_if_due(tx, task, self.now())
         if task.state is not ApprovalState.PENDING:
-            raise TaskConflict(f"task {task_id} is {task.state.value}; only a pending task can be")
+            raise TaskConflict(
+                f"task {task_id} is {task.state.value}; only a pending task can be decided"
+            )
         if who.principal.casefold() in {n.casefold() for n in task.requester.names()}:
             maker = (
                 f"{who.principal} owns the agent {task.requester.agent_id} that requested "

@@ -104,8 +104,9 @@ def parse_event(doc: Any) -> dict[str, Any]:
     if event in (PRE_TOOL_USE, POST_TOOL_USE):
         if not isinstance(doc.get("tool_name"), str) or not doc["tool_name"]:
             raise HookInputError(f"the {event} input has no tool_name")
-        if not isinstance(doc.get("tool_input", {}), dict):
-            raise HookInputError(f"the {event} input's tool_input is not an object")
+        if not isinstance(doc.get("tool_input"), dict):
+            # Missing is refused too: a call Warden cannot see is never decided as `{}`.
+            raise HookInputError(f"the {event} input's tool_input is missing or not an object")
     if event == USER_PROMPT_SUBMIT and not isinstance(doc.get("prompt"), str):
         raise HookInputError("the UserPromptSubmit input has no prompt")
     return doc

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Security
 from fastapi.responses import Response
 from fastapi.security import HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
 
 from warden.approvals.desk import ApprovalDesk, TaskNotFound
 from warden.approvals.group_check import empty_group_warning
@@ -80,10 +80,16 @@ class VoteRequest(BaseModel):
     reason: Annotated[StrictStr, Field(max_length=2000)] = ""
 
 
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("a deny needs a reason that is not only whitespace")
+    return text
+
+
 class DenyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    reason: Annotated[StrictStr, Field(min_length=1, max_length=2000)]
+    reason: Annotated[StrictStr, Field(min_length=1, max_length=2000), AfterValidator(_not_blank)]
 
 
 class RerouteRequest(BaseModel):

@@ -108,6 +108,13 @@ def test_a_denied_quote_is_refused_with_the_reason(rt: Runtime, client: TestClie
     assert_error(
         fay.call("POST", f"/v1/approvals/{tid}/deny", {}), "input:invalid", 400, resolution="retry"
     )
+    # A reason of only whitespace is no reason (fresh-user review, issue 18).
+    assert_error(
+        fay.call("POST", f"/v1/approvals/{tid}/deny", {"reason": "  \t "}),
+        "input:invalid",
+        400,
+        resolution="retry",
+    )
     denied = fay.call("POST", f"/v1/approvals/{tid}/deny", {"reason": "not this quarter"})
     assert denied.data["task"]["state"] == "denied"
     refused = assert_error(agent.quote(bot, "2000"), "approval:denied", 403, resolution="retry")
