@@ -49,26 +49,13 @@ from acs_decision import (
     wait_ready,
     write_key,
 )
+from latency_stats import summary  # noqa: E402 - beside this file
 
 import warden
 from warden.identity.agents import AgentCredential
 
 POLICY = ROOT / "examples" / "policies" / "default.yaml"
 CREDENTIAL = AgentCredential(AGENT_ID, AGENT_KEY_ID, AGENT_IKM)
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def summary(samples: list[float]) -> dict[str, float]:
-    return {
-        "median_ms": statistics.median(samples) * 1000,
-        "p99_ms": quantile(samples, 0.99) * 1000,
-        "mean_ms": statistics.fmean(samples) * 1000,
-        "n": len(samples),
-    }
 
 
 def compare(governed: list[float], baseline: list[float]) -> dict[str, Any]:

@@ -45,23 +45,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from latency_stats import summary  # noqa: E402 - beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "tests" / "integrations" / "bundle.yaml"
 AGENT = "bench-agent"
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def summary(samples: list[float]) -> dict[str, float]:
-    return {
-        "median_ms": statistics.median(samples) * 1000,
-        "p99_ms": quantile(samples, 0.99) * 1000,
-        "mean_ms": statistics.fmean(samples) * 1000,
-    }
 
 
 def get_weather(city: str) -> str:

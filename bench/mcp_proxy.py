@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,24 +37,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from latency_stats import summary  # noqa: E402 - beside this file
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 ROOT = Path(__file__).resolve().parent.parent
 TIME_SERVER = [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"]
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def summary(samples: list[float]) -> dict[str, float]:
-    return {
-        "median_ms": statistics.median(samples) * 1000,
-        "p99_ms": quantile(samples, 0.99) * 1000,
-        "mean_ms": statistics.fmean(samples) * 1000,
-    }
 
 
 def prepare_data_dir(data_dir: Path, src: Path) -> Path:
