@@ -294,4 +294,8 @@ def test_a_held_write_lock_is_one_warning_per_request_and_fails_closed(
                 finally:
                     expirer.stop()
             _assert_one_quiet_warning(caplog, "releasing expired spend holds failed", ticks=True)
-        assert snapshot(database_url) == before
+        # The log's checkpoint worker may sign a checkpoint of the earlier sessionStart
+        # once the lock is released: that is no write of the refused requests.
+        after = snapshot(database_url)
+        assert after.pop("log_checkpoints") >= before.pop("log_checkpoints")
+        assert after == before

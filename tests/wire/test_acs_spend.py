@@ -186,7 +186,7 @@ def test_priced_call_reserves_and_the_entry_carries_the_reservation(rt: Runtime)
 def test_unpriced_calls_hold_nothing(rt: Runtime) -> None:
     c = agent(rt)
     rid, result = tool_call(c, "lookup", {"amount": 5})
-    assert result["decision"] == "allow" and "policy_data" not in result
+    assert result["decision"] == "allow" and "spend" not in result.get("policy_data", {})
     assert "spend" not in entry(rt, c, rid)["verdict"]
     assert holds(rt) == [] and left(rt) == 100
 
@@ -386,16 +386,16 @@ def test_results_without_a_hold_change_nothing(rt: Runtime) -> None:
         (None, "success"),  # no request_id_ref at all
     ]:
         rid, result = tool_result(c, ref, status)
-        assert result["decision"] == "allow" and "policy_data" not in result
+        assert result["decision"] == "allow" and "spend" not in result.get("policy_data", {})
         assert "spend" not in entry(rt, c, rid)["verdict"]
     assert (holds(rt), spend_events(rt)) == before
     # A result must name a tool the bundle prices: one for another tool is not looked up.
     _, result = tool_result(c, held_ref, "failure", tool="lookup")
-    assert "policy_data" not in result and holds(rt)[0]["status"] == "held"
+    assert "spend" not in result.get("policy_data", {}) and holds(rt)[0]["status"] == "held"
     # Another session cannot conclude this session's hold by naming its request id.
     other = agent(rt)
     _, result = tool_result(other, held_ref, "failure")
-    assert "policy_data" not in result
+    assert "spend" not in result.get("policy_data", {})
     assert holds(rt)[0]["status"] == "held" and left(rt) == 90
 
 
@@ -697,7 +697,7 @@ def test_agentdojo_transfers_need_a_budget(make_runtime: Callable[..., Runtime])
     assert (result["decision"], result["reason_codes"]) == ("deny", ["unknown_budget"])
     # An update that changes no amount moves no new money: not charged.
     _, result = tool_call(banking, "update_scheduled_transaction", {"id": 7, "subject": "rent"})
-    assert result["decision"] == "allow" and "policy_data" not in result
+    assert result["decision"] == "allow" and "spend" not in result.get("policy_data", {})
     for kind, cap, parent in (("org", 10000, None), ("team", 2000, "agentdojo")):
         rt.spend.define_budget(
             Budget(

@@ -96,6 +96,7 @@ class Ledger:
         replay: ReplayKeys | None,
         close: bool = False,
         request: str | None = None,
+        indexed: Callable[[int], dict[str, Any]] | None = None,
     ) -> PendingAppend:
         """Chain ``content`` after the session head; return what to commit.
 
@@ -103,6 +104,9 @@ class Ledger:
         ``entry_hash``) and returns the signed response to store beside it.
         ``request``, if given, is the canonical JSON of the request's params: its
         SHA-256 must be ``content["request_hash"]`` (``ValueError`` otherwise).
+        ``indexed(leaf_index)``, if given, returns the final signed response once the
+        store knows the entry's transparency-log index, inside the commit's transaction
+        (:attr:`PendingAppend.indexed`); ``build_response`` then only prepares it.
         Nothing is written until the :class:`PendingAppend` is committed
         (:meth:`commit`, or a group committer); only then may the response leave.
         """
@@ -124,6 +128,7 @@ class Ledger:
             replay=replay,
             close=close,
             request=request,
+            indexed=indexed,
         )
 
     def commit(self, pending: PendingAppend) -> None:

@@ -80,6 +80,11 @@ class PendingAppend:
     #: The registered agent key that signed the request: the append commits only while
     #: it is unrevoked (checked in its transaction; :class:`~warden.errors.KeyRevoked`).
     agent_key: str | None = None
+    #: Given the entry's transparency-log leaf index (known only inside the append's
+    #: transaction), the final signed response that carries it; it replaces ``response``
+    #: in the stored row. Called at most once per attempt, inside the transaction, so a
+    #: response never names an index its entry did not get (issue 17 item 3).
+    indexed: Callable[[int], dict[str, Any]] | None = None
 
 
 class Store(Protocol):

@@ -421,6 +421,14 @@ class SqlStore:
                 raise StoreUnavailable(f"cannot reconnect to the database: {exc}") from exc
         return self._raw.cursor()
 
+    def _client_cursor(self) -> Any:
+        """PostgreSQL: a cursor that binds parameters client-side, so one ``execute``
+        may carry several statements (an append and its ``COMMIT``) in one round trip.
+        The caller holds ``_lock`` and has just used :meth:`_cursor`."""
+        import psycopg
+
+        return psycopg.ClientCursor(self._raw.dbapi_connection)
+
     def _read(self, sql: str, params: tuple[Any, ...]) -> Any:
         """One row (or None) of a read; a dropped connection is replaced and the read
         repeated once (reads have no effects). StoreUnavailable otherwise."""
@@ -783,6 +791,7 @@ class SqlStore:
 
     def _append_pg(self, item: PendingAppend) -> Exception | None:
         seq = item.expected_seq + 1
+        index: int | None = None
         params = {
             "key": item.agent_key,
             "sid": item.session_id,
@@ -803,9 +812,27 @@ class SqlStore:
         with self._lock:
             cur = self._cursor()
             try:
-                cur.execute(_PG_APPEND, params)
-                row = cur.fetchone()
+                if item.indexed is None:
+                    cur.execute(_PG_APPEND, params)
+                    row = cur.fetchone()
+                else:
+                    # The response names its leaf index, so the index is read (and the
+                    # counter locked) first: BEGIN + lock in one round trip, then the same
+                    # one-statement append and COMMIT in a second (client-side binding).
+                    cur.execute("BEGIN; " + _LOG_LOCK)
+                    cur.nextset()
+                    index = int(self._log_start(cur.fetchone())[0])
+                    params["response"] = _dumps(item.indexed(index))
+                    both = self._client_cursor()
+                    try:
+                        both.execute(_PG_APPEND + "; COMMIT", params)
+                        row = both.fetchone()
+                    finally:
+                        both.close()
             except Exception as exc:
+                if index is not None:
+                    with suppress(Exception):  # a dropped connection has nothing to undo
+                        self._rollback(cur)
                 if is_integrity(exc):
                     constraint = getattr(getattr(exc, "diag", None), "constraint_name", None)
                     if constraint == "pk_replay_keys":
@@ -882,6 +909,7 @@ class SqlStore:
             self._check_agent_key(cur, item.agent_key)
             raise HeadMoved(f"session {item.session_id} head is no longer seq {item.expected_seq}")
         log_index = self._leaf_index(cur)
+        response = item.indexed(log_index) if item.indexed is not None else item.response
         try:
             cur.execute(
                 self._q(
@@ -896,7 +924,7 @@ class SqlStore:
                     self._step_id(item),
                     str(item.entry.get("step_type", "")),
                     _dumps(item.entry),
-                    _dumps(item.response) if item.response is not None else None,
+                    _dumps(response) if response is not None else None,
                     _now(),
                     item.request,
                     log_index,

@@ -741,7 +741,16 @@ class AcsService:
 
         def chained(entry: dict[str, Any]) -> dict[str, Any]:
             response["result"]["chain_hash"] = entry["entry_hash"]
-            return self._sign(key, response)
+            return response
+
+        def indexed(leaf_index: int) -> dict[str, Any]:
+            # Signed inside the commit's transaction, once the entry's leaf index in the
+            # transparency log is known: the client can ask for its inclusion proof.
+            # The staged response (``pending.response``) becomes the signed one in place.
+            result = response["result"]
+            result["policy_data"] = {**result.get("policy_data", {}), "log_index": leaf_index}
+            response["result"] = self._sign(key, response)["result"]
+            return response
 
         try:
             return self.ledger.stage(
@@ -751,6 +760,7 @@ class AcsService:
                 replay=replay,
                 close=info.method == "steps/sessionEnd",
                 request=received.decode(),
+                indexed=indexed,
             )
         except BaseException:
             if gate is not None:
