@@ -111,50 +111,21 @@ def policy_check(
 
 
 def _checked_request(body: bytes) -> ActionRequest:
-    """The request as the server parses it, in the server's order (wire/acs/service.py):
-    strict JSON, the envelope schema, the JCS domain, method routing, the hook's payload
-    schema or the wrapped MCP message. Raises :class:`ProtocolError` as the server would;
-    :class:`typer.Exit` for handshake and ping, which policy never sees."""
-    from warden.crypto.canonical import canonical_bytes, parse_strict_json
-    from warden.errors import InvalidParams, InvalidRequest
-    from warden.schemas import SchemaSet
-    from warden.wire.acs.mcp import check_wrapped
-    from warden.wire.acs.methods import HANDSHAKE, PING, route
+    """The request as the server parses it, in the server's order (wire/acs/offline.py).
+    Raises :class:`ProtocolError` as the server would; :class:`typer.Exit` for handshake
+    and ping, which policy never sees."""
+    from warden.crypto.canonical import parse_strict_json
+    from warden.wire.acs.offline import NotEvaluated, checked_message
     from warden.wire.acs.parse import action_request
 
-    schemas = SchemaSet("acs")
-    msg = parse_strict_json(body)
-    if isinstance(msg, list):
-        raise InvalidRequest(
-            "batch requests are not supported by this Guardian", reason="batch_unsupported"
-        )
-    problem = schemas.first_error("request-envelope.json", msg)
-    if problem is not None:
-        raise InvalidRequest(
-            f"request envelope invalid at {problem[0] or '/'}: {problem[1]}",
-            pointer=problem[0],
-        )
-    canonical_bytes(msg)  # raises InvalidRequest outside the JCS domain
-    method, params = msg["method"], msg["params"]
-    if method in (HANDSHAKE, PING):
+    try:
+        info, params = checked_message(parse_strict_json(body))
+    except NotEvaluated as exc:
         err_console.print(
-            f"[red]error:[/red] {escape(method)} is answered by the protocol layer; "
+            f"[red]error:[/red] {escape(exc.method)} is answered by the protocol layer; "
             "policy does not evaluate it"
         )
-        raise typer.Exit(EXIT_BAD_INPUT)
-    info = route(method)
-    if info.kind == "hook":
-        assert info.schema is not None
-        problem = schemas.first_error(info.schema, params["payload"])
-        if problem is not None:
-            raise InvalidParams(
-                f"{method} payload invalid at {problem[0] or '/'}: {problem[1]}",
-                pointer="/params/payload" + problem[0],
-                method=method,
-            )
-    else:
-        assert info.mcp_method is not None
-        check_wrapped(params["payload"], info.mcp_method, method)
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
     return action_request(info, params, None)
 
 
