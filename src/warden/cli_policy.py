@@ -81,15 +81,48 @@ def _bundle_doc(file: Path, bundle: Bundle) -> dict[str, Any]:
 @policy_app.command("check")
 def policy_check(
     files: Annotated[list[Path], typer.Argument(help="Bundle YAML file(s).")],
+    tools: Annotated[
+        Path | None,
+        typer.Option(
+            "--tools",
+            help="A tool list (an MCP tools/list result, or a JSON list of names): warn "
+            "about tool patterns that match none of them.",
+        ),
+    ] = None,
+    budgets: Annotated[
+        Path | None,
+        typer.Option(
+            "--budgets",
+            help="The budgets file `warden serve --budgets` loads: warn about charges "
+            "naming a budget it does not define.",
+        ),
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 1 when lint finds anything.")
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
-    """Validate bundles: YAML, fields, hooks, CEL conditions, RE2 patterns, effect details.
+    """Validate bundles (YAML, fields, hooks, CEL conditions, RE2 patterns, effect details)
+    and lint them: rules that never decide or never fire, effects their hooks do not
+    permit, tool patterns matching no listed tool, charges without a budget.
 
-    Prints OK per valid file; exit 2 if any file is invalid (every problem is printed).
+    Prints OK per valid file and a warning per lint finding; exit 2 if any file is
+    invalid (every problem is printed), else 1 with --strict and any warning, else 0.
     """
     from warden.policy import load_bundle
+    from warden.policy.lint import lint, load_tool_list
 
+    try:
+        tool_names = load_tool_list(tools) if tools is not None else None
+        budget_ids = None
+        if budgets is not None:
+            from warden.spend.config import load_budgets
+
+            budget_ids = [b.id for b in load_budgets(budgets)]
+    except WardenError as exc:
+        raise _fail(exc) from exc
     results: list[dict[str, Any]] = []
+    warnings = 0
     for file in files:
         try:
             bundle = load_bundle(file)
@@ -98,7 +131,9 @@ def policy_check(
             if not as_json:
                 err_console.print(f"[red]invalid bundle[/red]\n{escape(exc.message)}")
             continue
-        results.append(_bundle_doc(file, bundle))
+        found = lint(bundle, tools=tool_names, budgets=budget_ids)
+        warnings += len(found)
+        results.append({**_bundle_doc(file, bundle), "lint": [f.to_json() for f in found]})
         if not as_json:
             print_line(
                 console,
@@ -106,11 +141,17 @@ def policy_check(
                 f"{len(bundle.rules)} rules, default {bundle.default.value}, "
                 f"{bundle.ref.digest}; {escape(_provenance_line(bundle.provenance))}",
             )
+            for f in found:
+                print_line(
+                    console, f"  [yellow]warning[/yellow] {escape(f'[{f.code}]')} {escape(f.message)}"
+                )
     ok = all(r["ok"] for r in results)
     if as_json:
-        print_json({"ok": ok, "files": results})
+        print_json({"ok": ok, "warnings": warnings, "files": results})
     if not ok:
         raise typer.Exit(EXIT_BAD_INPUT)
+    if strict and warnings:
+        raise typer.Exit(EXIT_FAILURE_FOUND)
 
 
 def _checked_request(body: bytes) -> ActionRequest:
