@@ -160,7 +160,7 @@ class PolicyTester:
             "request_id": request_id,
             "timestamp": TIMESTAMP,
             "metadata": {**metadata, **(step.metadata or {})},
-            "payload": _payload(step),
+            "payload": payload_of(step),
         }
 
     def _decide(
@@ -324,7 +324,7 @@ def _session(session_id: str, agent_id: str, steps_before: int) -> SessionState:
     return SessionState(session_id, agent_id, "test", TIMESTAMP, head_seq=steps_before - 1)
 
 
-def _payload(step: Step) -> dict[str, Any]:
+def payload_of(step: Step) -> dict[str, Any]:
     """The ACS payload of a step (the shorthand expanded as a client would send it)."""
     if step.payload is not None:
         return step.payload
