@@ -43,6 +43,7 @@ from warden.provenance.graph import SessionProvenance
 from warden.store.base import SessionState
 from warden.wire.acs.offline import NotEvaluated, checked_message
 from warden.wire.acs.parse import action_request
+from warden.wire.acs.render import verdict_result
 
 ACS_VERSION = "0.1.0"
 #: Fixed so that a case decides the same every run (a rule may read the timestamp).
@@ -261,22 +262,31 @@ class PolicyTester:
         )
         if isinstance(got, Outcome):
             return got
-        return self._outcome(got)
+        return self._outcome(got, acs=case.method not in WARDEN_METHODS)
 
-    def _outcome(self, verdict: Verdict) -> Outcome:
+    def _outcome(self, verdict: Verdict, *, acs: bool) -> Outcome:
+        """The outcome of a verdict; on ACS as the wire renders it (wire/acs/render.py:
+        e.g. a ``warn`` allow carries reason code ``policy_warning``)."""
         group = None
         if verdict.decision in (Effect.ASK, Effect.DEFER):
             from warden.gates.approval import ask_terms
 
             group = str(ask_terms(self.guardian, verdict)["approver_group"])
+        codes, reasoning = verdict.reason_codes, verdict.reasoning
+        if acs:
+            shown = verdict_result(
+                verdict, acs_version=ACS_VERSION, request_id="", chain_hash=None, duration_ms=0
+            )
+            codes = tuple(shown.get("reason_codes", ()))
+            reasoning = str(shown.get("reasoning", ""))
         return Outcome(
             decision=verdict.decision.value,
             rules=tuple(r.rule_id for r in verdict.policy_references),
-            reason_codes=verdict.reason_codes,
+            reason_codes=codes,
             modifications=verdict.modifications,
             approver_group=group,
             warn=verdict.warn,
-            reasoning=verdict.reasoning,
+            reasoning=reasoning,
         )
 
     def run_case(self, tests: TestFile, case: Case) -> CaseResult:
