@@ -173,12 +173,15 @@ class PolicyTester:
         principal: Principal | None,
         session: SessionState,
         prior: SessionProvenance,
+        wire_session: str = "",
     ) -> tuple[Verdict | Outcome, dict[str, Any] | None]:
         """The verdict of one step (or the rejection the server would answer) and the
-        ACS params it was sent with (None for a Warden method)."""
+        ACS params it was sent with (None for a Warden method, whose session id is
+        ``wire_session``: a KLA request's execution id)."""
         method = step.method
         if method in WARDEN_METHODS:
-            return self.pipeline.run(principal, _wire_request(step, principal)).verdict, None
+            request = _wire_request(step, principal, wire_session)
+            return self.pipeline.run(principal, request).verdict, None
         params = self._params(step, request_id, metadata)
         msg = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
         try:
@@ -259,6 +262,7 @@ class PolicyTester:
             principal=principal,
             session=_session(session_id, agent_id, count if count is not None else len(history)),
             prior=prior,
+            wire_session=(sess.id if sess is not None else None) or "",
         )
         if isinstance(got, Outcome):
             return got
@@ -367,9 +371,10 @@ def payload_of(step: Step) -> dict[str, Any]:
     return {"tool": {"name": step.tool}, "arguments": arguments}
 
 
-def _wire_request(step: Step, principal: Principal | None) -> ActionRequest:
+def _wire_request(step: Step, principal: Principal | None, session_id: str = "") -> ActionRequest:
     """The request a Warden wire (spend quote, KLA action request, AdCP governance
-    check) gives the Guardian: its tool named by the action, its policy ``args``."""
+    check) gives the Guardian: its tool named by the action, its policy ``args``, the
+    session ``session_id`` (a KLA request's ``correlation.execution_id``; else "")."""
     assert step.tool is not None
     provider, capability = _WIRE_TOOL[step.method]
     who = principal.id if principal is not None else ""
@@ -386,7 +391,7 @@ def _wire_request(step: Step, principal: Principal | None) -> ActionRequest:
         },
         args=dict(step.args or {}),
         raw_command="",
-        session={"id": "", "agent_id": who, "step_count": 0},
+        session={"id": session_id, "agent_id": who, "step_count": 0},
     )
 
 
