@@ -143,7 +143,8 @@ def policy_check(
             )
             for f in found:
                 print_line(
-                    console, f"  [yellow]warning[/yellow] {escape(f'[{f.code}]')} {escape(f.message)}"
+                    console,
+                    f"  [yellow]warning[/yellow] {escape(f'[{f.code}]')} {escape(f.message)}",
                 )
     ok = all(r["ok"] for r in results)
     if as_json:
@@ -398,11 +399,7 @@ def policy_test(
         print_line(
             console,
             f"coverage: {n_rules - len(report.unfired)} of {n_rules} rules fired by a test"
-            + (
-                f"; not fired: {escape(', '.join(report.unfired))}"
-                if report.unfired
-                else ""
-            ),
+            + (f"; not fired: {escape(', '.join(report.unfired))}" if report.unfired else ""),
         )
     if failed or uncovered:
         raise typer.Exit(EXIT_FAILURE_FOUND)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from decimal import Decimal
 from pathlib import Path
+from textwrap import dedent
 
 import pytest
 from conftest import DEFAULT_POLICY
@@ -46,7 +47,8 @@ HEAD = "warden_policy_tests: 1\ncases:\n"
         ("  - {name: a, tool: x}\n", "t.yaml: case 'a': expect: Field required"),
         ("  - {name: a, expect: {decision: allow}}\n",
          "t.yaml: case 'a': a request needs `tool` (shorthand) or `hook` and `payload`"),
-        ("  - {name: a, tool: x, hook: steps/userMessage, payload: {}, expect: {decision: allow}}\n",
+        ("  - {name: a, tool: x, hook: steps/userMessage, payload: {},\n"
+         "     expect: {decision: allow}}\n",
          "t.yaml: case 'a': give `hook` + `payload` or the shorthand, not both (tool)"),
         ("  - {name: a, tool: x, hook: steps/userMessage, expect: {decision: allow}}\n",
          "t.yaml: case 'a': the `tool` shorthand builds"),
@@ -85,26 +87,44 @@ def test_repeated_key_and_bad_top_level_refused() -> None:
     )
     assert refused("- 1\n") == "t.yaml: top level: must be a mapping"
     assert "warden_policy_tests" in refused("cases: []\n")
-    assert "cases: List should have at least 1 item" in refused("warden_policy_tests: 1\ncases: []\n")
+    assert "cases: List should have at least 1 item" in refused(
+        "warden_policy_tests: 1\ncases: []\n"
+    )
 
 
 def test_each_expectation_can_fail() -> None:
     report = run(
         HEAD
-        + "  - {name: decision, tool: delete_file, args: {}, expect: {decision: allow}}\n"
-        "  - {name: rules, tool: delete_file, args: {}, expect: {decision: ask, rules: [tool-calls]}}\n"
-        "  - {name: codes, tool: delete_file, args: {}, expect: {decision: ask, reason_codes: [x]}}\n"
-        "  - {name: group, tool: delete_file, args: {}, expect: {decision: ask, approver_group: finance}}\n"
-        "  - {name: mods, tool: login, args: {password: p}, expect: {decision: modify, modifications: null}}\n"
-        "  - {name: warn, tool: read_file, args: {}, expect: {decision: allow, warn: true}}\n"
-        "  - {name: error, tool: read_file, args: {}, expect: {error: invalid_params}}\n"
-        "  - {name: passes, tool: delete_file, args: {}, expect: {decision: ask,"
-        " rules: [ask-before-delete, tool-calls], reason_codes: [destructive_action_requires_approval],"
-        " approver_group: operators, warn: false}}\n"
-    )  # fmt: skip
+        + dedent("""\
+          - {name: decision, tool: delete_file, args: {}, expect: {decision: allow}}
+          - name: rules
+            tool: delete_file
+            expect: {decision: ask, rules: [tool-calls]}
+          - {name: codes, tool: delete_file, expect: {decision: ask, reason_codes: [x]}}
+          - {name: group, tool: delete_file, expect: {decision: ask, approver_group: finance}}
+          - name: mods
+            tool: login
+            args: {password: p}
+            expect: {decision: modify, modifications: null}
+          - {name: warn, tool: read_file, args: {}, expect: {decision: allow, warn: true}}
+          - {name: error, tool: read_file, args: {}, expect: {error: invalid_params}}
+          - name: passes
+            tool: delete_file
+            expect:
+              decision: ask
+              rules: [ask-before-delete, tool-calls]
+              reason_codes: [destructive_action_requires_approval]
+              approver_group: operators
+              warn: false
+        """)
+    )
     got = {r.name: r.failures for r in report.results}
-    assert got["decision"] == ("decision: expected allow, got ask (rules: tool-calls, ask-before-delete)",)
-    assert got["rules"] == ("rules: expected ['tool-calls'], got ['ask-before-delete', 'tool-calls']",)
+    assert got["decision"] == (
+        "decision: expected allow, got ask (rules: tool-calls, ask-before-delete)",
+    )
+    assert got["rules"] == (
+        "rules: expected ['tool-calls'], got ['ask-before-delete', 'tool-calls']",
+    )
     assert got["codes"] == (
         "reason_codes: expected ['x'], got ['destructive_action_requires_approval']",
     )
@@ -127,17 +147,28 @@ def test_shorthand_and_full_form_decide_alike_and_agent_facts_reach_cel() -> Non
         " reasoning: too late}\n"
     )
     report = run(
-        HEAD + "  - {name: unverified, tool: deploy, args: {}, expect: {decision: deny, rules: []}}\n"
-        "  - {name: ops, tool: deploy, agent: {id: a1, groups: [ops]}, expect: {decision: allow}}\n"
-        "  - {name: full, hook: steps/toolCallRequest, agent: {id: a1, groups: [ops]},"
-        " payload: {tool: {name: deploy}, arguments: {}}, expect: {decision: allow, rules: [ops-only]}}\n"
-        "  - {name: later, tool: deploy, agent: {id: a1, groups: [ops]},"
-        " session: {history: [{tool: x, result: 1}, {tool: x, result: 2}]},"
-        " expect: {decision: deny, rules: [ops-only, count]}}\n"
-        "  - {name: counted, tool: deploy, agent: {id: a1, groups: [ops]}, session: {step_count: 5},"
-        " expect: {decision: deny}}\n",
+        HEAD
+        + dedent("""\
+          - {name: unverified, tool: deploy, args: {}, expect: {decision: deny, rules: []}}
+          - {name: ops, tool: deploy, agent: {id: a1, groups: [ops]}, expect: {decision: allow}}
+          - name: full
+            hook: steps/toolCallRequest
+            agent: {id: a1, groups: [ops]}
+            payload: {tool: {name: deploy}, arguments: {}}
+            expect: {decision: allow, rules: [ops-only]}
+          - name: later
+            tool: deploy
+            agent: {id: a1, groups: [ops]}
+            session: {history: [{tool: x, result: 1}, {tool: x, result: 2}]}
+            expect: {decision: deny, rules: [ops-only, count]}
+          - name: counted
+            tool: deploy
+            agent: {id: a1, groups: [ops]}
+            session: {step_count: 5}
+            expect: {decision: deny}
+        """),
         bundle,
-    )  # fmt: skip
+    )
     assert [(r.name, r.failures) for r in report.results if not r.passed] == []
 
 
@@ -190,7 +221,9 @@ def test_cli_junit_file_exit_codes_and_messages(tmp_path: Path) -> None:
     bad.write_text(HEAD + "  - {name: a, tool: read_file, args: {}, expect: {decision: deny}}\n")
     junit = tmp_path / "out" / "junit.xml"
     junit.parent.mkdir()
-    res = runner.invoke(app, ["policy", "test", str(DEFAULT_POLICY), str(good), "--junit", str(junit)])
+    res = runner.invoke(
+        app, ["policy", "test", str(DEFAULT_POLICY), str(good), "--junit", str(junit)]
+    )
     assert res.exit_code == 0, res.output
     assert "1 passed, 0 failed" in res.output and "coverage: 1 of 18 rules" in res.output
     assert ET.parse(junit).getroot().get("failures") == "0"

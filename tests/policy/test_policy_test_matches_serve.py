@@ -49,8 +49,11 @@ def test_tester_verdicts_equal_the_service_verdicts(
                 result.get("reason_codes", []),
                 result.get("modifications"),
             )
-            assert live == (got.decision, list(got.rules), list(got.reason_codes), got.modifications), (
-                case.name
-            )
+            assert live == (
+                got.decision,
+                list(got.rules),
+                list(got.reason_codes),
+                got.modifications,
+            ), case.name
             compared += 1
     assert compared >= 7

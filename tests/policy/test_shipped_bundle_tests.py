@@ -102,7 +102,10 @@ def _edit(path: Path, old: str, new: str) -> None:
             "mcp.yaml",
             'writable_roots: ["/srv/agent-workspace/"]',
             'writable_roots: ["/srv/other/"]',
-            ["writing inside the writable root is allowed", "a move inside the root asks an operator"],
+            [
+                "writing inside the writable root is allowed",
+                "a move inside the root asks an operator",
+            ],
         ),
         # A gate switched off: the tainted payee is no longer refused by CaMeL.
         (

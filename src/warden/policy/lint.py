@@ -202,8 +202,8 @@ def _tool_findings(bundle: Bundle, tools: list[str]) -> list[Finding]:
                 )
     for charge in bundle.charges:
         for raw in _charge_patterns(charge):
-            pat = fold_patterns((raw,))
-            if not any(matches_any(t, pat, case_sensitive=False) for t in tools):
+            folded = fold_patterns((raw,))
+            if not any(matches_any(t, folded, case_sensitive=False) for t in tools):
                 out.append(
                     Finding(
                         "unmatched_tool_pattern",

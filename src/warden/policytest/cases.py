@@ -134,8 +134,7 @@ class SessionSpec(_Strict):
     def _count_covers_history(self) -> SessionSpec:
         if self.step_count is not None and self.step_count < len(self.history):
             raise ValueError(
-                f"step_count {self.step_count} is less than the {len(self.history)} "
-                "history steps"
+                f"step_count {self.step_count} is less than the {len(self.history)} history steps"
             )
         return self
 

@@ -96,4 +96,5 @@ def junit_xml(report: RunReport) -> bytes:
     root.set("errors", "0")
     root.set("time", f"{seconds:.6f}")
     ET.indent(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    out_bytes: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return out_bytes

@@ -206,12 +206,12 @@ class PolicyTester:
             taken = prior.check(info.method, params, spec)
             if taken.problem is not None:
                 # The service refuses such a step with -32602 and records nothing.
-                exc = InvalidParams(
+                refusal = InvalidParams(
                     f"{info.method} provenance refused: {taken.problem[1]}",
                     pointer=taken.problem[0],
                     method=info.method,
                 )
-                return _rejection(exc), params
+                return _rejection(refusal), params
             intake = _History(prior, spec, params)
         return self.pipeline.run(principal, request, intake=intake).verdict, params
 
