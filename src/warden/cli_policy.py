@@ -110,7 +110,7 @@ def policy_check(
     invalid (every problem is printed), else 1 with --strict and any warning, else 0.
     """
     from warden.policy import load_bundle
-    from warden.policy.lint import lint, load_tool_list
+    from warden.policytools.lint import lint, load_tool_list
 
     try:
         tool_names = load_tool_list(tools) if tools is not None else None
@@ -337,7 +337,7 @@ def policy_test(
     test files found.
     """
     from warden.policy import load_bundle
-    from warden.policytest import PolicyTester, discover_tests, junit_xml, load_tests, report_json
+    from warden.policytools import PolicyTester, discover_tests, junit_xml, load_tests, report_json
 
     try:
         bundle = load_bundle(bundle_file)

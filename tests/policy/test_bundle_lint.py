@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from warden.cli import app
 from warden.errors import ConfigError
 from warden.policy import parse_bundle
-from warden.policy.lint import lint, load_tool_list
+from warden.policytools.lint import lint, load_tool_list
 
 runner = CliRunner()
 HEAD = "warden_bundle: 1\nid: lint\nversion: '1'\n"

@@ -16,9 +16,9 @@ from warden.cli import app
 from warden.errors import ConfigError
 from warden.identity.api_keys import Identity, Role
 from warden.policy import load_bundle, parse_bundle
-from warden.policytest import PolicyTester, junit_xml, parse_tests
-from warden.policytest.cases import Case
-from warden.policytest.run import _principal, _wire_request
+from warden.policytools import PolicyTester, junit_xml, parse_tests
+from warden.policytools.cases import Case
+from warden.policytools.run import _principal, _wire_request
 
 runner = CliRunner()
 DEFAULT = load_bundle(DEFAULT_POLICY)

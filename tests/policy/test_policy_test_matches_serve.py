@@ -14,8 +14,8 @@ from conftest import ROOT, service_client
 
 from warden.core.hooks import WARDEN_METHODS
 from warden.policy import load_bundle
-from warden.policytest import PolicyTester, discover_tests, load_tests
-from warden.policytest.run import payload_of
+from warden.policytools import PolicyTester, discover_tests, load_tests
+from warden.policytools.run import payload_of
 from warden.runtime import Runtime
 
 SHIPPED = sorted((ROOT / "examples" / "policies").glob("*.yaml"))

@@ -17,7 +17,7 @@ from conftest import ROOT
 from typer.testing import CliRunner
 
 from warden.cli import app
-from warden.policytest import discover_tests
+from warden.policytools import discover_tests
 
 EXAMPLES = ROOT / "examples" / "policies"
 SHIPPED = sorted(EXAMPLES.glob("*.yaml"))

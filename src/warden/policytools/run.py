@@ -37,7 +37,7 @@ from warden.core.types import (
 )
 from warden.errors import ConfigError, InvalidParams, ProtocolError
 from warden.policy import Bundle, PolicyEngine
-from warden.policytest.cases import AgentSpec, Case, Step, TestFile
+from warden.policytools.cases import AgentSpec, Case, Step, TestFile
 from warden.provenance.facts import view_for
 from warden.provenance.graph import SessionProvenance
 from warden.store.base import SessionState

@@ -12,7 +12,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from warden.policytest.run import RunReport
+from warden.policytools.run import RunReport
 
 
 def report_json(report: RunReport) -> dict[str, Any]:

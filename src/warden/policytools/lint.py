@@ -38,14 +38,15 @@ from warden.core.hooks import STEP_METHODS, WARDEN_METHODS
 from warden.core.tool_names import fold_patterns, matches_any
 from warden.core.types import ALL_EFFECTS, Effect
 from warden.errors import ConfigError
-from warden.policy.bundle import _MCP_EXAMPLES, Bundle, Charge, Rule
+from warden.policy.bundle import MCP_EXAMPLES, Bundle, Charge, Rule
+from warden.wire.acs.methods import HOOKS
 
 #: Methods whose requests carry a tool name rules can match (wire/acs/parse.py,
 #: wire/acs/mcp.py ``tool_facts``; every Warden wire names its action as the tool).
 TOOL_NAMED = frozenset(
     {"steps/toolCallRequest", "steps/toolCallResult", "protocols/MCP/tools/call", *WARDEN_METHODS}
 )
-KNOWN_METHODS = (*STEP_METHODS, *WARDEN_METHODS, *_MCP_EXAMPLES)
+KNOWN_METHODS = (*STEP_METHODS, *WARDEN_METHODS, *MCP_EXAMPLES)
 _DATA_INDEX = re.compile(r"^\s*data\.([A-Za-z_][A-Za-z0-9_]*)\s*\[[^\]]+\]\s*$")
 
 
@@ -146,8 +147,6 @@ def _matched_methods(rule: Rule) -> list[str]:
 
 
 def _hook_findings(rules: tuple[Rule, ...]) -> list[Finding]:
-    from warden.wire.acs.methods import HOOKS
-
     out: list[Finding] = []
     for rule in rules:
         methods = _matched_methods(rule)
