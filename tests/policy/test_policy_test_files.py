@@ -276,3 +276,25 @@ def test_wire_requests_match_the_wires_own() -> None:
     real = action_request(record, who)
     for attr in ("method", "tool", "args", "session", "raw_command"):
         assert getattr(ours, attr) == getattr(real, attr), attr
+
+
+def test_cases_that_cannot_be_set_up_are_refused_naming_the_case() -> None:
+    with pytest.raises(ConfigError) as info:
+        run(HEAD + "  - {name: ping, hook: system/ping, payload: {}, expect: {decision: allow}}\n")
+    assert info.value.message == (
+        "t.yaml: case 'ping': system/ping is answered by the protocol layer; policy does not see it"
+    )
+    with pytest.raises(ConfigError) as info:
+        run(
+            HEAD
+            + dedent("""\
+              - name: h
+                session: {history: [{hook: steps/userMessage, payload: {content: []}}]}
+                tool: x
+                expect: {decision: allow}
+            """)
+        )
+    assert info.value.message.startswith(
+        "t.yaml: case 'h': history step #1 would be rejected by the server (invalid_params): "
+        "steps/userMessage payload invalid at /content"
+    )

@@ -173,6 +173,7 @@ class PolicyTester:
         principal: Principal | None,
         session: SessionState,
         prior: SessionProvenance,
+        where: str,
         wire_session: str = "",
     ) -> tuple[Verdict | Outcome, dict[str, Any] | None]:
         """The verdict of one step (or the rejection the server would answer) and the
@@ -188,7 +189,7 @@ class PolicyTester:
             info, params = checked_message(msg)
         except NotEvaluated as exc:
             raise ConfigError(
-                f"{exc.method} is answered by the protocol layer; policy does not see it",
+                f"{where}: {exc.method} is answered by the protocol layer; policy does not see it",
                 reason="tests_invalid",
             ) from exc
         except ProtocolError as exc:
@@ -233,6 +234,7 @@ class PolicyTester:
         )
         metadata = {**(tests.defaults.metadata or {}), "agent_id": agent_id}
         metadata["session_id"] = session_id
+        where = f"{tests.source}: case {case.name!r}"
         prior = SessionProvenance()
         for i, step in enumerate(history):
             rid = str(uuid.uuid5(_NS, f"{session_id}\n{i}"))
@@ -244,11 +246,13 @@ class PolicyTester:
                 principal=principal,
                 session=state,
                 prior=prior,
+                where=f"{where}: history step #{i + 1}",
             )
             if isinstance(got, Outcome):
+                assert got.error is not None
                 raise ConfigError(
-                    f"{tests.source}: case {case.name!r}: history step #{i + 1} would be "
-                    f"rejected by the server: {got.error}",
+                    f"{where}: history step #{i + 1} would be rejected by the server "
+                    f"({got.error['name']}): {got.error['message']}",
                     reason="tests_invalid",
                 )
             decision = step.decision or got.decision
@@ -262,6 +266,7 @@ class PolicyTester:
             principal=principal,
             session=_session(session_id, agent_id, count if count is not None else len(history)),
             prior=prior,
+            where=where,
             wire_session=(sess.id if sess is not None else None) or "",
         )
         if isinstance(got, Outcome):
