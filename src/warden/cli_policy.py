@@ -1,12 +1,15 @@
-"""``warden policy check`` and ``warden policy explain``: bundles validated and explained.
+"""``warden policy check``, ``explain`` and ``test``: bundles validated, linted,
+explained and tested.
 
-A Typer sub-app (:data:`policy_app`) that ``warden.cli`` mounts as ``policy``. Both
-commands take ``--json`` (shapes: ``warden/schemas/cli/policy-check.json`` and
-``policy-explain.json``, described in docs/cli-json.md).
+A Typer sub-app (:data:`policy_app`) that ``warden.cli`` mounts as ``policy``. Every
+command takes ``--json`` (shapes: ``warden/schemas/cli/policy-check.json``,
+``policy-explain.json`` and ``policy-test.json``, described in docs/cli-json.md).
 
-Exit codes: 0 every bundle valid / the request explained; 2 an invalid bundle, an
-unreadable file, or a request the server would reject (``explain --json`` then prints
-``"ok": false`` with the JSON-RPC error the server would answer).
+Exit codes: 0 every bundle valid (and, with ``check --strict``, lint-clean) / the request
+explained / every test passed; 1 a lint warning under ``--strict`` or a failed policy
+test; 2 an invalid bundle or test file, an unreadable file, or a request the server would
+reject (``explain --json`` then prints ``"ok": false`` with the JSON-RPC error the server
+would answer).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from warden.cli_options import EXIT_BAD_INPUT, _fail, console, err_console
+from warden.cli_options import EXIT_BAD_INPUT, EXIT_FAILURE_FOUND, _fail, console, err_console
 from warden.cli_output import print_json, print_line, print_table, table
 from warden.errors import WardenError
 
@@ -78,15 +81,48 @@ def _bundle_doc(file: Path, bundle: Bundle) -> dict[str, Any]:
 @policy_app.command("check")
 def policy_check(
     files: Annotated[list[Path], typer.Argument(help="Bundle YAML file(s).")],
+    tools: Annotated[
+        Path | None,
+        typer.Option(
+            "--tools",
+            help="A tool list (an MCP tools/list result, or a JSON list of names): warn "
+            "about tool patterns that match none of them.",
+        ),
+    ] = None,
+    budgets: Annotated[
+        Path | None,
+        typer.Option(
+            "--budgets",
+            help="The budgets file `warden serve --budgets` loads: warn about charges "
+            "naming a budget it does not define.",
+        ),
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 1 when lint finds anything.")
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
-    """Validate bundles: YAML, fields, hooks, CEL conditions, RE2 patterns, effect details.
+    """Validate bundles (YAML, fields, hooks, CEL conditions, RE2 patterns, effect details)
+    and lint them: rules that never decide or never fire, effects their hooks do not
+    permit, tool patterns matching no listed tool, charges without a budget.
 
-    Prints OK per valid file; exit 2 if any file is invalid (every problem is printed).
+    Prints OK per valid file and a warning per lint finding; exit 2 if any file is
+    invalid (every problem is printed), else 1 with --strict and any warning, else 0.
     """
     from warden.policy import load_bundle
+    from warden.policytools.lint import lint, load_tool_list
 
+    try:
+        tool_names = load_tool_list(tools) if tools is not None else None
+        budget_ids = None
+        if budgets is not None:
+            from warden.spend.config import load_budgets
+
+            budget_ids = [b.id for b in load_budgets(budgets)]
+    except WardenError as exc:
+        raise _fail(exc) from exc
     results: list[dict[str, Any]] = []
+    warnings = 0
     for file in files:
         try:
             bundle = load_bundle(file)
@@ -95,7 +131,9 @@ def policy_check(
             if not as_json:
                 err_console.print(f"[red]invalid bundle[/red]\n{escape(exc.message)}")
             continue
-        results.append(_bundle_doc(file, bundle))
+        found = lint(bundle, tools=tool_names, budgets=budget_ids)
+        warnings += len(found)
+        results.append({**_bundle_doc(file, bundle), "lint": [f.to_json() for f in found]})
         if not as_json:
             print_line(
                 console,
@@ -103,58 +141,36 @@ def policy_check(
                 f"{len(bundle.rules)} rules, default {bundle.default.value}, "
                 f"{bundle.ref.digest}; {escape(_provenance_line(bundle.provenance))}",
             )
+            for f in found:
+                print_line(
+                    console,
+                    f"  [yellow]warning[/yellow] {escape(f'[{f.code}]')} {escape(f.message)}",
+                )
     ok = all(r["ok"] for r in results)
     if as_json:
-        print_json({"ok": ok, "files": results})
+        print_json({"ok": ok, "warnings": warnings, "files": results})
     if not ok:
         raise typer.Exit(EXIT_BAD_INPUT)
+    if strict and warnings:
+        raise typer.Exit(EXIT_FAILURE_FOUND)
 
 
 def _checked_request(body: bytes) -> ActionRequest:
-    """The request as the server parses it, in the server's order (wire/acs/service.py):
-    strict JSON, the envelope schema, the JCS domain, method routing, the hook's payload
-    schema or the wrapped MCP message. Raises :class:`ProtocolError` as the server would;
-    :class:`typer.Exit` for handshake and ping, which policy never sees."""
-    from warden.crypto.canonical import canonical_bytes, parse_strict_json
-    from warden.errors import InvalidParams, InvalidRequest
-    from warden.schemas import SchemaSet
-    from warden.wire.acs.mcp import check_wrapped
-    from warden.wire.acs.methods import HANDSHAKE, PING, route
+    """The request as the server parses it, in the server's order (wire/acs/offline.py).
+    Raises :class:`ProtocolError` as the server would; :class:`typer.Exit` for handshake
+    and ping, which policy never sees."""
+    from warden.crypto.canonical import parse_strict_json
+    from warden.wire.acs.offline import NotEvaluated, checked_message
     from warden.wire.acs.parse import action_request
 
-    schemas = SchemaSet("acs")
-    msg = parse_strict_json(body)
-    if isinstance(msg, list):
-        raise InvalidRequest(
-            "batch requests are not supported by this Guardian", reason="batch_unsupported"
-        )
-    problem = schemas.first_error("request-envelope.json", msg)
-    if problem is not None:
-        raise InvalidRequest(
-            f"request envelope invalid at {problem[0] or '/'}: {problem[1]}",
-            pointer=problem[0],
-        )
-    canonical_bytes(msg)  # raises InvalidRequest outside the JCS domain
-    method, params = msg["method"], msg["params"]
-    if method in (HANDSHAKE, PING):
+    try:
+        info, params = checked_message(parse_strict_json(body))
+    except NotEvaluated as exc:
         err_console.print(
-            f"[red]error:[/red] {escape(method)} is answered by the protocol layer; "
+            f"[red]error:[/red] {escape(exc.method)} is answered by the protocol layer; "
             "policy does not evaluate it"
         )
-        raise typer.Exit(EXIT_BAD_INPUT)
-    info = route(method)
-    if info.kind == "hook":
-        assert info.schema is not None
-        problem = schemas.first_error(info.schema, params["payload"])
-        if problem is not None:
-            raise InvalidParams(
-                f"{method} payload invalid at {problem[0] or '/'}: {problem[1]}",
-                pointer="/params/payload" + problem[0],
-                method=method,
-            )
-    else:
-        assert info.mcp_method is not None
-        check_wrapped(params["payload"], info.mcp_method, method)
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
     return action_request(info, params, None)
 
 
@@ -289,3 +305,101 @@ def policy_explain(
         print_line(console, f"reason codes: {escape(', '.join(verdict.reason_codes))}")
     if failure is not None:
         print_line(console, f"evaluation failed: {escape(failure)}")
+
+
+@policy_app.command("test")
+def policy_test(
+    bundle_file: Annotated[Path, typer.Argument(metavar="BUNDLE", help="Bundle YAML file.")],
+    test_files: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            metavar="[TESTS]...",
+            help="Test YAML file(s); default: tests/BUNDLE_NAME.yaml and "
+            "tests/BUNDLE_NAME.*.yaml beside the bundle.",
+        ),
+    ] = None,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Also write JUnit XML here (for CI).")
+    ] = None,
+    require_coverage: Annotated[
+        bool,
+        typer.Option("--require-coverage", help="Fail (exit 1) when a rule is fired by no test."),
+    ] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Run a bundle's test cases through the real decision path; report coverage.
+
+    Each case is decided as `warden serve` decides it (the request checked as the server
+    checks it, the caller, the session's provenance, the Guardian); the approval desk and
+    the spend gate are not run. Prints a pass/fail table and the rules no test fires
+    (docs/policy-testing.md). Exit 0 every case passed; 1 a case failed (or, with
+    --require-coverage, a rule no test fires); 2 an invalid bundle or test file, or no
+    test files found.
+    """
+    from warden.policy import load_bundle
+    from warden.policytools import PolicyTester, discover_tests, junit_xml, load_tests, report_json
+
+    try:
+        bundle = load_bundle(bundle_file)
+        paths = list(test_files or discover_tests(bundle_file))
+        if not paths:
+            err_console.print(
+                f"[red]error:[/red] no test files for {escape(str(bundle_file))}: give TESTS, "
+                f"or put them in {escape(str(bundle_file.parent / 'tests'))}/"
+                f"{escape(bundle_file.stem)}.yaml"
+            )
+            raise typer.Exit(EXIT_BAD_INPUT)
+        files, problems = [], []
+        for path in paths:
+            try:
+                files.append(load_tests(path))
+            except WardenError as exc:
+                problems.append(exc.message)
+        if problems:
+            err_console.print(f"[red]invalid tests[/red]\n{escape(chr(10).join(problems))}")
+            raise typer.Exit(EXIT_BAD_INPUT)
+        report = PolicyTester(bundle).run(files)
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    if junit is not None:
+        try:
+            junit.write_bytes(junit_xml(report))
+        except OSError as exc:
+            err_console.print(
+                f"[red]error:[/red] cannot write {escape(str(junit))}: "
+                f"{escape(exc.strerror or str(exc))}"
+            )
+            raise typer.Exit(EXIT_BAD_INPUT) from exc
+    failed = [r for r in report.results if not r.passed]
+    uncovered = require_coverage and bool(report.unfired)
+    if as_json:
+        print_json(report_json(report))
+    else:
+        t = table("result", "case", "decision", "rules fired")
+        for r in report.results:
+            got = r.outcome
+            t.add_row(
+                "[green]PASS[/green]" if r.passed else "[red]FAIL[/red]",
+                escape(r.name),
+                escape(got.decision or f"error {got.error['name'] if got.error else ''}"),
+                escape(", ".join(got.rules) or "-"),
+            )
+        print_table(console, t)
+        for r in failed:
+            print_line(console, f"[red]FAIL[/red] {escape(r.file)}: {escape(r.name)}")
+            for why in r.failures:
+                print_line(console, f"  {escape(why)}")
+        n_rules = len(report.fired)
+        print_line(
+            console,
+            f"{len(report.results) - len(failed)} passed, {len(failed)} failed "
+            f"({escape(bundle.ref.id)}@{escape(bundle.ref.version)}, "
+            f"{len(report.files)} test file(s))",
+        )
+        print_line(
+            console,
+            f"coverage: {n_rules - len(report.unfired)} of {n_rules} rules fired by a test"
+            + (f"; not fired: {escape(', '.join(report.unfired))}" if report.unfired else ""),
+        )
+    if failed or uncovered:
+        raise typer.Exit(EXIT_FAILURE_FOUND)

@@ -108,6 +108,7 @@ def test_every_schema_is_valid_and_listed() -> None:
         "log-check.json",
         "policy-check.json",
         "policy-explain.json",
+        "policy-test.json",
         "replay-agentdojo.json",
         "replay-efficacy.json",
         "verify.json",
@@ -266,6 +267,48 @@ def test_policy_check_json() -> None:
     assert on.returncode == 0, on.stderr
     provenance = json_of(on, "policy-check")["files"][0]["provenance"]
     assert provenance["gates"] and provenance["unknown_trust"] in ("trusted", "untrusted")
+
+
+def test_policy_check_json_lint_findings(tmp_path: Path) -> None:
+    bundle = tmp_path / "b.yaml"
+    bundle.write_text(
+        "warden_bundle: 1\nid: b\nversion: '1'\nrules:\n"
+        "  - {id: all, tools: ['*'], effect: deny, reasoning: never}\n"
+        "  - {id: reads, tools: [read_file], effect: allow}\n",
+        encoding="utf-8",
+    )
+    proc = warden("policy", "check", bundle, "--json", "--strict")
+    assert proc.returncode == 1, proc.stderr
+    doc = json_of(proc, "policy-check")
+    assert (doc["ok"], doc["warnings"]) == (True, 1)
+    assert [(f["code"], f["kind"], f["id"]) for f in doc["files"][0]["lint"]] == [
+        ("shadowed", "rule", "reads")
+    ]
+
+
+def test_policy_test_json_pass_and_fail(tmp_path: Path) -> None:
+    proc = warden("policy", "test", DEFAULT_POLICY, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json_of(proc, "policy-test")
+    assert doc["ok"] is True and doc["failed"] == 0 and doc["cases"] == doc["passed"] > 0
+    assert doc["coverage"]["unfired"] == [] and doc["bundle"]["id"] == "warden-default"
+    tests = tmp_path / "t.yaml"
+    tests.write_text(
+        "warden_policy_tests: 1\ncases:\n"
+        "  - {name: wrong, tool: shell, args: {cmd: 'rm -rf /'}, expect: {decision: allow}}\n"
+        "  - {name: refused, hook: steps/toolCallRequest, payload: {}, expect: {decision: deny}}\n",
+        encoding="utf-8",
+    )
+    proc = warden("policy", "test", DEFAULT_POLICY, tests, "--json")
+    assert proc.returncode == 1, proc.stderr
+    doc = json_of(proc, "policy-test")
+    wrong, refused = doc["results"]
+    assert wrong["got"]["decision"] == "deny" and wrong["failures"][0].startswith(
+        "decision: expected allow, got deny"
+    )
+    assert refused["got"]["decision"] is None
+    assert refused["got"]["error"]["name"] == "invalid_params"
+    assert "ask-before-delete" in doc["coverage"]["unfired"]
 
 
 def test_policy_explain_json_fired_rules_and_verdict() -> None:

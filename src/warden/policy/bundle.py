@@ -67,7 +67,7 @@ _GLOB_CHARS = frozenset("*?[")
 #: What may follow ``protocols/MCP/`` in a hook glob: method-name characters and glob syntax.
 _MCP_GLOB = re.compile(r"^[A-Za-z0-9_/*?\[\]!-]+$")
 #: MCP methods (2025-06-18) a hook glob such as ``protocols/*`` is tried against.
-_MCP_EXAMPLES = tuple(
+MCP_EXAMPLES = tuple(
     MCP_METHOD_PREFIX + m
     for m in (
         "initialize",
@@ -113,11 +113,11 @@ def hook_problem(hook: str) -> str | None:
     if not _GLOB_CHARS.intersection(hook):
         if is_evaluated_method(hook):
             return None
-        candidates = (*STEP_METHODS, *WARDEN_METHODS, *_MCP_EXAMPLES)
+        candidates = (*STEP_METHODS, *WARDEN_METHODS, *MCP_EXAMPLES)
         close = [m for m in candidates if m.lower() == hook.lower()]
         close = close or difflib.get_close_matches(hook, candidates, n=1, cutoff=0.75)
         return f"unknown hook {hook!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-    if any(fnmatch.fnmatchcase(m, hook) for m in (*STEP_METHODS, *WARDEN_METHODS, *_MCP_EXAMPLES)):
+    if any(fnmatch.fnmatchcase(m, hook) for m in (*STEP_METHODS, *WARDEN_METHODS, *MCP_EXAMPLES)):
         return None
     if hook.startswith(MCP_METHOD_PREFIX) and _MCP_GLOB.match(hook[len(MCP_METHOD_PREFIX) :]):
         return None
