@@ -183,6 +183,14 @@ class HeadMoved(StoreUnavailable):
     reason = "head_moved"
 
 
+class StaleRead(HeadMoved):
+    """A chain append's read guard failed: a row the decision was based on (a pending
+    approval task answered from the desk's cache) changed before the append's
+    transaction; nothing was written, and the step is decided again on a fresh read."""
+
+    reason = "stale_read"
+
+
 class IntegrityError(WardenError):
     """An audit chain, record digest or signature does not verify."""
 

@@ -372,3 +372,37 @@ def test_the_public_url_must_be_an_http_url(url: str) -> None:
 
     with pytest.raises(ValidationError, match="public_url"):
         Settings(public_url=url)
+
+
+@pytest.mark.parametrize("decide", ["approve", "deny"])
+def test_a_cached_pending_answer_never_outlives_its_task(
+    make_runtime: Callable[..., Runtime], decide: str
+) -> None:
+    """A resubmitted ask is answered from the desk's memory once its task was read (issue
+    16: no read transaction); the append checks the task unchanged in its own
+    transaction, so a task decided elsewhere (here: another replica on the same
+    database) is answered at once, never with the stale "pending"."""
+    rt = make_runtime(DESK)
+    agent = service_client(rt, agent_id="agent-7")
+    agent.hello()
+    tid = ask(agent, "delete_file", {"path": "/srv/a"})["ask_details"]["task_id"]
+    # The resubmission reads the task and remembers it; the next is answered from memory.
+    for _ in range(2):
+        assert ask(agent, "delete_file", {"path": "/srv/a"})["ask_details"]["task_id"] == tid
+    other = Runtime.start(rt.settings)  # a second replica: its own desk and memory
+    try:
+        who = approver(other, "alice", "operators")
+        if decide == "approve":
+            other.desk.approve(tid, who, "fine")
+        else:
+            other.desk.deny(tid, who, "no")
+    finally:
+        other.close()
+    answer = ask(agent, "delete_file", {"path": "/srv/a"})
+    assert answer["decision"] == ("allow" if decide == "approve" else "deny"), answer
+    assert answer["policy_data"]["approval"]["task_id"] == tid
+    task = rt.desk.get(tid)
+    assert task is not None
+    assert task.state is (ApprovalState.CONSUMED if decide == "approve" else ApprovalState.DENIED)
+    # The chain recorded exactly what was answered: the step entries verify (it raises).
+    assert verify_records(rt.store.iter_records(), ikm=TEST_IKM).sessions == 2

@@ -45,6 +45,7 @@ from warden.approvals.tasks import (
 from warden.errors import WardenError
 from warden.ledger.ledger import Ledger
 from warden.ledger.warden_chain import AuditTx, WardenChain, chain_session_id
+from warden.store.base import TaskUnchanged
 
 DESK_CHAIN = "desk"
 MAX_REASON_CHARS = 2000
@@ -163,6 +164,9 @@ class Resolution:
     text: str
     #: Granted by the rule's ``timeout_disposition: allow``, not by an approver.
     timed_out: bool = False
+    #: A pending answer read outside a write transaction: the row the append must find
+    #: unchanged in its own transaction (:attr:`PendingAppend.guards`).
+    guard: TaskUnchanged | None = None
 
     @property
     def reason_code(self) -> str:
@@ -220,6 +224,8 @@ class ApprovalDesk:
         self._reading = reading
         #: Pending tasks as parsed, by id: ``(updated_at as stored, task)``.
         self._pending: dict[str, tuple[str, Task]] = {}
+        #: (scope, action hash) → the pending task last read for it, with its updated_at.
+        self._pending_by_action: dict[tuple[str, str], tuple[str, Task]] = {}
         self._chain = WardenChain(
             ledger, "approval", clock, negotiated=lambda name: {"kind": "approval_desk"}
         )
@@ -248,19 +254,36 @@ class ApprovalDesk:
 
     # -- the wires' side ----------------------------------------------------------------
 
-    def peek(self, ask: AskRequest) -> Resolution | None:
+    def peek(self, ask: AskRequest, *, fresh: bool = False) -> Resolution | None:
         """The answer for ``ask`` when it needs no write: the latest task for its action
         is pending and not yet due to expire, and no task is cited. None otherwise (or
         without a read-only view): call :meth:`resolve` in a transaction.
 
         An ask resubmitted while its task waits is the common case on the decision path;
-        answering it from a read spares a second write transaction (issue 16). A task
-        approved between this read and the answer is found on the next resubmission.
+        answering it from a read spares a second write transaction (issue 16). The
+        answer carries a guard (the task's ``updated_at``) that the step's append checks
+        in its own transaction, so a task decided in between fails the append with
+        ``StaleRead`` and the step is decided again with ``fresh=True``. A task without
+        votes, once read, is answered from memory (the guard still checks it): no read
+        at all on the common path. ``fresh`` drops that memory for the ask first.
         """
         if self._reading is None or ask.cited_task_id is not None:
             return None
+        key = (ask.scope, action_hash(ask.action))
+        if fresh:
+            self._pending_by_action.pop(key, None)
+        else:
+            hit = self._pending_by_action.get(key)
+            if hit is not None and hit[1].expires_at > self.now():
+                task = hit[1]
+                return Resolution(
+                    Outcome.PENDING,
+                    task,
+                    self._pending_text(task),
+                    guard=TaskUnchanged(task.id, hit[0]),
+                )
         with self._reading() as view:
-            head = view.tasks.latest_state(ask.scope, action_hash(ask.action))
+            head = view.tasks.latest_state(*key)
             if head is None or head[1] != ApprovalState.PENDING.value:
                 return None
             task_id, _, updated_at, _ = head
@@ -278,8 +301,19 @@ class ApprovalDesk:
             assert latest is not None
             if latest.expires_at <= self.now():
                 return None
+            if not latest.votes:
+                # Votes are shown void by key revocations, which do not move the task's
+                # updated_at: only a task without votes may be answered from memory.
+                if len(self._pending_by_action) >= _PENDING_CACHE:
+                    self._pending_by_action.clear()
+                self._pending_by_action[key] = (updated_at, latest)
             latest = _shown_void(view, [latest])[0]
-        return Resolution(Outcome.PENDING, latest, self._pending_text(latest))
+        return Resolution(
+            Outcome.PENDING,
+            latest,
+            self._pending_text(latest),
+            guard=TaskUnchanged(task_id, updated_at),
+        )
 
     def resolve(self, tx: DeskTx, ask: AskRequest, consumer: dict[str, Any]) -> Resolution:
         """Match ``ask`` against the tasks bound to its action (see the module doc).

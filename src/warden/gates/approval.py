@@ -38,6 +38,7 @@ from warden.approvals.tasks import Requester, TaskKind
 from warden.core.guardian import Guardian, fit_to_hook
 from warden.core.types import ActionRequest, Effect, Verdict
 from warden.errors import CouldNotDecide, StoreUnavailable
+from warden.store.base import TaskUnchanged
 
 DEFAULT_GROUP = "approvers"
 
@@ -177,6 +178,8 @@ class ApprovalStep:
         self.request_id = request_id
         self.resolution: Resolution | None = None
         self.held: dict[str, Any] | None = None
+        #: The desk's pending answer was found stale by the append: read it again.
+        self._fresh = False
 
     @property
     def granted(self) -> bool:
@@ -212,7 +215,7 @@ class ApprovalStep:
                 "request_id": self.request_id,
             }
             try:
-                peeked = self.gate.desk.peek(ask)
+                peeked = self.gate.desk.peek(ask, fresh=self._fresh)
             except StoreUnavailable:
                 peeked = None  # the write transaction below reconnects or fails closed
             if peeked is not None:
@@ -222,6 +225,20 @@ class ApprovalStep:
                 with self.gate.desk.transaction() as tx:
                     self.resolution = self.gate.desk.resolve(tx, ask, consumer)
         return fit_to_hook(self._rewrite(verdict, self.resolution), request.permitted)
+
+    @property
+    def guards(self) -> tuple[TaskUnchanged, ...]:
+        """What the step's append must find unchanged: the pending task this answer was
+        read from outside a write transaction (none for an answer from one)."""
+        res = self.resolution
+        return (res.guard,) if res is not None and res.guard is not None else ()
+
+    def forget(self) -> None:
+        """The append found the pending task changed (``StaleRead``): the next
+        application asks the desk again, from the database."""
+        self.resolution = None
+        self.held = None
+        self._fresh = True
 
     def abandon(self, why: str = "the step could not be recorded") -> None:
         """Give a consumed grant back (the step it allowed was not recorded or allowed)."""

@@ -23,7 +23,7 @@ from warden.crypto.canonical import canonical_bytes
 from warden.crypto.hmac_keys import HMAC_ALGORITHM, SessionKeys, hmac_sign
 from warden.ledger.chain import chain_entry
 from warden.ledger.records import head_signing_input, session_signing_input
-from warden.store.base import PendingAppend, ReplayKeys, SessionState, Store
+from warden.store.base import PendingAppend, ReplayKeys, SessionState, Store, TaskUnchanged
 
 ResponseBuilder = Callable[[dict[str, Any]], dict[str, Any] | None]
 
@@ -97,6 +97,7 @@ class Ledger:
         close: bool = False,
         request: str | None = None,
         indexed: Callable[[int], dict[str, Any]] | None = None,
+        guards: tuple[TaskUnchanged, ...] = (),
     ) -> PendingAppend:
         """Chain ``content`` after the session head; return what to commit.
 
@@ -107,6 +108,8 @@ class Ledger:
         ``indexed(leaf_index)``, if given, returns the final signed response once the
         store knows the entry's transparency-log index, inside the commit's transaction
         (:attr:`PendingAppend.indexed`); ``build_response`` then only prepares it.
+        ``guards``: rows read outside the transaction that the append must find unchanged
+        (:class:`~warden.errors.StaleRead` otherwise).
         Nothing is written until the :class:`PendingAppend` is committed
         (:meth:`commit`, or a group committer); only then may the response leave.
         """
@@ -129,6 +132,7 @@ class Ledger:
             close=close,
             request=request,
             indexed=indexed,
+            guards=guards,
         )
 
     def commit(self, pending: PendingAppend) -> None:

@@ -60,6 +60,16 @@ SessionSigner = Callable[[SessionState], dict[str, Any]]
 
 
 @dataclass(frozen=True)
+class TaskUnchanged:
+    """A read guard of an append: approval task ``task_id`` still has ``updated_at``
+    (every change of a task moves it). Checked inside the append's transaction; a
+    mismatch fails the append with :class:`~warden.errors.StaleRead`, writing nothing."""
+
+    task_id: str
+    updated_at: str
+
+
+@dataclass(frozen=True)
 class PendingAppend:
     """One chained entry ready to commit: the arguments of :meth:`Store.append`.
 
@@ -85,6 +95,9 @@ class PendingAppend:
     #: in the stored row. Called at most once per attempt, inside the transaction, so a
     #: response never names an index its entry did not get (issue 17 item 3).
     indexed: Callable[[int], dict[str, Any]] | None = None
+    #: Rows the decision read outside this transaction and relies on: checked in it
+    #: (issue 16: the approval lookup needs no transaction of its own).
+    guards: tuple[TaskUnchanged, ...] = ()
 
 
 class Store(Protocol):

@@ -47,6 +47,7 @@ from warden.errors import (
     ParseError,
     ReplayDetected,
     SessionRefused,
+    StaleRead,
     StoreUnavailable,
     WardenError,
 )
@@ -420,6 +421,29 @@ class SqlStore:
             except Exception as exc:  # noqa: BLE001 - the server is still down
                 raise StoreUnavailable(f"cannot reconnect to the database: {exc}") from exc
         return self._raw.cursor()
+
+    def _pg_begin_guarded(self, cur: Any, item: PendingAppend) -> int:
+        """PostgreSQL, one round trip: ``BEGIN``, the log counter locked and read, and
+        each read guard's task row. Returns
+        the next leaf index; raises :class:`StaleRead` (the caller rolls back) when a
+        guarded task changed."""
+        sql = "BEGIN; " + _LOG_LOCK
+        args: list[str] = []
+        for guard in item.guards:
+            # Not locked: a desk transaction locks its task before the log counter, so
+            # locking the task after the counter here could deadlock with it. A change
+            # committed after this read is as if it came after the step.
+            sql += "; SELECT updated_at FROM tasks WHERE task_id = %s"
+            args.append(guard.task_id)
+        cur.execute(sql, args)
+        cur.nextset()
+        index = int(self._log_start(cur.fetchone())[0])
+        for guard in item.guards:
+            cur.nextset()
+            row = cur.fetchone()
+            if row is None or str(row[0]) != guard.updated_at:
+                raise StaleRead(f"approval task {guard.task_id} changed since it was read")
+        return index
 
     def _client_cursor(self) -> Any:
         """PostgreSQL: a cursor that binds parameters client-side, so one ``execute``
@@ -812,25 +836,28 @@ class SqlStore:
         with self._lock:
             cur = self._cursor()
             try:
-                if item.indexed is None:
+                if item.indexed is None and not item.guards:
                     cur.execute(_PG_APPEND, params)
                     row = cur.fetchone()
                 else:
                     # The response names its leaf index, so the index is read (and the
-                    # counter locked) first: BEGIN + lock in one round trip, then the same
-                    # one-statement append and COMMIT in a second (client-side binding).
-                    cur.execute("BEGIN; " + _LOG_LOCK)
-                    cur.nextset()
-                    index = int(self._log_start(cur.fetchone())[0])
-                    params["response"] = _dumps(item.indexed(index))
+                    # counter locked) first, with the read guards: BEGIN, the lock and the
+                    # guards in one round trip, then the same one-statement append and
+                    # COMMIT in a second (both strings bound client-side).
                     both = self._client_cursor()
                     try:
+                        index = self._pg_begin_guarded(both, item)
+                        if item.indexed is not None:
+                            params["response"] = _dumps(item.indexed(index))
                         both.execute(_PG_APPEND + "; COMMIT", params)
                         row = both.fetchone()
                     finally:
                         both.close()
+            except StaleRead as exc:
+                self._rollback(cur)
+                return exc
             except Exception as exc:
-                if index is not None:
+                if item.indexed is not None or item.guards:
                     with suppress(Exception):  # a dropped connection has nothing to undo
                         self._rollback(cur)
                 if is_integrity(exc):
@@ -885,6 +912,14 @@ class SqlStore:
 
     def _append_one(self, cur: Any, item: PendingAppend) -> None:
         seq = item.expected_seq + 1
+        for guard in item.guards:
+            cur.execute(
+                self._q("SELECT updated_at FROM tasks WHERE task_id = ?"),
+                (guard.task_id,),
+            )
+            row = cur.fetchone()
+            if row is None or str(row[0]) != guard.updated_at:
+                raise StaleRead(f"approval task {guard.task_id} changed since it was read")
         if item.replay is not None:
             self._insert_replay(cur, item.session_id, item.replay)
         # The head moves only while the signing agent key is live: one statement checks

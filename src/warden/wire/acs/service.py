@@ -65,6 +65,7 @@ from warden.errors import (
     ProtocolError,
     SessionRefused,
     SignatureInvalid,
+    StaleRead,
     StoreUnavailable,
     TimestampOutOfWindow,
     UnsupportedVersion,
@@ -557,6 +558,9 @@ class AcsService:
                 if after:
                     self.provenance.committed(sid, pending.entry["entry_hash"], after[0])
                 return pending.response
+            if isinstance(outcome, StaleRead) and approval is not None:
+                # The pending task the answer was read from changed: ask the desk again.
+                approval.forget()
             if gate is not None and gate.held is not None:
                 # The entry recording the hold did not commit: release it.
                 yield Offload(gate.abandon)
@@ -761,6 +765,7 @@ class AcsService:
                 close=info.method == "steps/sessionEnd",
                 request=received.decode(),
                 indexed=indexed,
+                guards=approval.guards if approval is not None else (),
             )
         except BaseException:
             if gate is not None:
