@@ -67,6 +67,14 @@ class Gate(Protocol):
     def abandon(self, why: str) -> None: ...
 
 
+class Recording(Protocol):
+    """The one write transaction a Warden-chain wire records a step in (the spend
+    wire, KLA, AdCP): its gates' state changes and its audit entry commit together, and
+    what must wait for that commit is handed to :meth:`after_commit`."""
+
+    def after_commit(self, report: Callable[[], None]) -> None: ...
+
+
 class Intake(Protocol):
     """Provenance intake (stage 3): the request with its provenance view attached."""
 
@@ -182,6 +190,20 @@ class Pipeline:
         observers.decided(wire, decided.verdict, decided.started)
         if observers.tracer is not None:
             observers.tracer.decided(wire, decided, decided.verdict, audit=audit, parent=parent)
+
+    def finished_after(
+        self,
+        tx: Recording,
+        wire: Wire,
+        decided: Decided,
+        *,
+        audit: Mapping[str, str | int] | None = None,
+        parent: TraceParent | None = None,
+    ) -> None:
+        """:meth:`finished` once ``tx`` has committed (never if it rolls back): the
+        Warden-chain wires decide, run their gates and write their entry in one
+        transaction, and report the verdict only when that is durable."""
+        tx.after_commit(lambda: self.finished(wire, decided, audit=audit, parent=parent))
 
     def finished_raw(
         self,
