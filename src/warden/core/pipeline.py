@@ -14,9 +14,11 @@ and AdCP ``check_governance``), :class:`Pipeline` runs the same stages in the sa
    is a deny, every gate is told to give back what it took (:meth:`Gate.abandon`);
 6. **record** — the wire's audit sink writes the entry and the gates' state changes in
    its transaction (ACS: the staged ContextEntry through group commit; the Warden-chain
-   wires: the operation's own transaction);
-7. **verdict** — after the record is durable the wire calls :meth:`Pipeline.finished`,
-   the one place a final verdict is reported to the observers (metrics, traces).
+   wires: the operation's own transaction, which their gates are bound to, so a task
+   or a hold commits with its entry or not at all — :class:`Recording`);
+7. **verdict** — after the record is durable the wire calls :meth:`Pipeline.finished`
+   (or hands it to the transaction with :meth:`Pipeline.finished_after`), the one place
+   a final verdict is reported to the observers (metrics, traces).
 
 :meth:`Pipeline.decide` is a generator so that one code path serves a thread and an
 event loop: it yields an :class:`Offload` for blocking store work (a gate that holds
