@@ -146,11 +146,10 @@ class QuoteDecision:
     """What the policy, and the desk when the policy asks, said about one quote.
 
     ``resolution`` is the desk's answer to an ``ask``/``defer`` (None: the verdict
-    needed no human, or no desk is configured — ``desk_missing``)."""
+    needed no human, or no desk is configured)."""
 
     verdict: Verdict
     resolution: Resolution | None
-    desk_missing: bool
 
 
 def decide_quote(
@@ -190,7 +189,7 @@ def decide_quote(
             budget_id, decision_detail(who, verdict, budget_id, amount, currency, action)
         )
     resolution = ask.resolution if ask is not None else None
-    return QuoteDecision(verdict, resolution, desk_missing=desk is None)
+    return QuoteDecision(verdict, resolution)
 
 
 def budget_increase_ask(
