@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from warden.adcp.check_gates import hold_commitment, no_room
 from warden.adcp.governance_token import (
     MAX_INTENT_TTL_SECONDS,
     Commitment,
@@ -20,7 +21,6 @@ from warden.adcp.plan_hash import authorized_payload_hash
 from warden.adcp.plans import Plan
 from warden.adcp.state import AdcpState, Call, new_id, rfc3339
 from warden.adcp.verdicts import CheckInput, Evaluation
-from warden.spend.engine import MAX_HOLD_SECONDS
 from warden.spend.errors import BudgetExceeded
 from warden.store.adcp_sql import CheckRow, PlanRow
 
@@ -59,13 +59,17 @@ class CheckAnswers:
         *,
         phase: str,
         reserve: bool = True,
+        reservation_id: str | None = None,
         aud: str | None = None,
         media_buy_id: str | None = None,
         modern: bool = True,
         binding: tuple[str, str] | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Hold the commitment (intent) and sign the token; a hold refused by the ledger
-        (a concurrent commitment took the room) turns the verdict into ``denied``.
+        """Hold the commitment (``reserve``: a reviewed intent, in the desk's
+        transaction) and sign the token; a hold refused by the ledger (a concurrent
+        commitment took the room) turns the verdict into ``denied``. An intent decided
+        by the pipeline comes with its hold already taken by the
+        :class:`~warden.adcp.check_gates.PlanHold` gate (``reservation_id``).
 
         ``binding``: the ``(authorized_task, authorized_payload_hash)`` an execution
         token carries over from the intent's token (the seller commits that request), so
@@ -73,40 +77,17 @@ class CheckAnswers:
         st = self.st
         plan = Plan.from_record(plan_row.record)
         currency = check.currency or plan.currency
-        reservation_id: str | None = None
-        if reserve and check.amount is not None and check.amount > 0:
+        if reserve:
             try:
-                res = st.engine.within(tx).reserve(
-                    plan_row.budget_id,
-                    check.amount,
-                    currency,
-                    action=f"adcp:{check.tool or 'check_governance'}",
-                    hold_seconds=MAX_HOLD_SECONDS,
-                    meta={"wire": "adcp", "check_id": check_id, "plan_id": plan.plan_id},
-                    principal=plan_row.principal,
-                )
+                reservation_id = hold_commitment(st, tx, plan_row, check, check_id)
             except BudgetExceeded:
-                # The ledger's message names its internal budget id: not for the wire.
-                finding = {
-                    "category_id": "budget_authority",
-                    "severity": "critical",
-                    "explanation": f"The plan's budget no longer has room for {check.amount} "
-                    f"{currency}: other commitments took it since the check was made.",
-                }
-                denied = Evaluation(
-                    "denied",
-                    finding["explanation"],
-                    findings=[finding],
-                    categories_evaluated=ev.categories_evaluated,
-                    policies_evaluated=ev.policies_evaluated,
-                )
+                denied = no_room(check.amount, currency, ev)
                 return (
                     self._refuse(
                         check_id, plan.plan_id, check_type_of(phase), denied, modern=modern
                     ),
                     {},
                 )
-            reservation_id = res.id
         jti = new_jti()
         iat = int(now.timestamp())
         ttl = MAX_INTENT_TTL_SECONDS if phase == "intent" else 30 * 24 * 3600

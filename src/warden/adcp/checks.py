@@ -24,19 +24,19 @@ plan's chain, in the transaction of its effect.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
+from warden.adcp.check_gates import METHOD, Judgement, PlanHold, PlanReview
 from warden.adcp.errors import AdcpError
 from warden.adcp.execution import Executions
 from warden.adcp.plans import Plan
-from warden.adcp.reviews import METHOD, Reviews
+from warden.adcp.reviews import Reviews
 from warden.adcp.state import Answer, Call, new_id, wire_number
 from warden.adcp.verdicts import CheckInput, Evaluation, commitment_of, evaluate
 from warden.core.pipeline import Pipeline
-from warden.core.types import ActionRequest, Effect, Verdict
-from warden.errors import CouldNotDecide
-from warden.identity.api_keys import Identity
+from warden.core.types import ActionRequest
+from warden.errors import CouldNotDecide, StoreUnavailable
+from warden.store.adcp_sql import PlanRow
 
 
 class Checks(Reviews, Executions):
@@ -87,12 +87,15 @@ class Checks(Reviews, Executions):
             payload_amount=commitment_of({"payload": payload})[0],
         )
         ev = evaluate(plan, check, remaining, call.now)
-        ev, verdict = self._policy(ev, plan, check, req, who)
         check_id = new_id("chk")
-        if ev.kind == "review":
-            return self._escalate(tx, call, plan_row, check, check_id, ev, verdict)
-        record = self._record(call, check, check_id, sub=new_id("act"))
         modern = "proposed_commitment" in req
+        held: str | None = None
+        if ev.kind != "denied":  # a plan denial is final and asks no rule
+            ev, review, hold = self._decide(tx, call, plan_row, plan, check, check_id, ev)
+            if review.task is not None:
+                return self._escalate(tx, call, plan_row, check, check_id, ev, review.task)
+            held = hold.reservation_id
+        record = self._record(call, check, check_id, sub=new_id("act"))
         if ev.kind == "approved" or (ev.kind == "conditions" and not modern):
             body, extra = self._approve(
                 tx,
@@ -104,6 +107,8 @@ class Checks(Reviews, Executions):
                 ev,
                 record["sub"],
                 phase="intent",
+                reserve=False,
+                reservation_id=held,
                 modern=modern,
             )
         else:
@@ -112,24 +117,26 @@ class Checks(Reviews, Executions):
         self._store(tx, plan_row, check_id, "intent", body, record, extra)
         return Answer(body)
 
-    def _policy(
+    def _decide(
         self,
-        ev: Evaluation,
+        tx: Any,
+        call: Call,
+        plan_row: PlanRow,
         plan: Plan,
         check: CheckInput,
-        req: dict[str, Any],
-        caller: Identity,
-    ) -> tuple[Evaluation, Verdict | None]:
-        """The bundle's rules on ``adcp/check_governance``: a deny (or a modify, which
-        cannot be applied to a check) denies; an ask or a human-resolved defer escalates.
-        A plan denial is final and asks no rule."""
-        if ev.kind == "denied":
-            return ev, None
-        who, principal = caller.principal, caller.as_principal()
+        check_id: str,
+        ev: Evaluation,
+    ) -> tuple[Evaluation, PlanReview, PlanHold]:
+        """The pipeline on ``adcp/check_governance`` with the check's gates
+        (:mod:`warden.adcp.check_gates`) on the call's transaction ``tx``: the review
+        task or the plan money is taken there, before the check's row and audit entry
+        join it. Returns the check's evaluation (the plan's joined to the bundle's
+        verdict, or ``denied`` when the ledger had no room) and the gates."""
+        st, req, who = self.st, call.request, call.who
         request = ActionRequest(
             method=METHOD,
             payload=dict(req),
-            metadata={"principal": who},
+            metadata={"principal": who.principal},
             tool={
                 "name": check.tool or "check_governance",
                 "version": "",
@@ -148,50 +155,26 @@ class Checks(Reviews, Executions):
                 "caller": str(req.get("caller") or ""),
             },
             raw_command="",
-            session={"id": "", "agent_id": who, "step_count": 0},
+            session={"id": "", "agent_id": who.principal, "step_count": 0},
         )
-        pipeline = Pipeline(self.st.guardian)
+        judge = Judgement(ev, {r.id: r.effect for r in st.guardian.engine.bundle.rules})
+        review = PlanReview(st, tx, who, plan_row, check, check_id, judge)
+        hold = PlanHold(
+            st, tx, plan_row, check, check_id, judge, modern="proposed_commitment" in req
+        )
+        pipeline = Pipeline(st.guardian)
         try:
-            decided = pipeline.run(principal, request)
+            decided = pipeline.run(who.as_principal(), request, gates=[review, hold])
+        except StoreUnavailable:
+            raise  # the call's transaction rolls back; the wire answers "unavailable"
         except CouldNotDecide as exc:
             raise AdcpError(
                 "GOVERNANCE_UNAVAILABLE", "the governance agent could not decide", retry_after=5
             ) from exc
-        verdict = decided.verdict
-        pipeline.finished("adcp", decided)
-        rules = [r.rule_id for r in verdict.policy_references]
-        ev.policies_evaluated = [*ev.policies_evaluated, *rules]
-        if verdict.decision is Effect.ALLOW:
-            return ev, verdict
-        if verdict.decision in (Effect.ASK, Effect.DEFER):
-            if ev.kind == "conditions":
-                return ev, verdict  # conditions first; the re-check asks the human
-            why = verdict.reasoning or "a policy rule asks a human to review this action"
-            return (
-                replace(
-                    ev, kind="review", explanation=f"A human must review: {why}", review_reason=why
-                ),
-                verdict,
-            )
-        effects = {r.id: r.effect for r in self.st.guardian.engine.bundle.rules}
-        winner = next((r for r in rules if effects.get(r) is verdict.decision), None)
-        finding: dict[str, Any] = {
-            "category_id": "policy",
-            "severity": "critical",
-            "explanation": verdict.reasoning or "denied by policy",
-        }
-        if winner is not None:
-            finding["policy_id"] = winner
-        return (
-            Evaluation(
-                "denied",
-                finding["explanation"],
-                findings=[finding],
-                categories_evaluated=[*ev.categories_evaluated, "policy"],
-                policies_evaluated=ev.policies_evaluated,
-            ),
-            verdict,
-        )
+        pipeline.finished_after(tx, "adcp", decided)
+        if hold.refused is not None:
+            return hold.refused, review, hold
+        return judge(decided.verdict), review, hold
 
 
 __all__ = ["Checks"]

@@ -13,18 +13,13 @@ from decimal import Decimal
 from typing import Any
 
 from warden.adcp.check_answers import CheckAnswers, audit_detail
+from warden.adcp.check_gates import METHOD, REVIEW_GROUP, REVIEW_TIMEOUT_S
 from warden.adcp.state import Answer, Call, new_id
 from warden.adcp.verdicts import CheckInput, Evaluation
-from warden.approvals.desk import AskRequest
-from warden.approvals.tasks import Event, Requester, Task, TaskKind
-from warden.core.types import Effect, Verdict
-from warden.gates.approval import ask_terms, policy_of
+from warden.approvals.tasks import Event, Task
 from warden.store.adcp_sql import CheckRow, PlanRow
 
-METHOD = "adcp/check_governance"
-#: Who reviews a plan-triggered escalation, and for how long the task stays open.
-REVIEW_GROUP = "finance"
-REVIEW_TIMEOUT_S = 24 * 3600
+__all__ = ["METHOD", "REVIEW_GROUP", "REVIEW_TIMEOUT_S", "Reviews"]
 
 
 class Reviews(CheckAnswers):
@@ -38,47 +33,11 @@ class Reviews(CheckAnswers):
         check: CheckInput,
         check_id: str,
         ev: Evaluation,
-        verdict: Verdict | None,
+        task: Task,
     ) -> Answer:
-        st, who = self.st, call.who
-        terms: dict[str, Any] = {
-            "approver_group": REVIEW_GROUP,
-            "question": f"Approve this {check.tool or 'governed action'} on plan "
-            f"{plan_row.plan_id}? {ev.review_reason}",
-            "timeout_s": float(REVIEW_TIMEOUT_S),
-            "timeout_disposition": "deny",
-            "approvals_required": 1,
-        }
-        if verdict is not None and verdict.decision in (Effect.ASK, Effect.DEFER):
-            terms = ask_terms(st.guardian, verdict)
-            terms["timeout_disposition"] = "deny"  # an unanswered review is a denial
-        detail = {
-            "check_id": check_id,
-            "plan_id": plan_row.plan_id,
-            "tool": check.tool,
-            "amount": None if check.amount is None else str(check.amount),
-            "currency": check.currency,
-            "target_agent": check.target_agent,
-            "reason": ev.review_reason,
-        }
-        task = st.desk.file(
-            tx,
-            AskRequest(
-                kind=TaskKind.ADCP_CHECK,
-                wire="adcp",
-                scope=f"adcp:{who.principal}",
-                action={
-                    "method": METHOD,
-                    "name": check.tool or "check_governance",
-                    "arguments": detail,
-                },
-                requester=Requester(agent_id=who.principal, principal=who.owner or who.principal),
-                correlation={"check_id": check_id, "key_id": who.key_id},
-                policy=policy_of(verdict) if verdict is not None else {},
-                detail=detail,
-                **terms,
-            ),
-        )
+        """Record a check that waits for its review: ``task`` was filed in ``tx`` by the
+        :class:`~warden.adcp.check_gates.PlanReview` gate; the check row and its audit
+        entry join it there."""
         record = self._record(call, check, check_id, sub=new_id("act"))
         record.update(
             task_id=task.id,

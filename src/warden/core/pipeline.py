@@ -14,9 +14,11 @@ and AdCP ``check_governance``), :class:`Pipeline` runs the same stages in the sa
    is a deny, every gate is told to give back what it took (:meth:`Gate.abandon`);
 6. **record** — the wire's audit sink writes the entry and the gates' state changes in
    its transaction (ACS: the staged ContextEntry through group commit; the Warden-chain
-   wires: the operation's own transaction);
-7. **verdict** — after the record is durable the wire calls :meth:`Pipeline.finished`,
-   the one place a final verdict is reported to the observers (metrics, traces).
+   wires: the operation's own transaction, which their gates are bound to, so a task
+   or a hold commits with its entry or not at all — :class:`Recording`);
+7. **verdict** — after the record is durable the wire calls :meth:`Pipeline.finished`
+   (or hands it to the transaction with :meth:`Pipeline.finished_after`), the one place
+   a final verdict is reported to the observers (metrics, traces).
 
 :meth:`Pipeline.decide` is a generator so that one code path serves a thread and an
 event loop: it yields an :class:`Offload` for blocking store work (a gate that holds
@@ -65,6 +67,14 @@ class Gate(Protocol):
     def holding(self) -> bool: ...
 
     def abandon(self, why: str) -> None: ...
+
+
+class Recording(Protocol):
+    """The one write transaction a Warden-chain wire records a step in (the spend
+    wire, KLA, AdCP): its gates' state changes and its audit entry commit together, and
+    what must wait for that commit is handed to :meth:`after_commit`."""
+
+    def after_commit(self, report: Callable[[], None]) -> None: ...
 
 
 class Intake(Protocol):
@@ -182,6 +192,20 @@ class Pipeline:
         observers.decided(wire, decided.verdict, decided.started)
         if observers.tracer is not None:
             observers.tracer.decided(wire, decided, decided.verdict, audit=audit, parent=parent)
+
+    def finished_after(
+        self,
+        tx: Recording,
+        wire: Wire,
+        decided: Decided,
+        *,
+        audit: Mapping[str, str | int] | None = None,
+        parent: TraceParent | None = None,
+    ) -> None:
+        """:meth:`finished` once ``tx`` has committed (never if it rolls back): the
+        Warden-chain wires decide, run their gates and write their entry in one
+        transaction, and report the verdict only when that is durable."""
+        tx.after_commit(lambda: self.finished(wire, decided, audit=audit, parent=parent))
 
     def finished_raw(
         self,

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from warden.approvals.desk import AskRequest
+from warden.approvals.desk import ApprovalDesk, AskRequest, DeskTx
 from warden.approvals.tasks import Requester, Task, TaskKind
 from warden.core.guardian import Guardian
+from warden.core.pipeline import Decided, Pipeline
 from warden.core.types import ActionRequest, Verdict
 from warden.gates.approval import ask_terms, policy_of
+from warden.gates.desk import DeskAsk
 from warden.identity.api_keys import Identity
 from warden.kla.records import SCHEMA_VERSION, KlaDecision
 
@@ -117,6 +119,33 @@ def desk_ask(
         cited_task_id=cited_task_id,
         **terms,
     )
+
+
+def decide(
+    pipeline: Pipeline,
+    desk: ApprovalDesk,
+    tx: DeskTx,
+    record: dict[str, Any],
+    digest: str,
+    decision_id: str,
+    who: Identity,
+) -> tuple[Decided, Task | None]:
+    """Decide a validated action request in ``tx``: the pipeline with the desk ask as
+    its gate (:class:`~warden.gates.desk.DeskAsk` over :func:`desk_ask`), so a
+    ``require_approval`` files its task in the transaction that then writes the policy
+    decision record and chains it. Returns the decision and the task it filed (None
+    unless the policy asked). Store failures propagate (``tx`` rolls back)."""
+    rid = record["action_request_id"]
+    gate = DeskAsk(
+        desk,
+        tx,
+        lambda _req, verdict: desk_ask(
+            pipeline.guardian, record, digest, decision_id, who, verdict
+        ),
+        {"wire": WIRE, "action_request_id": rid, "key_id": who.key_id},
+    )
+    decided = pipeline.run(who.as_principal(), action_request(record, who), gates=[gate])
+    return decided, gate.task
 
 
 #: The longest ``reasoning`` a policy decision record carries (characters).

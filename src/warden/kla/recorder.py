@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from warden.approvals.desk import ApprovalDesk, DeskTx
 from warden.approvals.tasks import Task
 from warden.core.guardian import Guardian
-from warden.core.pipeline import Pipeline
+from warden.core.pipeline import Pipeline, Recording
 from warden.crypto.canonical import canonical_bytes
 from warden.kla.evidence import CHAIN_KIND, PROCESSED, Signer
 from warden.kla.keys import KeyRegistry
@@ -28,7 +28,7 @@ from warden.ledger.warden_chain import WardenChain
 from warden.store.kla_sql import KlaRow, SqlKlaRecords
 
 
-class KlaTx(DeskTx, Protocol):
+class KlaTx(DeskTx, Recording, Protocol):
     """One store write transaction as the action request wire uses it."""
 
     @property

@@ -1,12 +1,14 @@
 """A spend quote and a budget increase as the Guardian and the approval desk see them.
 
 A quote is decided under the policy method ``spend/quote`` (DESIGN.md's decision
-table): :func:`quote_request` is its :class:`ActionRequest`, :func:`decision_detail`
-what the spend chain records about a decision that is not ``allow``, and
-:func:`winning_gate` the rule (or reason code) that names the refusal. A quote the
-policy asks a human about files :func:`quote_ask` (the same quote, however its amount is
-written, is one ask); a budget increase files :func:`budget_increase_ask`, and approving
-it runs :func:`budget_increase_effect` in the desk's transaction.
+table) by :func:`decide_quote`: :func:`quote_request` is its :class:`ActionRequest`,
+the pipeline decides it with the desk ask as its gate (:class:`~warden.gates.desk.DeskAsk`
+over :func:`quote_ask`: the same quote, however its amount is written, is one ask), and
+:func:`decision_detail` is what the spend chain records about a decision that is not
+``allow`` — the task, its desk entry and that record in the quote's one transaction.
+:func:`winning_gate` is the rule (or reason code) that names a refusal. A budget
+increase files :func:`budget_increase_ask`, and approving it runs
+:func:`budget_increase_effect` in the desk's transaction.
 
 The spend wire (:mod:`warden.wire.spend.operations`) parses the request, calls these and
 renders the answer (docs/decisions.md 390).
@@ -16,15 +18,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
-from warden.approvals.desk import AskRequest
+from warden.approvals.desk import ApprovalDesk, AskRequest, DeskTx, Resolution
 from warden.approvals.tasks import Requester, Task, TaskKind
 from warden.core.guardian import Guardian
-from warden.core.types import ActionRequest, Verdict
+from warden.core.pipeline import Gate, Pipeline, Recording
+from warden.core.types import ActionRequest, Effect, Verdict
 from warden.gates.approval import ask_terms, policy_of
+from warden.gates.desk import DeskAsk
 from warden.identity.api_keys import Identity
 from warden.spend.budgets import Budget
 from warden.spend.engine import SpendEngine
@@ -131,6 +135,61 @@ def quote_ask(
         detail=dict(arguments),
         **ask_terms(guardian, verdict),
     )
+
+
+class QuoteTx(DeskTx, Recording, Protocol):
+    """The quote's one write transaction: desk tasks, and reports after its commit."""
+
+
+@dataclass(frozen=True)
+class QuoteDecision:
+    """What the policy, and the desk when the policy asks, said about one quote.
+
+    ``resolution`` is the desk's answer to an ``ask``/``defer`` (None: the verdict
+    needed no human, or no desk is configured)."""
+
+    verdict: Verdict
+    resolution: Resolution | None
+
+
+def decide_quote(
+    pipeline: Pipeline,
+    desk: ApprovalDesk | None,
+    tx: QuoteTx,
+    engine: SpendEngine,
+    who: Identity,
+    payload: dict[str, Any],
+    budget_id: str,
+    amount: Decimal,
+    currency: str,
+    action: str,
+) -> QuoteDecision:
+    """Decide a quote in ``tx`` (``engine`` joined to it): the pipeline with the desk
+    ask as its gate, then the ``warden/spend.policy`` entry of a decision that is not
+    ``allow``. The task, its desk entry and that entry commit together; the verdict
+    reaches the observers once ``tx`` has committed. Store failures propagate (the
+    caller's transaction rolls back)."""
+    request = quote_request(who, payload, budget_id, amount, currency, action)
+    gates: list[Gate] = []
+    ask: DeskAsk | None = None
+    if desk is not None:
+        guardian = pipeline.guardian
+        ask = DeskAsk(
+            desk,
+            tx,
+            lambda _req, verdict: quote_ask(guardian, who, verdict, budget_id, amount, action),
+            {"wire": "spend", "route": "POST /v1/quotes", "key_id": who.key_id},
+        )
+        gates.append(ask)
+    decided = pipeline.run(who.as_principal(), request, gates=gates)
+    pipeline.finished_after(tx, "spend", decided)
+    verdict = decided.verdict
+    if verdict.decision is not Effect.ALLOW:
+        engine.record_decision(
+            budget_id, decision_detail(who, verdict, budget_id, amount, currency, action)
+        )
+    resolution = ask.resolution if ask is not None else None
+    return QuoteDecision(verdict, resolution)
 
 
 def budget_increase_ask(

@@ -14,7 +14,8 @@ wire mutation commits together with its idempotency claim and stored answer.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
@@ -33,6 +34,8 @@ from warden.store.tasks_sql import SqlTasks
 
 if TYPE_CHECKING:
     from warden.store.sql import SqlStore
+
+log = logging.getLogger(__name__)
 
 
 def _dumps(value: Any) -> str:
@@ -137,6 +140,23 @@ class SqlSpendTx:
         # stored response, a task (the spend wire, warden.wire.spend).
         self.idempotency_keys = SqlIdempotencyKeys(cur, self._q)
         self.tasks = SqlTasks(cur, self._q, row_locks=store.row_locks)
+        self._after_commit: list[Callable[[], None]] = []
+
+    def after_commit(self, report: Callable[[], None]) -> None:
+        """Run ``report`` once this transaction has committed (never if it rolls back):
+        the decision pipeline's observers (metrics, traces) see only what is durable.
+        Reports run in the order given; one that raises is logged and the rest still run
+        (the change is committed: its answer must still go out)."""
+        self._after_commit.append(report)
+
+    def reported(self) -> None:
+        """Run the reports of :meth:`after_commit` (called once, after COMMIT)."""
+        reports, self._after_commit = self._after_commit, []
+        for report in reports:
+            try:
+                report()
+            except Exception:  # noqa: BLE001 - an observer never undoes a committed change
+                log.exception("a report after commit failed")
 
     @property
     def cursor(self) -> Any:
@@ -328,6 +348,7 @@ def spend_transaction(store: SqlStore) -> Iterator[SqlSpendTx]:
         yield tx
     for sid in tx.touched_sessions:
         store.forget_session(sid)
+    tx.reported()
 
 
 def list_budgets(store: SqlStore) -> list[Budget]:

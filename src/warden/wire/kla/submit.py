@@ -14,10 +14,11 @@ Takes an AI agent action request v1 record and, in order (docs/decisions.md, ite
    record:signature_invalid``);
 4. a known ``action_request_id``: the same digest from the same principal replays the
    stored answer, anything else is ``409 record:conflict``;
-5. asks the Guardian (policy method ``kla/action``), writes the policy decision record
-   signed with Warden's key, files an approval task on the desk for
-   ``require_approval``, and appends the request and the decision to the execution's
-   Warden audit chain, all in one database transaction.
+5. runs the decision pipeline (policy method ``kla/action``) with the desk ask as its
+   gate (:func:`warden.kla.asks.decide`: ``require_approval`` files an approval task),
+   writes the policy decision record signed with Warden's key, and appends the request
+   and the decision to the execution's Warden audit chain, all in one database
+   transaction; the observers hear of it once that has committed.
 """
 
 from __future__ import annotations
@@ -28,13 +29,12 @@ from warden.approvals.tasks import Task
 from warden.core.observe import TraceParent
 from warden.errors import WardenError
 from warden.identity.api_keys import Identity
-from warden.kla.asks import WIRE, action_request, desk_ask, policy_decision_record
+from warden.kla.asks import decide, policy_decision_record
 from warden.kla.digest import record_digest
 from warden.kla.evidence import HELD, PROCESSED, now_stamp
 from warden.kla.recorder import Recorder, canonical_text, new_id
 from warden.kla.records import (
     SUPPORTED_SCHEMA_VERSIONS,
-    KlaDecision,
     RecordKind,
     kla_decision,
     shape_error,
@@ -198,17 +198,10 @@ def _process(
             return answer
         now = rec.now()
         stamp = now_stamp(now)
-        decided = rec.pipeline.run(who.as_principal(), action_request(record, who))
+        decision_id = new_id("pd")
+        decided, task = decide(rec.pipeline, rec.desk, tx, record, digest, decision_id, who)
         verdict = decided.verdict
         decision = kla_decision(verdict.decision, warn=verdict.warn)
-        decision_id = new_id("pd")
-        task: Task | None = None
-        if decision is KlaDecision.REQUIRE_APPROVAL:
-            ask = desk_ask(rec.guardian, record, digest, decision_id, who, verdict)
-            resolution = rec.desk.resolve(
-                tx, ask, {"wire": WIRE, "action_request_id": rid, "key_id": who.key_id}
-            )
-            task = resolution.task
         decision_record = policy_decision_record(
             rec.guardian, record, digest, decision_id, decision, verdict, task, stamp
         )
@@ -230,12 +223,11 @@ def _process(
         for row, value in ((request_row, record), (decision_row, decision_record)):
             tx.kla.insert(row)
             rec.append(tx, row, value, event=row.kind)
-        answer = _submitted(rec, request_row, decision_row, task)
-    # Stage 7, once the records are durable: a rolled-back transaction reports nothing.
-    rec.pipeline.finished(
-        "kla", decided, audit={"action_request_id": rid}, parent=_trace_parent(record)
-    )
-    return answer
+        # Stage 7, once the records are durable: a rolled-back transaction reports nothing.
+        rec.pipeline.finished_after(
+            tx, "kla", decided, audit={"action_request_id": rid}, parent=_trace_parent(record)
+        )
+        return _submitted(rec, request_row, decision_row, task)
 
 
 def _submitted(rec: Recorder, request: KlaRow, decision_row: KlaRow, task: Task | None) -> Answer:

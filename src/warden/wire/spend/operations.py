@@ -22,15 +22,13 @@ from warden.approvals.desk import ApprovalDesk, DeskTx, Outcome
 from warden.core.guardian import Guardian
 from warden.core.pipeline import Pipeline
 from warden.core.types import Effect as VerdictEffect
-from warden.core.types import Verdict
 from warden.errors import CouldNotDecide, WardenError
 from warden.identity.api_keys import Role
 from warden.spend.asks import (
     BUDGET_APPROVERS,
+    QuoteDecision,
     budget_increase_ask,
-    decision_detail,
-    quote_ask,
-    quote_request,
+    decide_quote,
     winning_gate,
 )
 from warden.spend.budgets import Budget, period_key
@@ -95,6 +93,8 @@ class WireTx(SpendTx, DeskTx, Protocol):
 
     @property
     def idempotency_keys(self) -> IdempotencyKeys: ...
+
+    def after_commit(self, report: Callable[[], None]) -> None: ...
 
 
 class WireStore(Protocol):
@@ -267,7 +267,7 @@ class SpendWire:
     def policy(
         self, tx: WireTx, eng: SpendEngine, body: QuoteRequest, amount: Decimal
     ) -> tuple[Answer | None, str | None]:
-        """Ask the Guardian about the quote (``spend/quote``; DESIGN.md's decision table).
+        """The quote's policy check (``spend/quote``, :func:`decide_quote`), rendered.
 
         Returns ``(None, None)`` to go on; ``(None, task_id)`` to go on under an approval
         granted for this exact quote (consumed now); ``(answer, None)`` with a task and
@@ -279,21 +279,24 @@ class SpendWire:
         if self.guardian is None or self.pipeline is None:
             return None, None
         who = caller()
-        request = quote_request(
-            who, body.model_dump(), body.budgetId, amount, body.currency, body.action
+        decision = decide_quote(
+            self.pipeline,
+            self.desk,
+            tx,
+            eng,
+            who,
+            body.model_dump(),
+            body.budgetId,
+            amount,
+            body.currency,
+            body.action,
         )
-        decided = self.pipeline.run(who.as_principal(), request)
-        verdict = decided.verdict
-        self.pipeline.finished("spend", decided)
+        verdict = decision.verdict
         if verdict.decision is VerdictEffect.ALLOW:
             return None, None
-        eng.record_decision(
-            body.budgetId,
-            decision_detail(who, verdict, body.budgetId, amount, body.currency, body.action),
-        )
-        gate = winning_gate(self.guardian, verdict)
         if verdict.decision in (VerdictEffect.ASK, VerdictEffect.DEFER):
-            return self.ask_human(tx, body, amount, verdict)
+            return self.human_answer(decision, amount)
+        gate = winning_gate(self.guardian, verdict)
         if verdict.decision is VerdictEffect.MODIFY:
             raise Refusal(
                 gate,
@@ -306,21 +309,17 @@ class SpendWire:
             )
         raise Refusal(gate, 403, verdict.reasoning or "denied by policy")
 
-    def ask_human(
-        self, tx: WireTx, body: QuoteRequest, amount: Decimal, verdict: Verdict
+    def human_answer(
+        self, decision: QuoteDecision, amount: Decimal
     ) -> tuple[Answer | None, str | None]:
-        """The desk's answer for a quote the policy asks a human about."""
-        if self.desk is None or self.guardian is None:
+        """The desk's answer for a quote the policy asks a human about, rendered."""
+        verdict, res = decision.verdict, decision.resolution
+        if res is None:
             raise Refusal(
                 "approval:unavailable",
                 503,
                 f"{verdict.reasoning} No approval desk is configured, so it is refused.",
             )
-        who = caller()
-        ask = quote_ask(self.guardian, who, verdict, body.budgetId, amount, body.action)
-        res = self.desk.resolve(
-            tx, ask, {"wire": "spend", "route": "POST /v1/quotes", "key_id": who.key_id}
-        )
         assert res.task is not None or res.outcome is Outcome.INVALID
         if res.outcome is Outcome.GRANTED:
             assert res.task is not None
