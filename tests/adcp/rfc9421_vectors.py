@@ -21,9 +21,7 @@ WEBHOOK_DIR = VECTORS / "webhook-signing"
 
 def vector_files(root: Path) -> list[Path]:
     """Every positive/negative vector under ``root`` (profile-3.2 included), sorted."""
-    return sorted(
-        p for p in root.rglob("*.json") if p.parent.name in ("positive", "negative")
-    )
+    return sorted(p for p in root.rglob("*.json") if p.parent.name in ("positive", "negative"))
 
 
 def vector_id(path: Path) -> str:

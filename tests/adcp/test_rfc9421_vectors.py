@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from rfc9421_vectors import (
     REQUEST_DIR,
     VECTORS,
@@ -36,6 +35,7 @@ from rfc9421_vectors import (
     vector_files,
     vector_id,
 )
+
 from warden.adcp.rfc9421 import HttpRequest, SignatureRejected, verify_request
 from warden.adcp.rfc9421.fields import parse_dictionary, serialize_member
 from warden.adcp.rfc9421.keys import private_key, sign
@@ -169,9 +169,7 @@ def _required(path: Path, vec: dict[str, Any]) -> bool:
 
 
 SIGNED_POSITIVE = [
-    p
-    for p in FILES
-    if p.parent.name == "positive" and "expected_signature_base" in load(p)
+    p for p in FILES if p.parent.name == "positive" and "expected_signature_base" in load(p)
 ]
 
 
@@ -193,7 +191,9 @@ def test_signer_reproduces_the_signature(path: Path) -> None:
         return
     key = private_key(keys_of(root)[params["keyid"]], "_private_d_for_test_only")
     raw = sign(key, "ed25519", base.encode())
-    sig = parse_dictionary(req.field_lines("signature")[0], legacy=profile.legacy_binary, binary=True)
+    sig = parse_dictionary(
+        req.field_lines("signature")[0], legacy=profile.legacy_binary, binary=True
+    )
     assert sig["sig1"][0] == raw
     text = req.field_lines("signature")[0]
     if profile.legacy_binary:

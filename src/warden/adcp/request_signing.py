@@ -123,7 +123,9 @@ class RequestSigning:
         self._store = store
         self.mode = mode
         self.profile: Profile = (
-            REQUEST_PROFILE_32 if profile == "3.2" else REQUEST_PROFILE_31.with_digest(content_digest)
+            REQUEST_PROFILE_32
+            if profile == "3.2"
+            else REQUEST_PROFILE_31.with_digest(content_digest)
         )
         self.replay_cap = replay_cap
         self.mutating_tasks = tuple(mutating_tasks)

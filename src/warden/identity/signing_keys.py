@@ -85,7 +85,9 @@ def check_jwk(jwk: Mapping[str, Any], kid: str | None = None) -> dict[str, Any]:
         raise ConfigError("a signing key must be one JWK object")
     private = sorted(_PRIVATE_MEMBERS & set(jwk))
     if private:
-        raise ConfigError(f"the JWK holds private members ({', '.join(private)}); give the public key")
+        raise ConfigError(
+            f"the JWK holds private members ({', '.join(private)}); give the public key"
+        )
     out = {k: v for k, v in jwk.items() if not str(k).startswith("_") and k != "$comment"}
     if kid is not None:
         out["kid"] = kid

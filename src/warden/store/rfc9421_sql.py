@@ -77,8 +77,7 @@ class SqlNonces:
         lets exactly one insert win."""
         self._cur.execute(
             self._q(
-                "DELETE FROM adcp_signature_nonces WHERE keyid = ? AND nonce = ? "
-                "AND expires_at < ?"
+                "DELETE FROM adcp_signature_nonces WHERE keyid = ? AND nonce = ? AND expires_at < ?"
             ),
             (keyid, nonce, now),
         )
@@ -105,7 +104,5 @@ class SqlNonces:
 
     def purge(self, now: int) -> int:
         """Delete every expired entry; how many."""
-        self._cur.execute(
-            self._q("DELETE FROM adcp_signature_nonces WHERE expires_at < ?"), (now,)
-        )
+        self._cur.execute(self._q("DELETE FROM adcp_signature_nonces WHERE expires_at < ?"), (now,))
         return int(self._cur.rowcount or 0)

@@ -290,7 +290,11 @@ adcp_signature_nonces = Table(
     Column("expires_at", BigInteger, nullable=False),
     PrimaryKeyConstraint("keyid", "nonce", name="pk_adcp_signature_nonces"),
 )
-Index("ix_adcp_signature_nonces_expiry", adcp_signature_nonces.c.keyid, adcp_signature_nonces.c.expires_at)
+Index(
+    "ix_adcp_signature_nonces_expiry",
+    adcp_signature_nonces.c.keyid,
+    adcp_signature_nonces.c.expires_at,
+)
 
 # -- AI agent action requests (migration 0005) ---------------------------------------
 

@@ -60,9 +60,7 @@ def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
-def usable_key(
-    jwk: Mapping[str, Any], alg: str, purposes: Collection[str]
-) -> PublicKey:
+def usable_key(jwk: Mapping[str, Any], alg: str, purposes: Collection[str]) -> PublicKey:
     """The public key of ``jwk`` if it may verify an ``alg`` signature for one of
     ``purposes`` (``adcp_use`` values); :class:`KeyUnusable` otherwise."""
     if jwk.get("adcp_use") not in purposes:
@@ -143,7 +141,9 @@ def public_jwk(
 ) -> dict[str, Any]:
     """The public JWK of ``key`` with ``kid``, ``use: sig``, ``key_ops: [verify]`` and
     ``adcp_use``."""
-    pub = key.public_key() if isinstance(key, Ed25519PrivateKey | ec.EllipticCurvePrivateKey) else key
+    pub = (
+        key.public_key() if isinstance(key, Ed25519PrivateKey | ec.EllipticCurvePrivateKey) else key
+    )
     if isinstance(pub, Ed25519PublicKey):
         raw = pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         base: dict[str, Any] = {"kty": "OKP", "crv": "Ed25519", "x": b64url(raw), "alg": "EdDSA"}

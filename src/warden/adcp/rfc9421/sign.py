@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import secrets
 from collections.abc import Sequence
+from typing import Any
 
 import http_sf
 
@@ -62,7 +63,10 @@ def sign_request(
         "alg": alg,
         "tag": tag,
     }
-    member = ([(c, {}) for c in covered], params)
+    member: tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]] = (
+        [(c, {}) for c in covered],
+        params,
+    )
     params_text = serialize_member(member)
     base = signature_base(with_digest, target, covered, params_text)
     raw = sign(key, alg, base.encode("utf-8"))

@@ -317,9 +317,7 @@ def _member(member: Any) -> tuple[list[str], dict[str, Any]]:
     for name, value in params.items():
         if name in _INT_PARAMS and (not isinstance(value, int) or isinstance(value, bool)):
             raise FieldMalformed(f"sig-param {name} must be an integer")
-        if name in _STR_PARAMS and (
-            not isinstance(value, str) or isinstance(value, http_sf.Token)
-        ):
+        if name in _STR_PARAMS and (not isinstance(value, str) or isinstance(value, http_sf.Token)):
             raise FieldMalformed(f"sig-param {name} must be a quoted string")
     return covered, dict(params)
 
