@@ -187,7 +187,8 @@ def serve(
         typer.Option(
             envvar="WARDEN_ADCP_REQUEST_SIGNING",
             help="AdCP RFC 9421 signed requests: supported (verified when sent), required "
-            "(every task but get_adcp_capabilities) or off [supported].",
+            "(AdCP required_for: unsigned calls need a valid API key), warn (a bad "
+            "signature falls back to the API key) or off [supported].",
         ),
     ] = None,
     adcp_signing_profile: Annotated[

@@ -79,9 +79,11 @@ class Settings(BaseSettings):
     adcp_test_controller: bool = False
     #: AdCP RFC 9421 signed requests on ``/adcp/<task>`` and ``/mcp``: ``supported`` (a
     #: signed request must verify and authenticates as the key's agent; unsigned calls use
-    #: an API key), ``required`` (every task but ``get_adcp_capabilities`` must be
-    #: signed) or ``off`` (signature headers are not read, nothing is advertised).
-    adcp_request_signing: Literal["off", "supported", "required"] = "supported"
+    #: an API key), ``required`` (AdCP ``required_for``: an unsigned call without a valid
+    #: API key gets ``request_signature_required``), ``warn`` (AdCP ``warn_for``: a bad
+    #: signature falls back to a valid API key, logged) or ``off`` (signature headers are
+    #: not read, nothing is advertised).
+    adcp_request_signing: Literal["off", "supported", "required", "warn"] = "supported"
     #: The request-signing profile: ``3.2`` (RFC 8941 Base64; ``content-digest`` covered
     #: whenever there is a body) or ``3.1`` (legacy Base64URL, for 3.1 signers).
     adcp_signing_profile: Literal["3.2", "3.1"] = "3.2"

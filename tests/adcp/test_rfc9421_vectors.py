@@ -18,6 +18,7 @@ reached by filling the cache to a small configured cap, as the README allows.
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,20 @@ from rfc9421_vectors import (
     vector_id,
 )
 
-from warden.adcp.rfc9421 import HttpRequest, SignatureRejected, verify_request
+from warden.adcp.request_signing import decide
+from warden.adcp.rfc9421 import (
+    REQUEST_PROFILE_31,
+    REQUEST_PROFILE_32,
+    HttpRequest,
+    SignatureRejected,
+    verify_request,
+)
 from warden.adcp.rfc9421.fields import parse_dictionary, serialize_member
 from warden.adcp.rfc9421.keys import private_key, sign
+from warden.adcp.rfc9421.sign import sign_request
 from warden.adcp.rfc9421.target import TargetUriMalformed, canonicalize
-from warden.adcp.rfc9421.verify import signature_base
+from warden.adcp.rfc9421.verify import REQUEST_TAG, content_digest, signature_base
+from warden.identity.api_keys import Identity, Role
 from warden.store import open_store
 from warden.store.rfc9421_sql import SqlNonces
 from warden.store.sql import SqlStore
@@ -153,8 +163,6 @@ def _required(path: Path, vec: dict[str, Any]) -> bool:
     operation = url.rstrip("/").rsplit("/", 1)[-1]
     if operation in (cap.get("required_for") or []):
         return True
-    import json
-
     try:
         body = json.loads(vec["request"]["body"] or "null")
     except ValueError:
@@ -216,3 +224,94 @@ def test_canonicalization(case: dict[str, Any]) -> None:
     target = canonicalize(case["input_url"], allow_unicode_host=True)
     assert target.target_uri == case["expected_target_uri"]
     assert target.authority == case["expected_authority"]
+
+
+# -- body-integrity-policy.json ---------------------------------------------------------
+
+POLICY = load(REQUEST_DIR / "body-integrity-policy.json")
+
+
+class MemoryReplay:
+    def __init__(self) -> None:
+        self.seen: set[tuple[str, str]] = set()
+
+    def cap_reached(self, keyid: str, now: int) -> bool:
+        return False
+
+    def remember(self, keyid: str, nonce: str, until: int) -> bool:
+        if (keyid, nonce) in self.seen:
+            return False
+        self.seen.add((keyid, nonce))
+        return True
+
+
+def _policy_request(case: dict[str, Any], legacy: bool, now: int) -> HttpRequest:
+    """A real request with the case's facts: body or none, signed or not (or only a
+    ``Signature`` header), ``content-digest`` covered or not, matching the body or not,
+    the signature valid or one byte off."""
+    body = b""
+    headers: list[tuple[str, str]] = []
+    if case["has_body"]:
+        doc: dict[str, Any] = {"plan_id": "plan_001"}
+        if "request_body_adcp_version" in case:
+            doc["adcp_version"] = case["request_body_adcp_version"]
+        body = json.dumps(doc, separators=(",", ":")).encode()
+        headers.append(("Content-Type", "application/json"))
+    req = HttpRequest(
+        "POST", "https://seller.example.com/adcp/create_media_buy", tuple(headers), body
+    )
+    if not case["signature_present"]:
+        return req
+    jwk = keys_of(REQUEST_DIR)["test-ed25519-2026"]
+    key = private_key(jwk, "_private_d_for_test_only")
+    covered = ["@method", "@target-uri", "@authority"]
+    if body:
+        covered.append("content-type")
+    if case.get("covers_content_digest"):
+        covered.append("content-digest")
+        digest_of = body if case.get("digest_matches_body", True) else body + b" "
+        req = HttpRequest(
+            req.method, req.url, (*req.headers, ("Content-Digest", content_digest(digest_of))), body
+        )
+    signed = sign_request(
+        req, key, "test-ed25519-2026", alg="ed25519", tag=REQUEST_TAG, created=now,
+        covered=covered, legacy_binary=legacy,
+    )  # fmt: skip
+    out = list(signed.headers)
+    if case.get("cryptographic_signature_valid", True) is False:
+        name, value = out[-1]
+        cut = value.index(":") + 3
+        out[-1] = (name, value[:cut] + ("B" if value[cut] == "A" else "A") + value[cut + 1 :])
+    if case.get("signature_header_state") == "malformed_pair":
+        out = [h for h in out if h[0] != "Signature-Input"]
+    return HttpRequest(signed.method, signed.url, tuple(out), signed.body)
+
+
+@pytest.mark.parametrize("case", POLICY["cases"], ids=lambda c: c["id"])
+def test_body_integrity_policy(case: dict[str, Any]) -> None:
+    """Each case of ``body-integrity-policy.json`` as a real signed request through the
+    checklist and :func:`~warden.adcp.request_signing.decide`."""
+    if case["endpoint_profile"] == "3.2":
+        profile = REQUEST_PROFILE_32
+    else:
+        profile = REQUEST_PROFILE_31.with_digest(case.get("legacy_digest_policy", "either"))
+    now = 1776520800
+    req = _policy_request(case, profile.legacy_binary, now)
+    jwks = {
+        "test-ed25519-2026": jwks_for(REQUEST_DIR / "x", {"jwks_ref": ["test-ed25519-2026"]})[
+            "test-ed25519-2026"
+        ]
+    }
+    state = HarnessState(jwks, replay=MemoryReplay())
+    bearer = Identity("k1", "buyer", Role.AGENT, ())
+    outcome = decide(
+        case["mode"],
+        lambda: verify_request(req, profile, state, now),
+        lambda: bearer if case["fallback_auth_valid"] else None,
+    )
+    want = case["expected"]
+    assert outcome.action == want["action"]
+    assert outcome.error_code == want.get("error_code")
+    if "authentication_source" in want:
+        assert outcome.source == want["authentication_source"]
+    assert (outcome.verified is not None) == want["verified_signer_identity"]

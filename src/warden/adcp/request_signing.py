@@ -12,12 +12,18 @@ is once a signature verifies.
   replicas racing one nonce accept it once. Expired rows are purged at most once a
   minute per process. ``replay_cap`` bounds the live entries per key (step 9a,
   ``request_signature_rate_abuse``).
-- **Policy** (setting ``adcp_request_signing``): ``off`` — signature headers are not
-  read and ``request_signing`` is not advertised; ``supported`` — a signed request must
-  verify (a bad signature is never downgraded to bearer authentication), an unsigned
-  one authenticates with its API key, except a ``push_notification_config`` carrying
-  ``authentication`` (negative vector 027); ``required`` — every task but
-  ``get_adcp_capabilities`` must be signed (``request_signature_required``).
+- **Policy** (setting ``adcp_request_signing``, :func:`decide`, AdCP 3.2's
+  ``body-integrity-policy.json``): ``off`` — signature headers are not read and
+  ``request_signing`` is not advertised; ``supported`` (``supported_for``) — a signed
+  request must verify (a bad signature is never downgraded to its API key), an unsigned
+  one authenticates with its API key; ``required`` (``required_for``) — the same, but an
+  unsigned call without a valid API key is answered ``request_signature_required`` (to
+  make signatures mandatory for an agent, give it no API key); ``warn`` (``warn_for``)
+  — a bad signature (not a malformed header pair) falls back to a valid API key, logged.
+  ``get_adcp_capabilities`` is always ``supported_for``. In every mode an unsigned call
+  registering a ``push_notification_config`` with ``authentication`` is refused
+  (``request_signature_required``, negative vector 027): webhook credentials travel
+  signed.
 - **Profile** (``adcp_signing_profile``): ``3.2`` (RFC 8941 Base64, ``content-digest``
   covered whenever there is a body) or ``3.1`` (legacy Base64URL, digest coverage per
   ``adcp_signing_content_digest``).
@@ -30,10 +36,11 @@ key sent beside it must name the same principal, else ``AUTH_INVALID``.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from warden.adcp.rfc9421 import (
@@ -54,19 +61,19 @@ from warden.store.rfc9421_sql import SqlNonces, SqlSigningKeys
 if TYPE_CHECKING:
     from warden.store.sql import SqlStore
 
-Mode = Literal["off", "supported", "required"]
+Mode = Literal["off", "supported", "required", "warn"]
+PolicyMode = Literal[
+    "supported_for",
+    "required_for",
+    "warn_for",
+    "protocol_methods_supported_for",
+    "protocol_methods_required_for",
+    "protocol_methods_warn_for",
+]
 PURGE_EVERY_S = 60
 #: Tasks never required to be signed: discovery comes before a caller knows the policy.
 UNSIGNED_ALWAYS = frozenset({"get_adcp_capabilities"})
-
-
-@dataclass(frozen=True)
-class SignedCaller:
-    """A verified signature: the ``identity`` it authenticates and the ``verified``
-    details (keyid, nonce, covered components)."""
-
-    identity: Identity
-    verified: Verified
+log = logging.getLogger(__name__)
 
 
 class SqlVerifierState:
@@ -137,12 +144,9 @@ class RequestSigning:
     def enabled(self) -> bool:
         return self.mode != "off"
 
-    def required_for(self, tasks: Sequence[str]) -> list[str]:
-        """The tasks whose unsigned calls are refused (``required`` mode: all but
-        discovery)."""
-        if self.mode != "required":
-            return []
-        return [t for t in tasks if t not in UNSIGNED_ALWAYS]
+    def bucket(self, tasks: Sequence[str], mode: PolicyMode) -> list[str]:
+        """The tasks in the capability bucket ``mode`` (``required_for`` …)."""
+        return [t for t in tasks if self.policy_mode(t) == mode]
 
     def capability(self, tasks: Sequence[str]) -> dict[str, Any] | None:
         """The ``request_signing`` block of ``get_adcp_capabilities`` (None when off)."""
@@ -152,13 +156,24 @@ class RequestSigning:
         return {
             "supported": True,
             "covers_content_digest": "required" if digest == "required_with_body" else digest,
-            "required_for": self.required_for(tasks),
-            "supported_for": [t for t in tasks if t not in UNSIGNED_ALWAYS],
+            "supported_for": self.bucket(tasks, "supported_for"),
+            "required_for": self.bucket(tasks, "required_for"),
+            "warn_for": self.bucket(tasks, "warn_for"),
             "profile_version": self.profile.name,
             "algorithms": ["ed25519", "ecdsa-p256-sha256"],
         }
 
-    def verify(
+    def policy_mode(self, task: str | None) -> PolicyMode:
+        """The AdCP capability bucket ``task`` falls in under this process's setting."""
+        if task is None or task in UNSIGNED_ALWAYS:
+            return "supported_for"
+        if self.mode == "required":
+            return "required_for"
+        if self.mode == "warn":
+            return "warn_for"
+        return "supported_for"
+
+    def authenticate(
         self,
         *,
         method: str,
@@ -167,33 +182,40 @@ class RequestSigning:
         body: bytes,
         task: str | None,
         arguments: Any,
-    ) -> SignedCaller | None:
-        """Check one request. None: unsigned and allowed to be (authenticate it with its
-        API key); :class:`SignedCaller` for a verified signature. Raises
-        :class:`~warden.adcp.rfc9421.SignatureRejected` (401 on the wire) or
+        fallback: Callable[[], Identity | None],
+    ) -> Outcome:
+        """Decide who sent one request (:func:`decide` over the real checklist).
+        ``fallback`` authenticates the request's API key (None when it has no valid
+        one); it is only called when the policy would use it. Raises
         :class:`~warden.errors.StoreUnavailable` (503: fail closed)."""
-        if not self.enabled:
-            return None
         self._maybe_purge()
-        required = (
-            self.mode == "required" and task is not None and task not in UNSIGNED_ALWAYS
-        ) or _registers_webhook_auth(arguments)
         state = SqlVerifierState(self._store, self.replay_cap, self._clock)
         req = HttpRequest(method, url, tuple(headers), body)
-        verified = verify_request(req, self.profile, state, int(self._clock()), required=required)
-        if verified is None:
-            return None
-        agent = state.agent
-        assert agent is not None  # resolve() found the key's agent before it verified
-        identity = Identity(
-            key_id=verified.keyid,
-            principal=str(agent[0]),
-            role=Role.AGENT,
-            groups=stored_strings(agent[2], "an agent row's groups column"),
-            budgets=stored_strings(agent[3], "an agent row's budgets column"),
-            owner=str(agent[1]),
+        now = int(self._clock())
+        outcome = decide(
+            self.policy_mode(task),
+            lambda: verify_request(req, self.profile, state, now),
+            fallback,
+            must_sign=_registers_webhook_auth(arguments),
+            prefix=self.profile.prefix,
         )
-        return SignedCaller(identity, verified)
+        if outcome.verified is not None:
+            agent = state.agent
+            assert agent is not None  # resolve() found the key's agent before it verified
+            outcome.identity = Identity(
+                key_id=outcome.verified.keyid,
+                principal=str(agent[0]),
+                role=Role.AGENT,
+                groups=stored_strings(agent[2], "an agent row's groups column"),
+                budgets=stored_strings(agent[3], "an agent row's budgets column"),
+                owner=str(agent[1]),
+            )
+        if outcome.action == "accept_with_warning":
+            log.warning(
+                "adcp request signature refused (%s) but accepted on its API key (warn mode)",
+                outcome.warning,
+            )
+        return outcome
 
     def _maybe_purge(self) -> None:
         now = self._clock()
@@ -205,6 +227,74 @@ class RequestSigning:
             SqlNonces(tx.cursor, self._store._q).purge(int(now))
 
 
+@dataclass
+class Outcome:
+    """What :func:`decide` concluded (the vocabulary of ``body-integrity-policy.json``).
+
+    ``action``: ``accept`` (``source`` says by what), ``accept_with_warning`` (a bad
+    signature in ``warn_for``, the API key authenticated; ``warning`` is the code),
+    ``reject`` (``error_code``) or ``reject_unauthenticated`` (no usable credential:
+    the wire answers ``AUTH_MISSING``/``AUTH_INVALID``). ``verified`` is set only when
+    the signature verified (``verified_signer_identity``)."""
+
+    action: Literal["accept", "accept_with_warning", "reject", "reject_unauthenticated"]
+    source: Literal["signature", "fallback"] | None = None
+    error_code: str | None = None
+    message: str = ""
+    warning: str | None = None
+    verified: Verified | None = None
+    identity: Identity | None = None
+    rejection: SignatureRejected | None = field(default=None, repr=False)
+
+
+def decide(
+    mode: PolicyMode,
+    verify: Callable[[], Verified | None],
+    fallback: Callable[[], Identity | None],
+    *,
+    must_sign: bool = False,
+    prefix: str = "request_signature",
+) -> Outcome:
+    """The AdCP 3.2 body-integrity policy over one request (``body-integrity-policy.json``).
+
+    ``verify`` runs the checklist (None: unsigned; raises
+    :class:`~warden.adcp.rfc9421.SignatureRejected`). Rules:
+
+    - a verified signature is accepted as the signer (``source: signature``);
+    - a refused signature is refused with its code — never downgraded — except in a
+      ``*warn_for`` bucket, where a valid API key is accepted with a warning (without
+      one: ``reject_unauthenticated``); a malformed header pair is refused in every
+      bucket (downgrade protection);
+    - an unsigned request that must be signed (``must_sign``: it registers webhook
+      credentials) is refused with ``*_required``; otherwise a valid API key is
+      accepted (``source: fallback``, also in ``*required_for``); with no valid key,
+      ``*required_for`` answers ``*_required`` and the others ``reject_unauthenticated``.
+    """
+    try:
+        verified = verify()
+    except SignatureRejected as exc:
+        warn = mode.endswith("warn_for") and not exc.code.endswith("_header_malformed")
+        if warn:
+            who = fallback()
+            if who is not None:
+                return Outcome("accept_with_warning", "fallback", warning=exc.code, identity=who)
+            return Outcome("reject_unauthenticated", warning=exc.code)
+        return Outcome("reject", error_code=exc.code, message=exc.message, rejection=exc)
+    if verified is not None:
+        return Outcome("accept", "signature", verified=verified)
+    required = f"{prefix}_required"
+    if must_sign:
+        return Outcome(
+            "reject", error_code=required, message="webhook credentials must be sent signed"
+        )
+    who = fallback()
+    if who is not None:
+        return Outcome("accept", "fallback", identity=who)
+    if mode.endswith("required_for"):
+        return Outcome("reject", error_code=required, message="this operation requires a signature")
+    return Outcome("reject_unauthenticated")
+
+
 def _registers_webhook_auth(arguments: Any) -> bool:
     """True when the call registers a webhook with the legacy ``authentication`` block:
     its credentials must not travel on an unsigned request (negative vector 027)."""
@@ -214,4 +304,4 @@ def _registers_webhook_auth(arguments: Any) -> bool:
     return isinstance(push, dict) and "authentication" in push
 
 
-__all__ = ["RequestSigning", "SignatureRejected", "SignedCaller", "SqlVerifierState"]
+__all__ = ["Outcome", "RequestSigning", "SignatureRejected", "SqlVerifierState", "decide"]

@@ -24,7 +24,6 @@ from typing import Any
 
 from warden.adcp.errors import AdcpError
 from warden.adcp.request_signing import RequestSigning
-from warden.adcp.rfc9421 import SignatureRejected
 from warden.errors import CouldNotDecide, failure_log_level
 from warden.identity.api_keys import ApiKeys, Identity
 from warden.wire.adcp.envelope import unavailable
@@ -94,26 +93,48 @@ def identify(
     fields: Mapping[str, str] = _Fields(headers)
     if signing is None or not signing.enabled:
         return authenticate(keys, fields)
+
+    def fallback() -> Identity | None:
+        if credentials(fields) is None:
+            return None
+        try:
+            return authenticate(keys, fields)
+        except AdcpError as exc:
+            if exc.http_status == 503:
+                raise
+            return None
+
     try:
-        signed = signing.verify(
-            method=method, url=url, headers=headers, body=body, task=task, arguments=arguments
+        outcome = signing.authenticate(
+            method=method,
+            url=url,
+            headers=headers,
+            body=body,
+            task=task,
+            arguments=arguments,
+            fallback=fallback,
         )
-    except SignatureRejected as exc:
-        raise AdcpError(
-            exc.code, f"RFC 9421 signature refused: {exc.message}", details={"step": exc.step}
-        ) from None
     except CouldNotDecide as exc:
         log.log(failure_log_level(exc), "adcp signature check failed: %s", exc.diagnostics())
         raise unavailable() from exc
-    if signed is None:
-        return authenticate(keys, fields)
-    if credentials(fields) is not None:
+    if outcome.action == "reject":
+        assert outcome.error_code is not None
+        details = {"step": outcome.rejection.step} if outcome.rejection is not None else None
+        raise AdcpError(
+            outcome.error_code,
+            f"RFC 9421 signature refused: {outcome.message}",
+            details=details,
+        )
+    if outcome.action == "reject_unauthenticated":
+        return authenticate(keys, fields)  # raises AUTH_MISSING / AUTH_INVALID
+    assert outcome.identity is not None
+    if outcome.source == "signature" and credentials(fields) is not None:
         other = authenticate(keys, fields)
-        if other.principal != signed.identity.principal:
+        if other.principal != outcome.identity.principal:
             raise AdcpError(
                 "AUTH_INVALID", "the API key and the request signature name different callers"
             )
-    return signed.identity
+    return outcome.identity
 
 
 def www_authenticate(code: str) -> str:
