@@ -71,7 +71,7 @@ def test_required_mode(make_runtime: Callable[..., Runtime]) -> None:
         key = setup(srv)
         auth = {"authorization": f"Bearer {srv.agent_token}"}
         caps = post(srv, "get_adcp_capabilities", {}, **auth).json()["request_signing"]
-        assert caps["supported"] is True and caps["profile_version"] == "3.2"
+        assert caps["supported"] is True and caps["covers_content_digest"] == "required"
         assert "get_adcp_capabilities" in caps["supported_for"]
         assert (
             "sync_plans" in caps["required_for"]

@@ -156,11 +156,10 @@ class RequestSigning:
         return {
             "supported": True,
             "covers_content_digest": "required" if digest == "required_with_body" else digest,
-            "supported_for": self.bucket(tasks, "supported_for"),
+            # Every task verifies a signature it is sent (a superset of the others).
+            "supported_for": list(tasks),
             "required_for": self.bucket(tasks, "required_for"),
             "warn_for": self.bucket(tasks, "warn_for"),
-            "profile_version": self.profile.name,
-            "algorithms": ["ed25519", "ecdsa-p256-sha256"],
         }
 
     def policy_mode(self, task: str | None) -> PolicyMode:

@@ -160,7 +160,8 @@ class AdcpMcpEndpoint:
         task = call_params.get("name") if isinstance(call_params, dict) else None
         arguments = call_params.get("arguments") if isinstance(call_params, dict) else None
         lines = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
-        url = request_url(self.public_url, scope.get("raw_path") or b"", scope["query_string"])
+        raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")
+        url = request_url(self.public_url, raw_path, scope.get("query_string", b""))
         try:
             who = await anyio.to_thread.run_sync(
                 lambda: identify(
