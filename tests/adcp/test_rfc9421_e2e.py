@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 import pytest
 from adcp_helpers import plan
-from conftest import asset, ensure_agent, start_server
+from conftest import Server, asset, ensure_agent, start_server
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from http_message_signatures import HTTPMessageSigner, HTTPMessageVerifier, InvalidSignature
@@ -145,11 +145,16 @@ def refused(r: httpx.Response, code: str) -> None:
     assert body["adcp_error"]["code"] == code and body["errors"][0]["code"] == code
 
 
-def test_signed_requests_over_http(tmp_path: Path) -> None:
+def test_signed_requests_and_webhooks_over_http(tmp_path: Path, receiver: Receiver) -> None:
+    """One server (two processes over its life) for both directions: a `warden serve`
+    start is the slow part of this file."""
     data = tmp_path / "d"
     data.mkdir()
-    srv = start_server(data)
+    hooks = _hooks_file(tmp_path, receiver.port)
+    args = (asset("approvals/desk.yaml"), "--webhooks", str(hooks))
+    srv = start_server(data, *args)
     try:
+        _webhooks_verify_independently(srv, receiver)
         ensure_agent(data, "buyer-1")
         key = Ed25519PrivateKey.generate()
         raw_pub = key.public_key().public_bytes(
@@ -213,7 +218,7 @@ def test_signed_requests_over_http(tmp_path: Path) -> None:
         # The accepted request again: a replay, also on a restarted process.
         refused(httpx.post(url, content=body, headers=headers), "request_signature_replayed")
         srv.stop()
-        srv = start_server(data)
+        srv = start_server(data, *args)
         url = srv.url + "/adcp/sync_plans"
         # (the public URL moved with the port: re-sign for the new address, same nonce)
         replay_headers, replay_body = _resign_same_nonce(key, headers, url, body)
@@ -286,11 +291,8 @@ def _legacy_to_sf_binary(value: str) -> str:
     return f"{label}=:{base64.b64encode(raw).decode()}:"
 
 
-def test_webhooks_are_signed_and_verify_independently(
-    tmp_path: Path,
-    receiver: Receiver,
-) -> None:
-    port = receiver.port
+def _hooks_file(tmp_path: Path, port: int) -> Path:
+    """A modern (RFC 9421) and a legacy (HMAC) subscriber, both on the receiver."""
     hooks = tmp_path / "webhooks.yaml"
     hooks.write_text(
         "webhooks:\n"
@@ -299,51 +301,53 @@ def test_webhooks_are_signed_and_verify_independently(
         f"    signing: hmac-sha256\n    secret: {SECRET}\n"
         "allow_networks: [loopback]\n"
     )
-    data = tmp_path / "d"
-    data.mkdir()
-    srv = start_server(data, asset("approvals/desk.yaml"), "--webhooks", str(hooks))
-    try:
-        agent = srv.client(agent_id="agent-7")
-        agent.hello()
-        agent.tool_call("delete_file", {"path": "/x"})  # held for approval: "requested"
-        deadline = time.monotonic() + 20
-        while len(receiver.requests) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        got = {r.path: r for r in receiver.requests}
-        assert set(got) == {"/hook", "/legacy"}
+    return hooks
 
-        jwks = httpx.get(srv.url + "/.well-known/jwks.json").json()
-        (jwk,) = [k for k in jwks["keys"] if k["adcp_use"] == "request-signing"]
-        x = base64.urlsafe_b64decode(jwk["x"] + "=" * (-len(jwk["x"]) % 4))
-        public = Ed25519PublicKey.from_public_bytes(x)
 
-        modern = got["/hook"]
-        headers = {k.lower(): v for k, v in modern.headers.items()}
-        assert "x-adcp-signature" not in headers
-        assert f'keyid="{jwk["kid"]}"' in headers["signature-input"]
-        assert f'tag="{WEBHOOK_TAG}"' in headers["signature-input"]
-        headers["signature"] = _legacy_to_sf_binary(headers["signature"])
-        verifier = HTTPMessageVerifier(signature_algorithm=ED25519, key_resolver=Keys(None, public))
-        url = f"http://127.0.0.1:{port}/hook"
-        message = httpx.Request("POST", url, headers=headers, content=modern.body)
-        (result,) = verifier.verify(
-            message, expect_tag=WEBHOOK_TAG, require_components=COVERED, body=modern.body
+def _webhooks_verify_independently(srv: Server, receiver: Receiver) -> None:
+    """An approval task's "requested" webhook reaches both subscribers: the modern one
+    signed under AdCP's webhook profile, verified by the independent library with the
+    key from Warden's JWKS; the legacy one with HMAC only."""
+    port = receiver.port
+    agent = srv.client(agent_id="agent-7")
+    agent.hello()
+    agent.tool_call("delete_file", {"path": "/x"})  # held for approval: "requested"
+    deadline = time.monotonic() + 20
+    while len(receiver.requests) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    got = {r.path: r for r in receiver.requests}
+    assert set(got) == {"/hook", "/legacy"}
+
+    jwks = httpx.get(srv.url + "/.well-known/jwks.json").json()
+    (jwk,) = [k for k in jwks["keys"] if k["adcp_use"] == "request-signing"]
+    x = base64.urlsafe_b64decode(jwk["x"] + "=" * (-len(jwk["x"]) % 4))
+    public = Ed25519PublicKey.from_public_bytes(x)
+
+    modern = got["/hook"]
+    headers = {k.lower(): v for k, v in modern.headers.items()}
+    assert "x-adcp-signature" not in headers
+    assert f'keyid="{jwk["kid"]}"' in headers["signature-input"]
+    assert f'tag="{WEBHOOK_TAG}"' in headers["signature-input"]
+    headers["signature"] = _legacy_to_sf_binary(headers["signature"])
+    verifier = HTTPMessageVerifier(signature_algorithm=ED25519, key_resolver=Keys(None, public))
+    url = f"http://127.0.0.1:{port}/hook"
+    message = httpx.Request("POST", url, headers=headers, content=modern.body)
+    (result,) = verifier.verify(
+        message, expect_tag=WEBHOOK_TAG, require_components=COVERED, body=modern.body
+    )
+    assert result.parameters["keyid"] == jwk["kid"]
+    assert json.loads(modern.body)["status"] == "input-required"
+    # A flipped byte in the body fails the independent digest check.
+    tampered = bytearray(modern.body)
+    tampered[5] ^= 0x01
+    with pytest.raises(InvalidSignature):
+        verifier.verify(
+            httpx.Request("POST", url, headers=headers, content=bytes(tampered)),
+            expect_tag=WEBHOOK_TAG,
+            body=bytes(tampered),
         )
-        assert result.parameters["keyid"] == jwk["kid"]
-        assert json.loads(modern.body)["status"] == "input-required"
-        # A flipped byte in the body fails the independent digest check.
-        tampered = bytearray(modern.body)
-        tampered[5] ^= 0x01
-        with pytest.raises(InvalidSignature):
-            verifier.verify(
-                httpx.Request("POST", url, headers=headers, content=bytes(tampered)),
-                expect_tag=WEBHOOK_TAG,
-                body=bytes(tampered),
-            )
 
-        legacy = got["/legacy"]
-        lheaders = {k: v for k, v in legacy.headers.items()}
-        assert not {"signature", "signature-input"} & {k.lower() for k in lheaders}
-        assert verify_hmac(SECRET, lheaders, legacy.body, int(time.time())).ok
-    finally:
-        srv.stop()
+    legacy = got["/legacy"]
+    lheaders = {k: v for k, v in legacy.headers.items()}
+    assert not {"signature", "signature-input"} & {k.lower() for k in lheaders}
+    assert verify_hmac(SECRET, lheaders, legacy.body, int(time.time())).ok
