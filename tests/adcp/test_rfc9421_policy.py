@@ -1,7 +1,8 @@
 """The request-signing policy on Warden's AdCP wire, in-process runtimes served over
 loopback HTTP: each ``adcp_request_signing`` mode, the capability block, webhook
 credentials that must be signed, a signature and an API key naming different callers,
-the per-key replay cap, and the same rules over ``/mcp``.
+the per-key replay cap, and the same rules over ``/mcp``; and every negative
+request-signing vector POSTed byte for byte to the wire, answered in AdCP's envelope.
 
 Requests are signed with :mod:`warden.adcp.rfc9421.sign` for the URL Warden is
 configured to be reachable at (``public_url``), which is what a signer addresses."""
@@ -11,18 +12,22 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from adcp_helpers import Live, live, plan
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from rfc9421_vectors import REQUEST_DIR, jwks_for, keys_of, load, profile_for, vector_files
 
 from warden.adcp.rfc9421.keys import public_jwk
 from warden.adcp.rfc9421.sign import sign_request
 from warden.adcp.rfc9421.verify import REQUEST_TAG, HttpRequest
 from warden.identity.signing_keys import AgentSigningKeys
 from warden.runtime import Runtime
+from warden.store.rfc9421_sql import SqlNonces, SqlSigningKeys
 
 KID = "buyer-agent-key"
 
@@ -193,3 +198,93 @@ def test_mcp_follows_the_same_rules(make_runtime: Callable[..., Runtime]) -> Non
         init = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
         r = post(srv, "", init, path="/mcp", authorization=f"Bearer {srv.agent_token}", **accept)
         assert r.status_code == 200
+
+
+# -- the negative request vectors over the wire ---------------------------------------
+
+NEGATIVE = [p for p in vector_files(REQUEST_DIR) if p.parent.name == "negative"]
+#: Vectors the wire cannot be sent: 026's authority is a U-label, but Warden checks
+#: signatures against its own public URL, never the request's host; 028 targets the
+#: ``protocol_methods_required_for`` bucket, which Warden does not advertise (the runner
+#: skips it then). The verifier refuses both with their codes in test_rfc9421_vectors.
+NOT_ON_THE_WIRE = {"026-non-ascii-host.json", "028-unsigned-protocol-method-required.json"}
+
+
+@pytest.fixture(scope="module")
+def seller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    """A Warden reachable as https://seller.example.com (the vectors' URL) with every
+    key the vectors name registered for one agent, test-revoked-2026 revoked."""
+    from conftest import DEFAULT_POLICY, write_key
+
+    from warden.settings import Settings
+
+    data = tmp_path_factory.mktemp("seller")
+    key = write_key(data / "ikm.key")
+    rt = Runtime.start(
+        Settings(
+            data_dir=data,
+            policy=DEFAULT_POLICY,
+            key_file=key,
+            public_url="https://seller.example.com",
+        )
+    )
+    try:
+        from conftest import ensure_agent
+
+        ensure_agent(rt, "vector-agent")
+        jwks = {**jwks_for(REQUEST_DIR / "x", {"jwks_ref": list(keys_of(REQUEST_DIR))})}
+        jwks.update(
+            jwks_for(NEGATIVE[0], load(REQUEST_DIR / "negative/025-jwk-alg-crv-mismatch.json"))
+        )
+        with rt.store.transaction() as tx:
+            table = SqlSigningKeys(tx.cursor, rt.store._q)
+            for kid, jwk in jwks.items():  # as presented, malformed ones included
+                table.insert(kid, "vector-agent", json.dumps(jwk), "2026-01-01T00:00:00Z")
+            table.revoke("test-revoked-2026", "2026-01-02T00:00:00Z")
+        with live(rt) as srv:
+            yield srv
+    finally:
+        rt.close()
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in NEGATIVE if p.name not in NOT_ON_THE_WIRE], ids=lambda p: p.name
+)
+def test_negative_vector_over_the_wire(seller: Live, path: Path) -> None:
+    """Each negative request vector, its exact bytes POSTed to Warden's AdCP wire at its
+    ``reference_now``: HTTP 401, ``WWW-Authenticate: Signature error="<code>"``, and the
+    code in ``errors[]`` and ``adcp_error``."""
+    vec = load(path)
+    now = int(vec["reference_now"])
+    signing = seller.rt.adcp_signing
+    assert signing is not None
+    cap = vec.get("verifier_capability") or {}
+    op = vec["request"]["url"].rsplit("/", 1)[-1]
+    signing.profile = profile_for(path, vec)
+    signing.mode = "required" if op in (cap.get("required_for") or []) else "supported"
+    signing._clock = lambda: now  # the vector's wall clock
+    state = vec.get("test_harness_state") or {}
+    with seller.rt.store.transaction() as tx:
+        nonces = SqlNonces(tx.cursor, seller.rt.store._q)
+        tx.cursor.execute("DELETE FROM adcp_signature_nonces")
+        for e in state.get("replay_cache_entries", []):
+            assert nonces.remember(e["keyid"], e["nonce"], now + 360, now)
+        capped = (state.get("replay_cache_per_keyid_cap_hit") or {}).get("keyid")
+        for i in range(3 if capped else 0):
+            assert nonces.remember(capped, f"placeholder-{i}", now + 300, now)
+    signing.replay_cap = 3 if capped else 1_000_000
+    try:
+        r = seller.http.post(
+            "/adcp/" + op,
+            content=vec["request"]["body"].encode(),
+            headers=list(vec["request"]["headers"].items()),
+        )
+    finally:
+        signing._clock = time.time
+        signing.replay_cap = 1_000_000
+    code = vec["expected_outcome"]["error_code"]
+    assert r.status_code == 401, r.text
+    assert r.headers["www-authenticate"] == f'Signature error="{code}"'
+    body = r.json()
+    assert body["status"] == "failed"
+    assert body["adcp_error"]["code"] == code and body["errors"] == [body["adcp_error"]]
