@@ -182,6 +182,22 @@ def serve(
             "hook, which overwrites the caller's plans). For compliance testing only.",
         ),
     ] = None,
+    adcp_request_signing: Annotated[
+        str | None,
+        typer.Option(
+            envvar="WARDEN_ADCP_REQUEST_SIGNING",
+            help="AdCP RFC 9421 signed requests: supported (verified when sent), required "
+            "(AdCP required_for: unsigned calls need a valid API key), warn (a bad "
+            "signature falls back to the API key) or off [supported].",
+        ),
+    ] = None,
+    adcp_signing_profile: Annotated[
+        str | None,
+        typer.Option(
+            envvar="WARDEN_ADCP_SIGNING_PROFILE",
+            help="The AdCP request-signing profile: 3.2 or 3.1 (legacy Base64URL) [3.2].",
+        ),
+    ] = None,
     idempotency_ttl_seconds: Annotated[
         int | None,
         typer.Option(
@@ -254,6 +270,8 @@ def serve(
             webhooks=webhooks,
             public_url=public_url,
             adcp_test_controller=adcp_test_controller,
+            adcp_request_signing=adcp_request_signing,
+            adcp_signing_profile=adcp_signing_profile,
             idempotency_ttl_seconds=idempotency_ttl_seconds,
             signing_key_file=signing_key_file,
             kla_keys=kla_keys,

@@ -31,6 +31,7 @@ from warden.errors import WardenError
 if TYPE_CHECKING:
     from warden.crypto.agent_key import AgentCredential
     from warden.identity.agents import Agent, AgentRegistry
+    from warden.identity.signing_keys import AgentSigningKeys
 
 agents_app = typer.Typer(
     help="Agent identities: who each ACS, spend, KLA and AdCP caller is.", no_args_is_help=True
@@ -72,6 +73,21 @@ def _registry(
         yield AgentRegistry(store, ikm, Ledger(store, SessionKeys(ikm), "warden"))
     finally:
         store.close()
+
+
+@contextmanager
+def _signing_keys(
+    data_dir: Path, database_url: str | None, key_file: Path | None
+) -> Iterator[AgentSigningKeys]:
+    """The agents' RFC 9421 signing keys on the existing database (audited on the agent's
+    chain like every registry change)."""
+    from warden.crypto.hmac_keys import SessionKeys
+    from warden.identity.signing_keys import AgentSigningKeys
+    from warden.ledger.ledger import Ledger
+
+    with _registry(data_dir, database_url, key_file) as reg:
+        store = reg._store  # noqa: SLF001 - the registry's own store, one connection
+        yield AgentSigningKeys(store, Ledger(store, SessionKeys(reg._ikm), "warden"))  # noqa: SLF001
 
 
 def _not_found(exc: WardenError) -> typer.Exit:
@@ -208,9 +224,15 @@ def show(
             if agent is None:
                 raise AgentNotFound(f"no agent {agent_id!r}")
             keys = reg.keys(agent_id)
+        with _signing_keys(data_dir, database_url, key_file) as sk:
+            signing = sk.of(agent_id)
     except WardenError as exc:
         raise _not_found(exc) from exc
-    doc = {**agent.as_dict(), "keys": [k.as_dict() for k in keys]}
+    doc = {
+        **agent.as_dict(),
+        "keys": [k.as_dict() for k in keys],
+        "signing_keys": [k.as_dict() for k in signing],
+    }
     if as_json:
         print_json(doc)
         return
@@ -221,6 +243,9 @@ def show(
     for k in keys:
         status = "active" if k.revoked_at is None else f"revoked {k.revoked_at}"
         console.print(f"key {k.key_id}: {status}")
+    for sk_ in signing:
+        status = "active" if sk_.revoked_at is None else f"revoked {sk_.revoked_at}"
+        console.print(f"signing key {escape(sk_.kid)} ({sk_.jwk.get('crv')}): {status}")
 
 
 @agents_app.command()
@@ -260,3 +285,64 @@ def rotate(
         _show_key(cred, key_out, as_json, None)
     except WardenError as exc:
         raise _not_found(exc) from exc
+
+
+@agents_app.command("add-signing-key")
+def add_signing_key(
+    agent_id: AgentId,
+    key: Annotated[
+        Path,
+        typer.Option(
+            "--key",
+            help="The agent's public key: a JWK, a JWKS of one key, or a PEM public key "
+            "(Ed25519 or P-256).",
+        ),
+    ],
+    kid: Annotated[
+        str | None,
+        typer.Option("--kid", help="The keyid its signatures carry (default: the JWK's kid)."),
+    ] = None,
+    as_json: AsJson = False,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+    key_file: KeyFile = None,
+) -> None:
+    """Register a public key the agent signs AdCP requests with (RFC 9421)."""
+    from warden.identity.signing_keys import SigningKeyNotFound, load_public_key_file
+
+    try:
+        jwk = load_public_key_file(key, kid)
+        with _signing_keys(data_dir, database_url, key_file) as sk:
+            added = sk.add(agent_id, jwk)
+    except SigningKeyNotFound as exc:
+        raise _fail(exc, EXIT_NOT_FOUND) from exc
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        print_json(added.as_dict())
+        return
+    console.print(f"agent {escape(agent_id)} signs with key {escape(added.kid)}")
+
+
+@agents_app.command("revoke-signing-key")
+def revoke_signing_key(
+    kid: Annotated[str, typer.Argument(help="The signing key's kid.")],
+    as_json: AsJson = False,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+    key_file: KeyFile = None,
+) -> None:
+    """Revoke an agent's RFC 9421 signing key: its signatures are refused from now on."""
+    from warden.identity.signing_keys import SigningKeyNotFound
+
+    try:
+        with _signing_keys(data_dir, database_url, key_file) as sk:
+            revoked = sk.revoke(kid)
+    except SigningKeyNotFound as exc:
+        raise _fail(exc, EXIT_NOT_FOUND) from exc
+    except WardenError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        print_json(revoked.as_dict())
+        return
+    console.print(f"revoked signing key {escape(revoked.kid)} at {revoked.revoked_at}")

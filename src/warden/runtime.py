@@ -17,6 +17,8 @@ from typing import Any
 
 from warden import __version__
 from warden.adcp.governance_token import load_governance_signer
+from warden.adcp.request_signing import RequestSigning
+from warden.adcp.webhook_signing import WebhookSigner, load_webhook_signer
 from warden.approvals.desk import ApprovalDesk
 from warden.approvals.notifier import DeliveryWorker, Notifier
 from warden.approvals.tasks import TaskKind
@@ -83,6 +85,11 @@ class Runtime:
     #: The AdCP governance agent (``/adcp/<task>``, ``/mcp``), its tokens signed with the
     #: governance key (``<data-dir>/governance-signing.key``).
     adcp: AdcpService | None = None
+    #: AdCP RFC 9421 signed requests on the AdCP wire (warden.adcp.request_signing).
+    adcp_signing: RequestSigning | None = None
+    #: Signs RFC 9421 webhooks with ``<data-dir>/request-signing.key`` (published in the
+    #: AdCP JWKS).
+    webhook_signer: WebhookSigner | None = None
     #: The agent identity registry (``/v1/agents``, ``warden agents``).
     agents: AgentRegistry | None = None
     #: The key file of the demo agent registered on this data directory's first start.
@@ -122,6 +129,7 @@ class Runtime:
         )
         witnesses = _witness_keys(settings)
         signer = load_governance_signer(settings.data_dir, settings.resolved_public_url())
+        webhook_signer = load_webhook_signer(settings.data_dir, settings.webhook_signing_key_file)
         kla_keys = KeyRegistry.load(settings.kla_keys) if settings.kla_keys is not None else None
         budgets = load_budgets(settings.budgets) if settings.budgets is not None else None
         hooks = load_webhooks(settings.webhooks) if settings.webhooks is not None else None
@@ -162,6 +170,14 @@ class Runtime:
             Idempotency(settings.idempotency_ttl_seconds),
             test_controller=settings.adcp_test_controller,
         )
+        adcp_signing = RequestSigning(
+            store,
+            mode=settings.adcp_request_signing,
+            profile=settings.adcp_signing_profile,
+            content_digest=settings.adcp_signing_content_digest,
+            replay_cap=settings.adcp_signing_replay_cap,
+        )
+        adcp.state.request_signing = adcp_signing.capability(adcp.tasks)
         desk.effects[TaskKind.ADCP_CHECK] = adcp.checks.on_approved
         desk.listeners[TaskKind.ADCP_CHECK] = adcp.checks.on_transition
         api_keys = ApiKeys(store, api_key_pepper(ikm))
@@ -259,7 +275,7 @@ class Runtime:
         expirer = HoldExpirer(spend, interval, desk) if interval > 0 else None
         worker = None
         if hooks is not None and hooks.webhooks:
-            worker = DeliveryWorker(store, hooks)
+            worker = DeliveryWorker(store, hooks, signer=webhook_signer)
             worker.start()
             log.info("webhooks file %s: %d webhook(s)", settings.webhooks, len(hooks.webhooks))
         return cls(
@@ -279,6 +295,8 @@ class Runtime:
             api_token_created=token_created,
             kla=kla,
             adcp=adcp,
+            adcp_signing=adcp_signing,
+            webhook_signer=webhook_signer,
             agents=agents,
             demo_agent_key=demo_key,
             tlog=tlog,

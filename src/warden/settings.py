@@ -77,6 +77,25 @@ class Settings(BaseSettings):
     #: Serve AdCP's ``comply_test_controller`` (the compliance runner's seeding hook,
     #: which overwrites the caller's plans): for compliance testing only, off by default.
     adcp_test_controller: bool = False
+    #: AdCP RFC 9421 signed requests on ``/adcp/<task>`` and ``/mcp``: ``supported`` (a
+    #: signed request must verify and authenticates as the key's agent; unsigned calls use
+    #: an API key), ``required`` (AdCP ``required_for``: an unsigned call without a valid
+    #: API key gets ``request_signature_required``), ``warn`` (AdCP ``warn_for``: a bad
+    #: signature falls back to a valid API key, logged) or ``off`` (signature headers are
+    #: not read, nothing is advertised).
+    adcp_request_signing: Literal["off", "supported", "required", "warn"] = "supported"
+    #: The request-signing profile: ``3.2`` (RFC 8941 Base64; ``content-digest`` covered
+    #: whenever there is a body) or ``3.1`` (legacy Base64URL, for 3.1 signers).
+    adcp_signing_profile: Literal["3.2", "3.1"] = "3.2"
+    #: Under the 3.1 profile only: whether signatures must cover ``content-digest``.
+    adcp_signing_content_digest: Literal["required", "either", "forbidden"] = "required"
+    #: Live replay-cache entries one signing key may hold (RFC 9421 step 9a); past it
+    #: its requests get ``request_signature_rate_abuse``. AdCP asks for at least 1,000,000.
+    adcp_signing_replay_cap: int = Field(1_000_000, ge=1)
+    #: Warden's Ed25519 key that signs RFC 9421 webhooks (PKCS#8 PEM, 0600; created on
+    #: first start; published in ``/.well-known/jwks.json``); default
+    #: ``<data-dir>/request-signing.key``.
+    webhook_signing_key_file: Path | None = None
     #: Accept ACS requests signed with the master IKM's own session keys (the pre-issue-15
     #: shared credential): unsafe, logged at start, and every decision it signs is marked
     #: ``policy_data.unsafe_shared_ikm``. Registered agents' keys work either way.

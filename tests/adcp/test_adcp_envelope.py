@@ -137,6 +137,10 @@ def test_sync_plans_versions_and_budget(srv: Live) -> None:
 
 def test_jwks_is_published(srv: Live) -> None:
     jwks = srv.http.get("/.well-known/jwks.json").json()
-    (key,) = jwks["keys"]
-    assert key["kty"] == "OKP" and key["crv"] == "Ed25519" and key["alg"] == "EdDSA"
-    assert key["key_ops"] == ["verify"] and "d" not in key
+    # The governance-token key and the RFC 9421 webhook key: one purpose each.
+    by_use = {k["adcp_use"]: k for k in jwks["keys"]}
+    assert sorted(by_use) == ["governance-signing", "request-signing"]
+    assert by_use["governance-signing"]["kid"] != by_use["request-signing"]["kid"]
+    for key in jwks["keys"]:
+        assert key["kty"] == "OKP" and key["crv"] == "Ed25519" and key["alg"] == "EdDSA"
+        assert key["key_ops"] == ["verify"] and "d" not in key

@@ -37,12 +37,40 @@ HTTP_STATUS = {
 }
 
 
+#: The RFC 9421 transport codes (security.mdx "Transport error taxonomy"): not in
+#: ``enums/error-code.json`` (``error.code`` is an open string), answered with HTTP 401
+#: and ``WWW-Authenticate: Signature error="<code>"``. Suffix → recovery.
+SIGNATURE_CODES = {
+    "request_signature_" + suffix: recovery
+    for suffix, recovery in {
+        "required": "correctable",
+        "header_malformed": "correctable",
+        "params_incomplete": "correctable",
+        "tag_invalid": "correctable",
+        "alg_not_allowed": "correctable",
+        "window_invalid": "correctable",
+        "components_incomplete": "correctable",
+        "components_unexpected": "correctable",
+        "key_unknown": "terminal",
+        "key_purpose_invalid": "terminal",
+        "key_revoked": "terminal",
+        "revocation_stale": "transient",
+        "rate_abuse": "transient",
+        "invalid": "terminal",
+        "digest_mismatch": "correctable",
+        "replayed": "terminal",
+    }.items()
+}
+
+
 @cache
 def recovery_of() -> dict[str, str]:
-    """``code → recovery`` from the shipped ``enums/error-code.json``."""
+    """``code → recovery`` from the shipped ``enums/error-code.json``, plus the RFC 9421
+    transport codes (:data:`SIGNATURE_CODES`)."""
     doc = load_folder("adcp")["enums/error-code.json"]
     meta = doc.get("enumMetadata") or {}
-    return {code: str((meta.get(code) or {}).get("recovery", "terminal")) for code in doc["enum"]}
+    out = {code: str((meta.get(code) or {}).get("recovery", "terminal")) for code in doc["enum"]}
+    return {**out, **SIGNATURE_CODES}
 
 
 class AdcpError(WardenError):
@@ -76,6 +104,8 @@ class AdcpError(WardenError):
 
     @property
     def http_status(self) -> int:
+        if self.code in SIGNATURE_CODES:
+            return 401
         return HTTP_STATUS.get(self.code, 400)
 
     def to_wire(self) -> dict[str, Any]:

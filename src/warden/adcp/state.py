@@ -114,6 +114,8 @@ class AdcpState:
         #: Compliance-testing mode (``--adcp-test-controller``): the one API key the
         #: AdCP runner holds may also accept the adjustments it reported.
         self.compliance_mode = False
+        #: The ``request_signing`` capability block (None: not advertised).
+        self.request_signing: dict[str, Any] | None = None
         self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
         self.chain = WardenChain(
             ledger,

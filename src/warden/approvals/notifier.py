@@ -4,8 +4,9 @@ When an approval task changes state, :meth:`Notifier.enqueue` writes one outbox 
 subscribed webhook *inside the transaction that changed the task*, so a notification
 exists exactly when the change committed. :class:`DeliveryWorker` sends the rows later:
 it claims due rows with a lease (a conditional UPDATE, so two replicas never send one
-row in the normal path), re-checks the destination, POSTs the stored bytes with
-HMAC-SHA256 headers computed at send time, and records every outcome in the row,
+row in the normal path), re-checks the destination, POSTs the stored bytes signed at
+send time as the webhook's ``signing`` says (AdCP's RFC 9421 webhook profile with
+Warden's own key, or the legacy HMAC-SHA256), and records every outcome in the row,
 retrying with exponential backoff until ``max_attempts``.
 
 Delivery is at least once: a worker that dies after the receiver answered but before
@@ -34,10 +35,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
+from warden.adcp.webhook_signing import WebhookSigner
 from warden.approvals.webhooks import (
     EVENTS,
     DestinationRefused,
     Resolver,
+    WebhookConfig,
     WebhooksFile,
     check_destination,
     encode_body,
@@ -268,6 +271,7 @@ class DeliveryWorker:
         client: httpx.Client | None = None,
         resolver: Resolver | None = None,
         wall_clock: Callable[[], float] = time.time,
+        signer: WebhookSigner | None = None,
     ) -> None:
         if max_attempts < 1 or batch < 1 or lease_s <= timeout_s:
             raise ValueError("need max_attempts >= 1, batch >= 1 and lease_s > timeout_s")
@@ -286,6 +290,7 @@ class DeliveryWorker:
         )
         self._resolver = resolver
         self._wall_clock = wall_clock
+        self._signer = signer
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -344,6 +349,18 @@ class DeliveryWorker:
             self._attempt(row, start if explicit else None)
         return len(claimed)
 
+    def _sign(self, hook: WebhookConfig, url: str, body: bytes) -> dict[str, str]:
+        """The headers of one delivery, signed at the wall clock as ``hook`` says:
+        RFC 9421 with Warden's webhook key, or the legacy HMAC. Never both, never
+        neither: an ``rfc9421`` hook without a signer raises (the attempt fails)."""
+        now = int(self._wall_clock())
+        if hook.mode == "hmac-sha256":
+            assert hook.secret is not None  # WebhookConfig guarantees it
+            return signature_headers(hook.secret.get_secret_value(), now, body)
+        if self._signer is None:
+            raise RuntimeError("no webhook signing key: cannot sign an rfc9421 delivery")
+        return self._signer.headers(url, body, now)
+
     def _attempt(self, row: Delivery, now: datetime | None) -> None:
         """Send ``row`` and record the outcome at ``now`` (None: the time it finished)."""
         hook = self.config.get(row.webhook_id)
@@ -359,9 +376,7 @@ class DeliveryWorker:
             else:
                 check_destination(row.url, self.config.allow, resolver=self._resolver)
             body = row.body.encode("utf-8")
-            headers = signature_headers(
-                hook.secret.get_secret_value(), int(self._wall_clock()), body
-            )
+            headers = self._sign(hook, row.url, body)
             with self._client.stream("POST", row.url, content=body, headers=headers) as resp:
                 status = resp.status_code
             error = None if 200 <= status < 300 else f"HTTP {status}"

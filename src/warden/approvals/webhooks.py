@@ -471,23 +471,51 @@ _ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
 _OPERATION_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,255}$"
 
 
+SigningMode = Literal["rfc9421", "hmac-sha256"]
+SIGNING_MODES: tuple[str, ...] = get_args(SigningMode)
+
+
 class WebhookConfig(BaseModel):
     """One webhook subscriber.
 
     ``id``: ``^[A-Za-z0-9_.:-]{1,64}$``, unique in the file. ``url``: http(s), no
-    userinfo. ``secret``: the HMAC key (≥ 32 bytes, see :func:`check_secret`), kept as a
-    ``SecretStr`` so it never shows in a repr. ``events``: the approval-task events to
-    send (None = all of :data:`EVENTS`). ``operation_id``: echoed into every payload
-    (``^[A-Za-z0-9_.:-]{1,255}$``); the task id is used when absent.
+    userinfo. ``signing``: how deliveries are signed — ``rfc9421`` (AdCP's default
+    webhook profile: Warden's own Ed25519 key, published in its JWKS; no shared
+    secret) or ``hmac-sha256`` (the deprecated legacy scheme, with ``secret``). Left
+    out, it is ``hmac-sha256`` when a ``secret`` is given (files written before issue
+    21 keep working) and ``rfc9421`` otherwise. A delivery is never signed both ways:
+    ``rfc9421`` with a ``secret`` is refused. ``secret``: the HMAC key (≥ 32 bytes,
+    see :func:`check_secret`), kept as a ``SecretStr`` so it never shows in a repr.
+    ``events``: the approval-task events to send (None = all of :data:`EVENTS`).
+    ``operation_id``: echoed into every payload (``^[A-Za-z0-9_.:-]{1,255}$``); the
+    task id is used when absent.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: StrictStr = Field(pattern=_ID_PATTERN)
     url: StrictStr
-    secret: SecretStr
+    signing: SigningMode | None = None
+    secret: SecretStr | None = None
     events: tuple[Event, ...] | None = Field(default=None, min_length=1)
     operation_id: StrictStr | None = Field(default=None, pattern=_OPERATION_ID_PATTERN)
+
+    @model_validator(mode="after")
+    def _one_signing_mode(self) -> WebhookConfig:
+        if self.signing == "hmac-sha256" and self.secret is None:
+            raise ValueError("signing hmac-sha256 needs a secret")
+        if self.signing == "rfc9421" and self.secret is not None:
+            raise ValueError(
+                "signing rfc9421 takes no secret (a delivery is never signed both ways)"
+            )
+        return self
+
+    @property
+    def mode(self) -> SigningMode:
+        """The effective signing mode (see the class docstring)."""
+        if self.signing is not None:
+            return self.signing
+        return "hmac-sha256" if self.secret is not None else "rfc9421"
 
     @field_validator("url")
     @classmethod
@@ -508,6 +536,8 @@ class WebhookConfig(BaseModel):
     @field_validator("secret", mode="before")
     @classmethod
     def _strong_secret(cls, value: Any) -> Any:
+        if value is None:
+            return value
         if not isinstance(value, str):
             raise ValueError("must be a string")
         try:

@@ -133,7 +133,11 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
         # One idempotency store and one set of rules for both wires (issue 9 item 4).
         runtime.adcp.idempotency = idem
         mcp_endpoint = AdcpMcpEndpoint(
-            runtime.adcp, runtime.api_keys, max_body_bytes=runtime.settings.max_body_bytes
+            runtime.adcp,
+            runtime.api_keys,
+            max_body_bytes=runtime.settings.max_body_bytes,
+            signing=runtime.adcp_signing,
+            public_url=runtime.settings.resolved_public_url(),
         )
 
     @asynccontextmanager
@@ -175,8 +179,10 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
             adcp_router(
                 runtime.adcp,
                 runtime.api_keys,
-                runtime.adcp.state.signer.jwks(),
+                adcp_jwks(runtime),
                 max_body_bytes=runtime.settings.max_body_bytes,
+                signing=runtime.adcp_signing,
+                public_url=runtime.settings.resolved_public_url(),
             )
         )
     app.include_router(
@@ -220,6 +226,16 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
         return endpoint
     # Traces are exported: every wire's requests carry the caller's traceparent.
     return TraceContext(endpoint)
+
+
+def adcp_jwks(runtime: Runtime) -> dict[str, Any]:
+    """The AdCP JWKS at ``/.well-known/jwks.json``: the governance-token key and the key
+    that signs RFC 9421 webhooks (``adcp_use: request-signing``)."""
+    assert runtime.adcp is not None
+    keys = list(runtime.adcp.state.signer.jwks()["keys"])
+    if runtime.webhook_signer is not None:
+        keys.append(runtime.webhook_signer.public_jwk())
+    return {"keys": keys}
 
 
 def _ready(runtime: Runtime) -> None:

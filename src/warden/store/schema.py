@@ -12,7 +12,9 @@ columns on ``tasks``, ``approval_votes``, ``api_keys`` and ``webhook_deliveries`
 0008 spend ownership: ``budgets.principals`` (who may spend a budget) and
 ``reservations.principal`` / ``receipts.principal`` (who took a hold); 0009 the agent
 identity registry, ``agents`` and ``agent_keys``; 0010 the transparency log:
-``entries.log_index``, ``log_state``, ``log_events``, ``log_checkpoints``, ``log_cosignatures``.
+``entries.log_index``, ``log_state``, ``log_events``, ``log_checkpoints``, ``log_cosignatures``;
+0013 AdCP RFC 9421: ``adcp_signing_keys`` (agents' JWKs) and ``adcp_signature_nonces``
+(the durable replay cache).
 """
 
 from __future__ import annotations
@@ -264,6 +266,35 @@ agent_keys = Table(
     Column("revoked_at", String(40), nullable=True),
 )
 Index("ix_agent_keys_agent", agent_keys.c.agent_id)
+
+#: Agents' public keys for AdCP RFC 9421 signed requests (migration 0013): the JWK as
+#: registered (``kid`` is its ``keyid``), ``revoked_at`` NULL while usable.
+adcp_signing_keys = Table(
+    "adcp_signing_keys",
+    metadata,
+    Column("kid", String(200), primary_key=True),
+    Column("agent_id", String(128), nullable=False),
+    Column("jwk", Text, nullable=False),
+    Column("created_at", String(40), nullable=False),
+    Column("revoked_at", String(40), nullable=True),
+)
+Index("ix_adcp_signing_keys_agent", adcp_signing_keys.c.agent_id)
+
+#: The RFC 9421 replay cache (migration 0013): each accepted ``(keyid, nonce)`` until
+#: ``expires_at`` (Unix s: the signature's ``expires`` + 60 s skew), shared by replicas.
+adcp_signature_nonces = Table(
+    "adcp_signature_nonces",
+    metadata,
+    Column("keyid", String(200), nullable=False),
+    Column("nonce", String(200), nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    PrimaryKeyConstraint("keyid", "nonce", name="pk_adcp_signature_nonces"),
+)
+Index(
+    "ix_adcp_signature_nonces_expiry",
+    adcp_signature_nonces.c.keyid,
+    adcp_signature_nonces.c.expires_at,
+)
 
 # -- AI agent action requests (migration 0005) ---------------------------------------
 

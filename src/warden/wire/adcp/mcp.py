@@ -5,8 +5,9 @@ A tool result carries the whole AdCP response in ``structuredContent`` — envel
 fields and body fields side by side at its root, as the seed ``001_…`` prescribes for
 MCP — with a JSON text copy in ``content[0]``; a failure also sets ``isError`` and
 carries ``errors[]`` and ``adcp_error``. Every HTTP request must present a Warden API
-key (``Authorization: Bearer`` or ``x-adcp-auth``); one without a valid key is refused
-with 401 before MCP sees it. Sessions are stateless, so reconnecting costs nothing.
+key (``Authorization: Bearer`` or ``x-adcp-auth``) or an RFC 9421 signature by a
+registered agent's key (:mod:`.signed`); one without either is refused with 401 before
+MCP sees it. Sessions are stateless, so reconnecting costs nothing.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from starlette.types import Receive, Scope, Send
 
 from warden import __version__
 from warden.adcp.errors import AdcpError
+from warden.adcp.request_signing import RequestSigning
 from warden.crypto.canonical import MAX_REQUEST_DEPTH, nesting_exceeds, parse_request_json
 from warden.errors import ParseError
-from warden.identity.api_keys import ApiKeys
+from warden.identity.api_keys import ApiKeys, Identity
 from warden.wire.adcp.envelope import echoable_context_id, failure, unparsable
-from warden.wire.adcp.rest import authenticate
 from warden.wire.adcp.schemas import bundled_request_schema
 from warden.wire.adcp.service import AdcpService, Reply
+from warden.wire.adcp.signed import authenticate, identify, request_url, www_authenticate
 
 PATH = "/mcp"
 
@@ -48,6 +50,16 @@ DESCRIPTIONS = {
     "get_task_status": "Poll an async task (a check_governance under human review).",
 }
 OPEN_OBJECT = {"type": "object", "additionalProperties": True}
+
+
+IDENTITY_KEY = "warden_adcp_caller"
+
+
+def _known_caller(request: Any) -> Identity | None:
+    """The caller :class:`AdcpMcpEndpoint` identified for this HTTP request, if any."""
+    state = getattr(request, "scope", {}).get("state") if request is not None else None
+    who = state.get(IDENTITY_KEY) if isinstance(state, dict) else None
+    return who if isinstance(who, Identity) else None
 
 
 def tool_result(reply: Reply) -> types.CallToolResult:
@@ -79,8 +91,12 @@ def build_server(service: AdcpService, keys: ApiKeys) -> Server[Any]:
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         try:
-            headers = ctx.request.headers if ctx.request is not None else {}
-            who = await anyio.to_thread.run_sync(authenticate, keys, headers)
+            known = _known_caller(ctx.request)
+            if known is not None:
+                who = known
+            else:
+                headers = ctx.request.headers if ctx.request is not None else {}
+                who = await anyio.to_thread.run_sync(authenticate, keys, headers)
         except AdcpError as exc:
             cid = echoable_context_id((params.arguments or {}).get("context_id")) or "ctx_mcp"
             return tool_result(Reply(failure(exc, context_id=cid), True, exc.http_status))
@@ -108,10 +124,18 @@ class AdcpMcpEndpoint:
     and any method but POST (405)."""
 
     def __init__(
-        self, service: AdcpService, keys: ApiKeys, *, max_body_bytes: int = 1 << 20
+        self,
+        service: AdcpService,
+        keys: ApiKeys,
+        *,
+        max_body_bytes: int = 1 << 20,
+        signing: RequestSigning | None = None,
+        public_url: str = "",
     ) -> None:
         self.keys = keys
         self.max_body_bytes = max_body_bytes
+        self.signing = signing
+        self.public_url = public_url
         self.manager = StreamableHTTPSessionManager(
             build_server(service, keys), stateless=True, json_response=True
         )
@@ -128,17 +152,40 @@ class AdcpMcpEndpoint:
             return
         lenient = _lenient(raw)
         context_id = _context_id(lenient)
+        call_params = (
+            lenient.get("params")
+            if isinstance(lenient, dict) and lenient.get("method") == "tools/call"
+            else None
+        )
+        task = call_params.get("name") if isinstance(call_params, dict) else None
+        arguments = call_params.get("arguments") if isinstance(call_params, dict) else None
+        lines = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")
+        url = request_url(self.public_url, raw_path, scope.get("query_string", b""))
         try:
-            await anyio.to_thread.run_sync(authenticate, self.keys, headers)
+            who = await anyio.to_thread.run_sync(
+                lambda: identify(
+                    self.keys,
+                    self.signing,
+                    method=scope["method"],
+                    url=url,
+                    headers=lines,
+                    body=raw,
+                    task=task if isinstance(task, str) else None,
+                    arguments=arguments,
+                )
+            )
         except AdcpError as exc:
             if exc.http_status == 503:  # the key table cannot be read: the store is down
                 retry = str(exc.retry_after or 1).encode()
                 await _fail(send, 503, exc, context_id, [(b"retry-after", retry)])
                 return
-            await _fail(
-                send, 401, exc, context_id, [(b"www-authenticate", b'Bearer realm="warden"')]
-            )
+            challenge = www_authenticate(exc.code).encode("latin-1")
+            await _fail(send, 401, exc, context_id, [(b"www-authenticate", challenge)])
             return
+        # The tool handler runs on this scope: it takes the caller from here, so a
+        # signed request is verified (and its nonce spent) exactly once.
+        scope.setdefault("state", {})[IDENTITY_KEY] = who
         if scope["method"] != "POST":
             # Stateless JSON: no server-to-client stream (GET) and no session to end
             # (DELETE); clients such as the AdCP runner cope with 405.

@@ -39,6 +39,8 @@ def capabilities(st: AdcpState, call: Call, tx: Any) -> Answer:
         "experimental_features": ["governance.campaign"],
         "governance": {},
     }
+    if st.request_signing is not None:
+        body["request_signing"] = st.request_signing
     build = __version__.split("+")[0]
     if build.count(".") == 2:
         body["adcp"]["build_version"] = build

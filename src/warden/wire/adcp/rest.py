@@ -20,53 +20,29 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from warden.adcp.errors import AdcpError
+from warden.adcp.request_signing import RequestSigning
 from warden.crypto.canonical import MAX_REQUEST_DEPTH, nesting_exceeds, parse_request_json
-from warden.errors import CouldNotDecide, ParseError, failure_log_level
-from warden.identity.api_keys import ApiKeys, Identity
+from warden.errors import ParseError
+from warden.identity.api_keys import ApiKeys
 from warden.wire.adcp.envelope import (
     dump_with_raw_context,
     echoable_context_id,
     failure,
     top_level_spans,
-    unavailable,
     unparsable,
 )
 from warden.wire.adcp.service import AdcpService, Reply
+from warden.wire.adcp.signed import (
+    identify,
+    lenient_json,
+    request_url,
+    www_authenticate,
+)
 
 log = logging.getLogger(__name__)
 
 PREFIX = "/adcp"
 JWKS_PATH = "/.well-known/jwks.json"
-
-
-def credentials(headers: Any) -> str | None:
-    """The API token a request presents (``Authorization: Bearer`` or ``x-adcp-auth``)."""
-    scheme, _, token = (headers.get("authorization") or "").strip().partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
-    alt = (headers.get("x-adcp-auth") or "").strip()
-    return alt or None
-
-
-def authenticate(keys: ApiKeys, headers: Any) -> Identity:
-    """The caller's identity; ``AUTH_MISSING`` without a token, ``AUTH_INVALID`` for a
-    token that is unknown or revoked, ``GOVERNANCE_UNAVAILABLE`` (503) when the key
-    table cannot be read (the store is down: fail closed, never a 500)."""
-    token = credentials(headers)
-    if token is None:
-        raise AdcpError("AUTH_MISSING", "send Authorization: Bearer <Warden API key>")
-    try:
-        who = keys.authenticate(token)
-    except CouldNotDecide as exc:
-        log.log(
-            failure_log_level(exc),
-            "adcp authentication could not read the store: %s",
-            exc.diagnostics(),
-        )
-        raise unavailable() from exc
-    if who is None:
-        raise AdcpError("AUTH_INVALID", "the API key is unknown or revoked")
-    return who
 
 
 def render(reply: Reply, raw: str | None = None) -> Response:
@@ -76,9 +52,10 @@ def render(reply: Reply, raw: str | None = None) -> Response:
         span = top_level_spans(raw).get("context")
         raw_context = raw[span[0] : span[1]] if span is not None else None
     headers = {"X-AdCP-Status": str(reply.body.get("status", ""))}
-    if reply.http_status == 401:
-        headers["WWW-Authenticate"] = 'Bearer realm="warden"'
     error = reply.body.get("adcp_error")
+    if reply.http_status == 401:
+        code = error.get("code") if isinstance(error, dict) else None
+        headers["WWW-Authenticate"] = www_authenticate(str(code or ""))
     if isinstance(error, dict) and isinstance(error.get("retry_after"), int):
         headers["Retry-After"] = str(error["retry_after"])
     return Response(
@@ -90,9 +67,16 @@ def render(reply: Reply, raw: str | None = None) -> Response:
 
 
 def adcp_router(
-    service: AdcpService, keys: ApiKeys, jwks: dict[str, Any], *, max_body_bytes: int
+    service: AdcpService,
+    keys: ApiKeys,
+    jwks: dict[str, Any],
+    *,
+    max_body_bytes: int,
+    signing: RequestSigning | None = None,
+    public_url: str = "",
 ) -> APIRouter:
-    """``POST /adcp/{task}`` for every task of ``service``, and the JWKS."""
+    """``POST /adcp/{task}`` for every task of ``service``, and the JWKS. ``signing``
+    verifies RFC 9421 signed requests against ``public_url`` (:mod:`.signed`)."""
     router = APIRouter(tags=["adcp governance agent"])
 
     @router.get(JWKS_PATH, summary="The governance-token signing keys (JWKS)")
@@ -109,7 +93,25 @@ def adcp_router(
         try:
             raw_bytes = await _body(request, max_body_bytes)
             context_id = _context_id(raw_bytes) or context_id
-            who = await run_in_threadpool(authenticate, keys, request.headers)
+            who = await run_in_threadpool(
+                lambda: identify(
+                    keys,
+                    signing,
+                    method=request.method,
+                    url=request_url(
+                        public_url,
+                        request.scope.get("raw_path") or request.url.path.encode(),
+                        request.scope.get("query_string", b""),
+                    ),
+                    headers=[
+                        (k.decode("latin-1"), v.decode("latin-1"))
+                        for k, v in request.scope["headers"]
+                    ],
+                    body=raw_bytes,
+                    task=task,
+                    arguments=lenient_json(raw_bytes),
+                )
+            )
             if not raw_bytes.strip():
                 # Not {}: an empty body is no request at all (a schema error would
                 # send the caller looking for a missing field).
