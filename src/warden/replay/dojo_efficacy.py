@@ -614,6 +614,12 @@ def print_report(m: Measurement, console: Console) -> None:
         lines = succeeded_summary(total)
         if lines:
             console.print(f"{paradigm} / {mode}: attacks that still succeed: " + "; ".join(lines))
+        codes = Counter(code for stop in total.benign_stops for code in stop["reason_codes"])
+        if codes:
+            console.print(
+                f"{paradigm} / {mode}: benign calls stopped without a human, by reason code: "
+                + ", ".join(f"{code} {n}" for code, n in codes.most_common())
+            )
     first = next(iter(m.tallies.values()), {})
     skipped = _total(first).c["pairs_text_only"] if first else 0
     if skipped:
