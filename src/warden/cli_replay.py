@@ -179,7 +179,8 @@ def replay_agentdojo(
     ] = False,
 ) -> None:
     """Replay AgentDojo v1.2 ground-truth tool calls as signed ACS sessions (or, with
-    --efficacy, measure the provenance gates on benign and attacked runs)."""
+    --efficacy, measure the provenance gates by AgentDojo's own security() and utility()
+    checks on benign and attacked runs)."""
     from warden.crypto.agent_key import load_agent_key
     from warden.replay.agentdojo import replay
 
