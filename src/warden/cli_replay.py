@@ -42,19 +42,23 @@ def _replay_efficacy(
     paradigms: list[str] | None,
     modes: list[str] | None,
     user_tasks: int | None,
+    injection_tasks: list[str] | None,
     attacks: bool,
     markdown_out: Path | None,
     as_json: bool,
 ) -> None:
     """``warden replay agentdojo --efficacy`` (docs/provenance.md, "Efficacy on AgentDojo")."""
-    from warden.replay.efficacy import (
+    from warden.replay.dojo_efficacy import (
+        DEFAULT_PARADIGMS,
         MODES,
+        NOTE,
         PARADIGMS,
         markdown,
+        measure,
         print_report,
         results_document,
-        run_efficacy,
     )
+    from warden.replay.efficacy import HarnessError
 
     bad = [p for p in paradigms or () if p not in PARADIGMS]
     bad += [m for m in modes or () if m not in MODES]
@@ -65,23 +69,34 @@ def _replay_efficacy(
         )
         raise typer.Exit(EXIT_BAD_INPUT)
     progress = err_console if as_json else console
+    progress.print(NOTE, soft_wrap=True)
     try:
-        results = run_efficacy(
+        results = measure(
             bundle,
             suites=suites,
-            paradigms=paradigms or PARADIGMS,
+            paradigms=paradigms or DEFAULT_PARADIGMS,
             modes=modes or MODES,
             user_tasks=user_tasks,
-            attacked=attacks,
+            injection_tasks=injection_tasks,
+            attacks=attacks,
             progress=lambda text: progress.print(text, soft_wrap=True),
         )
     except WardenError as exc:
         raise _fail(exc) from exc
+    except ModuleNotFoundError as exc:
+        err_console.print(
+            f"[red]error:[/red] {escape(str(exc))}; install it with: "
+            + escape("pip install -e '.[agentdojo]'")
+        )
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
     except (ValueError, OSError) as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from exc
+    except HarnessError as exc:
+        err_console.print(f"[red]protocol error during the replay:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_FAILURE_FOUND) from exc
     if markdown_out is not None:
-        markdown_out.write_text(markdown(results) + "\n", encoding="utf-8")
+        markdown_out.write_text(NOTE + "\n\n" + markdown(results) + "\n", encoding="utf-8")
     if as_json:
         print_json(results_document(results))
     else:
@@ -121,9 +136,10 @@ def replay_agentdojo(
         bool,
         typer.Option(
             "--efficacy",
-            help="Run the provenance efficacy harness instead: benign and attacked runs "
-            "against in-process Wardens, one per paradigm and provenance mode (--url, "
-            "--key-file and --verify are not used).",
+            help="Measure efficacy instead, by AgentDojo's own security() and utility() "
+            "checks: benign and attacked runs against in-process Wardens, one per paradigm "
+            "and provenance mode, executing only what Warden allows (a ground-truth replay, "
+            "not an LLM run; --url, --key-file and --verify are not used).",
         ),
     ] = False,
     bundle: Annotated[
@@ -131,7 +147,11 @@ def replay_agentdojo(
     ] = Path("examples/policies/agentdojo-provenance.yaml"),
     paradigm: Annotated[
         list[str] | None,
-        typer.Option(help="Efficacy: fides, ibac, aarm, camel, combined (default: all)."),
+        typer.Option(
+            help="Efficacy: none (no provenance gates), bundle (the gates as the bundle "
+            "sets them), fides, ibac, aarm, camel, fides+ibac+camel, combined (default: "
+            "all but fides+ibac+camel)."
+        ),
     ] = None,
     mode: Annotated[
         list[str] | None,
@@ -139,6 +159,10 @@ def replay_agentdojo(
     ] = None,
     user_tasks: Annotated[
         int | None, typer.Option(help="Efficacy: only the first N user tasks of each suite.")
+    ] = None,
+    injection_task: Annotated[
+        list[str] | None,
+        typer.Option(help="Efficacy: only these injection tasks, e.g. injection_task_3."),
     ] = None,
     attacks: Annotated[
         bool, typer.Option("--attacks/--no-attacks", help="Efficacy: replay attacked pairs.")
@@ -155,12 +179,15 @@ def replay_agentdojo(
     ] = False,
 ) -> None:
     """Replay AgentDojo v1.2 ground-truth tool calls as signed ACS sessions (or, with
-    --efficacy, measure the provenance gates on benign and attacked runs)."""
+    --efficacy, measure the provenance gates by AgentDojo's own security() and utility()
+    checks on benign and attacked runs)."""
     from warden.crypto.agent_key import load_agent_key
     from warden.replay.agentdojo import replay
 
     if efficacy:
-        _replay_efficacy(bundle, suite, paradigm, mode, user_tasks, attacks, markdown, as_json)
+        _replay_efficacy(
+            bundle, suite, paradigm, mode, user_tasks, injection_task, attacks, markdown, as_json
+        )
         return
     key_file = key_file or data_dir / "ikm.key"
     try:

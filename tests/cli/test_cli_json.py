@@ -473,6 +473,9 @@ def test_replay_efficacy_json(tmp_path: Path) -> None:
     assert (config["paradigm"], config["mode"]) == ("combined", "client")
     assert set(config["suites"]) == {"banking"}
     assert config["all"] == config["suites"]["banking"]
-    assert config["all"]["benign_tasks"] == 1 and config["all"]["pairs"] >= 1
+    assert config["all"]["benign_tasks"] == 1 and config["all"]["pairs"] == 9
+    assert config["bundle"]["id"] == "agentdojo-provenance"
+    assert config["rates"]["attack_success"] == config["all"].get("attack_success", 0) / 9
+    assert "not an LLM agent run" in doc["note"]
     # Progress went to stderr, not into the document.
-    assert "combined / client" in proc.stderr
+    assert "banking: 1 user tasks, 9 attacked pairs" in proc.stderr
