@@ -24,7 +24,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from warden.errors import IntegrityError, IntegrityReason
-from warden.kla.keys import KeyRegistry
+from warden.crypto.asymmetric import MlDsaSigner
+from warden.kla.keys import KeyRegistry, TrustedKey
 from warden.kla.records import RecordKind, SealedRecord, bundle_manifest, write_bundle
 from warden.ledger.verify import verify_records
 from warden.ledger.warden_chain import chain_session_id
@@ -43,17 +44,25 @@ def execution_session_id(execution_id: str) -> str:
 
 @dataclass(frozen=True)
 class Signer:
-    """Warden's Ed25519 signing key and its kid."""
+    """Warden's Ed25519 signing key and its kid, and (issue 21) its ML-DSA-65 key,
+    published beside it; ``pq_records`` makes the ML-DSA key sign records too."""
 
     key: Ed25519PrivateKey
     kid: str
+    mldsa: MlDsaSigner | None = None
+    pq_records: bool = False
 
     @property
     def public_key(self) -> Ed25519PublicKey:
         return self.key.public_key()
 
     def jwks(self) -> dict[str, list[dict[str, str]]]:
-        return KeyRegistry({self.kid: self.public_key}).to_jwks()
+        """Every public key Warden signs with (``GET /v1/keys``): the Ed25519 key (RFC
+        8037 OKP) and the ML-DSA-65 key (RFC 9964 AKP), by kid."""
+        keys: dict[str, TrustedKey] = {self.kid: self.public_key}
+        if self.mldsa is not None:
+            keys[self.mldsa.kid] = self.mldsa.public_key
+        return KeyRegistry(keys).to_jwks()
 
 
 class ChainHeads(Protocol):

@@ -175,7 +175,7 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
             adcp_router(
                 runtime.adcp,
                 runtime.api_keys,
-                runtime.adcp.state.signer.jwks(),
+                _published_jwks(runtime),
                 max_body_bytes=runtime.settings.max_body_bytes,
             )
         )
@@ -242,3 +242,13 @@ class PathMount:
             await self.endpoint(scope, receive, send)
         else:
             await self.app(scope, receive, send)
+
+
+def _published_jwks(runtime: Runtime) -> dict[str, Any]:
+    """``/.well-known/jwks.json``: the AdCP governance key, then Warden's own signing keys
+    (Ed25519, and the ML-DSA-65 key of ACS-Crypto responses, issue 21) as at ``/v1/keys``."""
+    assert runtime.adcp is not None
+    keys = list(runtime.adcp.state.signer.jwks()["keys"])
+    if runtime.kla is not None:
+        keys += runtime.kla.signer.jwks()["keys"]
+    return {"keys": keys}
