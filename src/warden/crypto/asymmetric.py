@@ -86,6 +86,18 @@ def unb64url(text: str) -> bytes:
     return raw
 
 
+def decode_b64(value: object) -> bytes | None:
+    """The bytes of a signature ``value``: standard base64 with padding, in the one
+    spelling :func:`base64.b64encode` writes; None for anything else."""
+    if not isinstance(value, str):
+        return None
+    try:
+        raw = base64.b64decode(value.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        return None
+    return raw if base64.b64encode(raw).decode("ascii") == value else None
+
+
 def algorithm_of(key: PublicKey) -> str:
     """The ACS algorithm a public key signs with; ConfigError for any other key."""
     for alg, cls in _MLDSA_PUBLIC.items():

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 
 from warden.errors import IntegrityError, IntegrityReason
 from warden.crypto.asymmetric import MlDsaSigner
-from warden.kla.keys import KeyRegistry, TrustedKey
+from warden.kla.keys import KeyRegistry, jwk_for
 from warden.kla.records import RecordKind, SealedRecord, bundle_manifest, write_bundle
 from warden.ledger.verify import verify_records
 from warden.ledger.warden_chain import chain_session_id
@@ -58,11 +58,11 @@ class Signer:
 
     def jwks(self) -> dict[str, list[dict[str, str]]]:
         """Every public key Warden signs with (``GET /v1/keys``): the Ed25519 key (RFC
-        8037 OKP) and the ML-DSA-65 key (RFC 9964 AKP), by kid."""
-        keys: dict[str, TrustedKey] = {self.kid: self.public_key}
+        8037 OKP) first, then the ML-DSA-65 key (RFC 9964 AKP)."""
+        keys = [jwk_for(self.kid, self.public_key)]
         if self.mldsa is not None:
-            keys[self.mldsa.kid] = self.mldsa.public_key
-        return KeyRegistry(keys).to_jwks()
+            keys.append(self.mldsa.jwk())
+        return {"keys": keys}
 
 
 class ChainHeads(Protocol):

@@ -14,7 +14,6 @@ ML-DSA-65 key for responses; values are standard base64 with padding, as for HMA
 from __future__ import annotations
 
 import base64
-import binascii
 from typing import Any, Protocol
 
 from warden.crypto import asymmetric
@@ -89,16 +88,8 @@ class ResponseSigner(Protocol):
     def sign(self, message: bytes) -> bytes: ...
 
 
-def decode_value(value: object) -> bytes | None:
-    """The bytes of a signature ``value``: standard base64 with padding, in the one
-    spelling :func:`base64.b64encode` writes; None for anything else."""
-    if not isinstance(value, str):
-        return None
-    try:
-        raw = base64.b64decode(value.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError):
-        return None
-    return raw if base64.b64encode(raw).decode("ascii") == value else None
+#: Signature values: padded standard base64, one spelling.
+decode_value = asymmetric.decode_b64
 
 
 def verify_request_asymmetric(
