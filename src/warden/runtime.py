@@ -161,6 +161,7 @@ class Runtime:
             signing_kid,
             mldsa_signer,
             pq_records="ml-dsa-65" in settings.evidence_signing_keys,
+            ed25519_records="ed25519" in settings.evidence_signing_keys,
         )
         kla = KlaService(store, guardian, desk, ledger, record_signer, kla_keys)
         desk.listeners[TaskKind.ACTION_REQUEST] = kla.on_desk_transition
@@ -251,6 +252,8 @@ class Runtime:
             policy=CheckpointPolicy(
                 settings.log_checkpoint_interval_s, settings.log_checkpoint_entries
             ),
+            pq_signer=mldsa_signer.key if "ml-dsa-65" in settings.evidence_signing_keys else None,
+            ed25519="ed25519" in settings.evidence_signing_keys,
         )
         try:
             # The first checkpoint is signed before serving; the worker then signs only

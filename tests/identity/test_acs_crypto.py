@@ -285,7 +285,8 @@ def test_agents_add_public_key_cli(runtime: Runtime, tmp_path: Path) -> None:
     data = ["--data-dir", str(runtime.settings.data_dir)]
     runner = CliRunner()
     added = runner.invoke(
-        app, ["agents", "add", "cli-pq", "--owner", "alice", "--public-key", str(pem), "--json", *data]
+        app,
+        ["agents", "add", "cli-pq", "--owner", "alice", "--public-key", str(pem), "--json", *data],
     )
     assert added.exit_code == 0, added.output
     doc = json.loads(added.stdout)

@@ -41,6 +41,7 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, mldsa, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.utils import (
     decode_dss_signature,
     encode_dss_signature,
@@ -54,6 +55,9 @@ ML_DSA_44 = "ML-DSA-44"
 ML_DSA_87 = "ML-DSA-87"
 ECDSA_P256 = "ECDSA-P256"
 RSA_PSS_SHA256 = "RSA-PSS-SHA256"
+#: Not an ACS algorithm: Warden's KLA and checkpoint key type, verified here so that one
+#: :func:`verify` serves the offline verifiers and the benchmark's comparison.
+ED25519 = "Ed25519"
 
 #: What Warden verifies on ACS requests, ML-DSA-65 first (the ServerHello lists these
 #: after HMAC-SHA256).
@@ -103,6 +107,8 @@ def algorithm_of(key: PublicKey) -> str:
     for alg, cls in _MLDSA_PUBLIC.items():
         if isinstance(key, cls):
             return alg
+    if isinstance(key, Ed25519PublicKey):
+        return ED25519
     if isinstance(key, ec.EllipticCurvePublicKey):
         if not isinstance(key.curve, ec.SECP256R1):
             raise ConfigError(f"an EC key on {key.curve.name}; ACS ECDSA-P256 needs P-256")
@@ -118,7 +124,9 @@ def algorithm_of(key: PublicKey) -> str:
 
 def spki_b64(key: PublicKey) -> str:
     """Standard base64 of the key's DER SubjectPublicKeyInfo (how it is stored)."""
-    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    der = key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     return base64.b64encode(der).decode("ascii")
 
 
@@ -152,7 +160,9 @@ def _from_jwk(jwk: dict[str, Any]) -> PublicKey:
             ).public_key()
         if kty == "RSA":
             n, e = unb64url(str(jwk["n"])), unb64url(str(jwk["e"]))
-            return rsa.RSAPublicNumbers(int.from_bytes(e, "big"), int.from_bytes(n, "big")).public_key()
+            return rsa.RSAPublicNumbers(
+                int.from_bytes(e, "big"), int.from_bytes(n, "big")
+            ).public_key()
     except (KeyError, ValueError, binascii.Error) as exc:
         raise ConfigError(f"the {kty} JWK is malformed: {exc}") from exc
     raise ConfigError(f"a JWK of kty {kty!r}; ACS-Crypto keys are AKP (ML-DSA), EC or RSA")
@@ -180,7 +190,12 @@ def parse_public_key(data: bytes) -> tuple[str, PublicKey]:
         if not isinstance(jwk, dict):
             raise ConfigError("a JWK is a JSON object")
         key = _from_jwk(jwk)
-    return algorithm_of(key), key
+    algorithm = algorithm_of(key)
+    if algorithm not in VERIFIED_ALGORITHMS:
+        raise ConfigError(
+            f"an {algorithm} key: ACS-Crypto keys are {', '.join(VERIFIED_ALGORITHMS)}"
+        )
+    return algorithm, key
 
 
 def load_public_key(path: Path) -> tuple[str, PublicKey]:
@@ -209,7 +224,7 @@ def verify(algorithm: str, key: PublicKey, message: bytes, signature: bytes) -> 
     except ConfigError:
         return False
     try:
-        if algorithm in _MLDSA_PUBLIC:
+        if algorithm in _MLDSA_PUBLIC or algorithm == ED25519:
             key.verify(signature, message)
         elif algorithm == ECDSA_P256:
             if len(signature) != 2 * _P256_COORD:

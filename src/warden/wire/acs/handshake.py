@@ -38,7 +38,9 @@ def _major(v: str) -> str:
     return v.split(".", 1)[0]
 
 
-def negotiate(hello: dict[str, Any], cfg: HandshakeConfig, *, crypto: bool = False) -> dict[str, Any]:
+def negotiate(
+    hello: dict[str, Any], cfg: HandshakeConfig, *, crypto: bool = False
+) -> dict[str, Any]:
     """Return the ServerHello for a (schema-valid) ClientHello, or raise.
 
     ``crypto``: the hello was signed with the agent's registered public key. Such a
@@ -89,12 +91,10 @@ def negotiate(hello: dict[str, Any], cfg: HandshakeConfig, *, crypto: bool = Fal
             "list acs-crypto in profiles_supported",
             reason="acs_crypto_not_declared",
         )
-    mine = (*GUARDIAN_PROFILES, ACS_CRYPTO) if crypto else GUARDIAN_PROFILES
-    profiles = [p for p in declared if p in mine]
-    if crypto:
-        algorithms = list(cfg.crypto_algorithms)
-    else:
-        algorithms = ["HMAC-SHA256", *cfg.crypto_algorithms]
+    accepted: tuple[str, ...] = (*GUARDIAN_PROFILES, ACS_CRYPTO) if crypto else GUARDIAN_PROFILES
+    profiles = [p for p in declared if p in accepted]
+    hmac = () if crypto else ("HMAC-SHA256",)
+    algorithms = [*hmac, *cfg.crypto_algorithms]
     timeout: dict[str, Any] = {"default_ms": cfg.default_timeout_ms}
     if cfg.per_method_timeout_ms:
         timeout["per_method_ms"] = dict(cfg.per_method_timeout_ms)
