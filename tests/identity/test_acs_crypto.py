@@ -311,3 +311,32 @@ def test_agents_add_public_key_cli(runtime: Runtime, tmp_path: Path) -> None:
     # The registered key opens an ACS-Crypto session.
     client = _client(runtime, "cli-pq", doc["key_id"], private, "ML-DSA-65")
     assert "acs-crypto" in client.hello(profiles=("acs-crypto",))["result"]["profiles_accepted"]
+
+
+def test_python_client_with_an_ml_dsa_agent_key(
+    pq: tuple[Runtime, str, mldsa.MLDSA65PrivateKey], tmp_path: Path
+) -> None:
+    import warden
+    from warden.crypto.agent_key import AgentKeyPair, load_agent_key
+    from warden.errors import IntegrityError
+
+    rt, key_id, private = pq
+    jwk = _mldsa_jwk(published_jwks(rt))
+    warden_key = mldsa.MLDSA65PublicKey.from_public_bytes(_unb64url(jwk["pub"]))
+    path = tmp_path / "pq-agent.key"
+    AgentKeyPair("pq-agent", key_id, "ML-DSA-65", private, warden_key).write(path)
+    assert path.stat().st_mode & 0o077 == 0
+    cred = load_agent_key(path)
+    assert isinstance(cred, AgentKeyPair)
+    with warden.Client.in_process(rt, credential=cred) as client:
+        allowed = client.tool_call_request("read_file", {"path": "/etc/hosts"})
+        assert allowed.allowed and allowed.chain_hash == client.chain_hash
+        assert client.session.server_hello is not None
+        assert "acs-crypto" in client.session.server_hello["profiles_accepted"]
+    # A client told another Warden key refuses the (genuine) answers.
+    impostor = AgentKeyPair(
+        "pq-agent", key_id, "ML-DSA-65", private, mldsa.MLDSA65PrivateKey.generate().public_key()
+    )
+    with warden.Client.in_process(rt, credential=impostor) as client:
+        with pytest.raises(IntegrityError):
+            client.tool_call_request("read_file", {"path": "/etc/hosts"})
