@@ -6,13 +6,18 @@ Dispatch order (specs/acs.md §17, REF-PY, asserted by the black-box probes):
 2. request-envelope.json (-32600, unsigned); JCS domain (-32600)
 3. ``system/ping`` → allow (never chained; signed only if the request was)
 4. the key named by ``key_id`` (a registered agent's, or the shared IKM's only with
-   ``--unsafe-shared-ikm``), HKDF session key, HMAC verify (-32004, unsigned)
-   — from here every answer is signed —
+   ``--unsafe-shared-ikm``), HKDF session key, HMAC verify (-32004, unsigned); or, for
+   an agent's registered public key (ACS-Crypto, issue 21), the signature under it with
+   its own algorithm
+   — from here every answer is signed: HMAC, or Warden's ML-DSA-65 key for an
+   ACS-Crypto caller —
 5. ``handshake/hello`` → ServerHello (or -32001/-32000/-32002; -32004 when the claimed
    ``agent_id`` is not the key's registered agent)
 6. route (-32601; agbom/* → -32003); session lookup (-32003)
 7. replay: request_id, then nonce (-32005); recorded on arrival, persisted
-8. key_id / agent_id binding, closed session → signed DENY without an entry
+8. an HMAC request in an ACS-Crypto session → -32004 ``downgrade_refused`` (signed with
+   Warden's ML-DSA key); key_id / agent_id binding, closed session → signed DENY
+   without an entry
 9. negotiated method (-32003), skew window (-32006), payload schema (-32602)
 10. client chain_hash cross-check → DENY ``chain_mismatch``; else Guardian.decide;
     then the spend gate (:mod:`warden.gates.spend`): a priced allow/modify tool call
