@@ -296,9 +296,17 @@ def show(
             if agent is None:
                 raise AgentNotFound(f"no agent {agent_id!r}")
             keys = reg.keys(agent_id)
+            # HMAC-SHA256 for derived keys, the registered algorithm for public ones.
+            algorithms = {
+                k.key_id: (pk[0] if (pk := reg.public_key(k.key_id)) else "HMAC-SHA256")
+                for k in keys
+            }
     except WardenError as exc:
         raise _not_found(exc) from exc
-    doc = {**agent.as_dict(), "keys": [k.as_dict() for k in keys]}
+    doc = {
+        **agent.as_dict(),
+        "keys": [k.as_dict() | {"algorithm": algorithms[k.key_id]} for k in keys],
+    }
     if as_json:
         print_json(doc)
         return
@@ -308,7 +316,7 @@ def show(
         console.print(f"{name}: {escape(shown)}")
     for k in keys:
         status = "active" if k.revoked_at is None else f"revoked {k.revoked_at}"
-        console.print(f"key {k.key_id}: {status}")
+        console.print(f"key {k.key_id} ({algorithms[k.key_id]}): {status}")
 
 
 @agents_app.command()

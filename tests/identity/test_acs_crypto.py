@@ -296,6 +296,9 @@ def test_agents_add_public_key_cli(runtime: Runtime, tmp_path: Path) -> None:
     )
     assert more.exit_code == 0, more.output
     assert json.loads(more.stdout)["key_id"] != doc["key_id"]
+    shown = runner.invoke(app, ["agents", "show", "cli-pq", "--json", *data])
+    assert shown.exit_code == 0, shown.output
+    assert [k["algorithm"] for k in json.loads(shown.stdout)["keys"]] == ["ML-DSA-65"] * 2
     private_file = tmp_path / "private.pem"
     private_file.write_bytes(
         private.private_bytes(
