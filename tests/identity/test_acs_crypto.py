@@ -340,6 +340,8 @@ def test_python_client_with_an_ml_dsa_agent_key(
     impostor = AgentKeyPair(
         "pq-agent", key_id, "ML-DSA-65", private, mldsa.MLDSA65PrivateKey.generate().public_key()
     )
-    with warden.Client.in_process(rt, credential=impostor) as client:
-        with pytest.raises(IntegrityError):
-            client.tool_call_request("read_file", {"path": "/etc/hosts"})
+    with (
+        warden.Client.in_process(rt, credential=impostor) as client,
+        pytest.raises(IntegrityError),
+    ):
+        client.tool_call_request("read_file", {"path": "/etc/hosts"})
