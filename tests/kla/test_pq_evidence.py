@@ -193,3 +193,33 @@ def test_bundle_verifies_with_either_key(both: Runtime, tmp_path: Path) -> None:
     outcome = verify_bundle(bundle, trusted_keys=pq_and_ed)
     assert not outcome.ok
     assert "ML-DSA-65 signature does not verify" in outcome.problems[0].message
+
+
+def test_ml_dsa_only_records(make_runtime: Any, tmp_path: Path) -> None:
+    from warden.kla.keys import KeyRegistry
+    from warden.kla.records import write_bundle
+    from warden.kla.verify import verify_bundle
+
+    rt: Runtime = make_runtime(evidence_signing_keys=("ml-dsa-65",))
+    assert rt.kla is not None
+    signer = rt.kla.signer
+    assert signer.mldsa is not None
+    sealed = rt.kla._rec.seal(  # noqa: SLF001
+        RecordKind.ACTION_REQUEST, json.loads(EXAMPLE.read_text())
+    )
+    assert sealed.signature is None and sealed.kid is None
+    assert [s["alg"] for s in sealed.signatures] == ["ML-DSA-65"]
+    bundle = write_bundle(
+        tmp_path / "b",
+        [sealed],
+        public_keys={signer.mldsa.kid: signer.mldsa.public_key},
+        manifest_signer=(signer.kid, signer.key),
+    )
+    pq_only = KeyRegistry(
+        {signer.mldsa.kid: signer.mldsa.public_key, signer.kid: signer.public_key}
+    )
+    outcome = verify_bundle(bundle, trusted_keys=pq_only, require_signatures=True)
+    assert outcome.ok, outcome.problems
+    # A verifier knowing only the Ed25519 key cannot check the record: refused.
+    ed_only = KeyRegistry({signer.kid: signer.public_key})
+    assert not verify_bundle(bundle, trusted_keys=ed_only).ok
