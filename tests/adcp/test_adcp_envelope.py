@@ -137,6 +137,10 @@ def test_sync_plans_versions_and_budget(srv: Live) -> None:
 
 def test_jwks_is_published(srv: Live) -> None:
     jwks = srv.http.get("/.well-known/jwks.json").json()
-    (key,) = jwks["keys"]
+    (key,) = [k for k in jwks["keys"] if k.get("adcp_use") == "governance-signing"]
     assert key["kty"] == "OKP" and key["crv"] == "Ed25519" and key["alg"] == "EdDSA"
     assert key["key_ops"] == ["verify"] and "d" not in key
+    # Beside it, Warden's own keys as at GET /v1/keys (issue 21): Ed25519, ML-DSA-65.
+    own = [k for k in jwks["keys"] if "adcp_use" not in k]
+    assert [k["kty"] for k in own] == ["OKP", "AKP"] and own[1]["alg"] == "ML-DSA-65"
+    assert all("d" not in k and "priv" not in k for k in jwks["keys"])
