@@ -45,6 +45,14 @@ KeyOut = Annotated[
     typer.Option("--key-out", help="Also write the new key to this file (created, mode 0600)."),
 ]
 AgentId = Annotated[str, typer.Argument(help="The agent id.")]
+PublicKeyFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--public-key",
+        help="Register this public key (PEM or JWK: ML-DSA-65/44/87, ECDSA P-256, RSA) for "
+        "ACS-Crypto, instead of an HMAC key (add --hmac to issue one as well).",
+    ),
+]
 
 
 @contextmanager
@@ -118,6 +126,8 @@ def _show_key(
     as_json: bool,
     agent: Agent | None,
     warnings: list[str] | None = None,
+    public_id: str | None = None,
+    algorithm: str | None = None,
 ) -> None:
     if key_out is not None:
         cred.write(key_out)
@@ -136,6 +146,8 @@ def _show_key(
             doc["agent"] = agent.as_dict()
         if warnings is not None:
             doc["warnings"] = warnings
+        if public_id is not None:
+            doc["public_key"] = {"key_id": public_id, "algorithm": algorithm}
         print_json(doc)
         return
     console.print(f"agent [bold]{escape(cred.agent_id)}[/bold] key [bold]{cred.key_id}[/bold]")
@@ -156,24 +168,100 @@ def add(
         list[str] | None, typer.Option("--budget", help="A budget it may spend (repeatable).")
     ] = None,
     key_out: KeyOut = None,
+    public_key: PublicKeyFile = None,
+    hmac: Annotated[
+        bool,
+        typer.Option("--hmac", help="With --public-key: also issue an HMAC key (shown once)."),
+    ] = False,
     as_json: AsJson = False,
     data_dir: DataDir = Path(".warden"),
     database_url: DbUrl = None,
     key_file: KeyFile = None,
 ) -> None:
-    """Register an agent and issue its first ACS key (shown once)."""
+    """Register an agent and issue its first ACS key (shown once), or register its
+    public key (--public-key) for ACS-Crypto."""
     try:
+        from warden.crypto.asymmetric import load_public_key
+        from warden.errors import ConfigError
         from warden.identity.agents import undefined_budget_warning
 
+        if hmac and public_key is None:
+            raise ConfigError("--hmac goes with --public-key (an agent gets an HMAC key anyway)")
+        if public_key is not None and key_out is not None and not hmac:
+            raise ConfigError("--key-out writes an HMAC key: add --hmac, or drop --key-out")
         _check_key_out(key_out)
+        pub = load_public_key(public_key) if public_key is not None else None
         with _registry(data_dir, database_url, key_file) as reg:
-            agent, cred = reg.add(agent_id, owner, group or (), budget or ())
+            if pub is None:
+                agent, cred = reg.add(agent_id, owner, group or (), budget or ())
+                public_id = None
+            else:
+                agent, public_id, maybe = reg.add_with_public_key(
+                    agent_id, owner, pub, group or (), budget or (), hmac=hmac
+                )
             warnings = [undefined_budget_warning(b) for b in reg.undefined_budgets(agent.budgets)]
         for warning in warnings:
             err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
-        _show_key(cred, key_out, as_json, agent, warnings)
+        if pub is not None:
+            assert public_id is not None
+            if maybe is None:
+                _show_public(agent_id, public_id, pub[0], as_json, agent, warnings)
+                return
+            cred = maybe
+            err_console.print(f"public key {public_id} ({pub[0]}) registered")
+        _show_key(cred, key_out, as_json, agent, warnings, public_id, pub[0] if pub else None)
     except WardenError as exc:
         raise _fail(exc) from exc
+
+
+def _show_public(
+    agent_id: str,
+    key_id: str,
+    algorithm: str,
+    as_json: bool,
+    agent: Agent | None,
+    warnings: list[str] | None = None,
+) -> None:
+    doc: dict[str, Any] = {"agent_id": agent_id, "key_id": key_id, "algorithm": algorithm}
+    if agent is not None:
+        doc["agent"] = agent.as_dict()
+    if warnings is not None:
+        doc["warnings"] = warnings
+    if as_json:
+        print_json(doc)
+        return
+    console.print(
+        f"agent [bold]{escape(agent_id)}[/bold] public key [bold]{key_id}[/bold] ({algorithm}): "
+        "sign ACS requests with its private key and name this key_id"
+    )
+
+
+@agents_app.command("add-key")
+def add_key(
+    agent_id: AgentId,
+    public_key: Annotated[
+        Path,
+        typer.Option(
+            "--public-key",
+            help="The public key to register (PEM or JWK: ML-DSA-65/44/87, ECDSA P-256, RSA).",
+        ),
+    ],
+    as_json: AsJson = False,
+    data_dir: DataDir = Path(".warden"),
+    database_url: DbUrl = None,
+    key_file: KeyFile = None,
+) -> None:
+    """Register a public key for ACS-Crypto beside the agent's other keys (none is
+    revoked). Exit 1 if the agent is unknown."""
+    try:
+        from warden.crypto.asymmetric import load_public_key
+
+        pub = load_public_key(public_key)
+        with _registry(data_dir, database_url, key_file) as reg:
+            key_id = reg.add_public_key(agent_id, pub)
+    except WardenError as exc:
+        raise _not_found(exc) from exc
+    _show_public(agent_id, key_id, pub[0], as_json, None)
 
 
 @agents_app.command("list")
@@ -224,13 +312,18 @@ def show(
             if agent is None:
                 raise AgentNotFound(f"no agent {agent_id!r}")
             keys = reg.keys(agent_id)
+            # HMAC-SHA256 for derived keys, the registered algorithm for public ones.
+            algorithms = {
+                k.key_id: (pk[0] if (pk := reg.public_key(k.key_id)) else "HMAC-SHA256")
+                for k in keys
+            }
         with _signing_keys(data_dir, database_url, key_file) as sk:
             signing = sk.of(agent_id)
     except WardenError as exc:
         raise _not_found(exc) from exc
     doc = {
         **agent.as_dict(),
-        "keys": [k.as_dict() for k in keys],
+        "keys": [k.as_dict() | {"algorithm": algorithms[k.key_id]} for k in keys],
         "signing_keys": [k.as_dict() for k in signing],
     }
     if as_json:
@@ -242,7 +335,7 @@ def show(
         console.print(f"{name}: {escape(shown)}")
     for k in keys:
         status = "active" if k.revoked_at is None else f"revoked {k.revoked_at}"
-        console.print(f"key {k.key_id}: {status}")
+        console.print(f"key {k.key_id} ({algorithms[k.key_id]}): {status}")
     for sk_ in signing:
         status = "active" if sk_.revoked_at is None else f"revoked {sk_.revoked_at}"
         console.print(f"signing key {escape(sk_.kid)} ({sk_.jwk.get('crv')}): {status}")

@@ -67,6 +67,26 @@ class ChainCheck:
         return bool(self.document["ok"])
 
 
+def _trusted_public_keys(
+    path: Path | None, data_dir: Path, no_signatures: bool
+) -> dict[str, Any] | None:
+    """The public keys ACS-Crypto responses are checked with (issue 21): ``path`` (a JWKS
+    such as ``GET /v1/keys`` saved, a PEM, or a directory), else the data directory's
+    ML-DSA key when it has one (and signatures are checked)."""
+    from warden.kla.keys import KeyRegistry
+
+    if path is not None:
+        registry = KeyRegistry.load(path)
+        return {kid: registry.get_key(kid) for kid in registry}
+    mldsa_file = data_dir / "mldsa.key"
+    if no_signatures or not mldsa_file.exists():
+        return None
+    from warden.crypto.asymmetric import load_mldsa_key
+
+    signer = load_mldsa_key(mldsa_file)
+    return {signer.kid: signer.public_key}
+
+
 def verify_chains(
     file: Path | None,
     *,
@@ -77,6 +97,7 @@ def verify_chains(
     checkpoint: Path | None = None,
     log_key: str | None = None,
     check_log: bool = True,
+    public_keys: Path | None = None,
 ) -> ChainCheck:
     """Re-walk an export (``file``) or every chain in the database.
 
@@ -92,6 +113,7 @@ def verify_chains(
     from warden.ledger.verify import read_jsonl, verify_records
 
     ikm = None if no_signatures else load_ikm(key_file or data_dir / "ikm.key")
+    trusted_keys = _trusted_public_keys(public_keys, data_dir, no_signatures)
     trusted = _read_kept(checkpoint)
     verifier = _log_verifier(log_key, data_dir) if check_log else None
     store = None
@@ -111,7 +133,9 @@ def verify_chains(
         source = shown_url(url) if database_url else str(data_dir / "warden.db")
     doc: dict[str, Any] = {"ok": False, "source": source, "signatures": ikm is not None}
     try:
-        report = verify_records(records, ikm=ikm, require_manifest=file is not None)
+        report = verify_records(
+            records, ikm=ikm, require_manifest=file is not None, public_keys=trusted_keys
+        )
         if store is not None:
             # Close the walk first: a generator suspended mid-session holds an open read
             # snapshot, and the final WAL checkpoint would wait out the busy timeout.
@@ -318,6 +342,14 @@ def verify_cmd(
             help="The log's checkpoint vkey (text or file); default: <data-dir>/checkpoint.key."
         ),
     ] = None,
+    public_keys: Annotated[
+        Path | None,
+        typer.Option(
+            "--public-keys",
+            help="Warden's published keys (GET /v1/keys saved as a file): check ACS-Crypto "
+            "responses with them (default: <data-dir>/mldsa.key). Works with --no-signatures.",
+        ),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Re-walk every audit chain offline (entry hashes, links, signed heads, signatures),
@@ -331,6 +363,7 @@ def verify_cmd(
             no_signatures=no_signatures,
             checkpoint=checkpoint,
             log_key=log_key,
+            public_keys=public_keys,
         )
     except WardenError as exc:
         raise _fail(exc) from exc

@@ -181,7 +181,7 @@ def replay_agentdojo(
     """Replay AgentDojo v1.2 ground-truth tool calls as signed ACS sessions (or, with
     --efficacy, measure the provenance gates by AgentDojo's own security() and utility()
     checks on benign and attacked runs)."""
-    from warden.crypto.agent_key import load_agent_key
+    from warden.crypto.agent_key import AgentCredential, load_agent_key
     from warden.replay.agentdojo import replay
 
     if efficacy:
@@ -192,6 +192,10 @@ def replay_agentdojo(
     key_file = key_file or data_dir / "ikm.key"
     try:
         credential = load_agent_key(agent_key or data_dir / "agents" / "demo-agent.key")
+        if not isinstance(credential, AgentCredential):
+            from warden.errors import ConfigError
+
+            raise ConfigError("the replay signs with an HMAC agent key (warden agents add)")
         summary = replay(url, credential, suites=suite, console=err_console if as_json else console)
     except WardenError as exc:
         raise _fail(exc) from exc

@@ -68,6 +68,7 @@ def check_keys(s: Settings) -> list[Check]:
         _key_file("key:api_token", s.resolved_api_token_file(), created_on_start=True),
         _key_file("key:signing", s.resolved_signing_key_file(), created_on_start=True),
         _key_file("key:governance", s.data_dir / "governance-signing.key", created_on_start=True),
+        _key_file("key:mldsa", s.resolved_mldsa_key_file(), created_on_start=True),
     ]
     if s.tls_key is not None:
         out.append(_key_file("key:tls", s.tls_key, created_on_start=False))

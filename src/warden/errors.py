@@ -137,6 +137,13 @@ class SignatureInvalid(ProtocolRefused):
     reason = "signature_invalid"
 
 
+class DowngradeRefused(SignatureInvalid):
+    """An HMAC-signed request in a session negotiated as ACS-Crypto (issue 21): -32004,
+    signed with Warden's ML-DSA key as the session's every answer is."""
+
+    reason = "downgrade_refused"
+
+
 class KeyRevoked(SignatureInvalid):
     """The agent key that signed the request was revoked (seen inside the write
     transaction): answered as unauthenticated, -32004 unsigned."""

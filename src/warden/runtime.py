@@ -26,6 +26,7 @@ from warden.approvals.webhooks import load_webhooks
 from warden.core.guardian import Guardian
 from warden.core.tracing import Exporting, start_exporting
 from warden.core.types import BundleRef
+from warden.crypto.asymmetric import VERIFIED_ALGORITHMS, load_or_create_mldsa_key
 from warden.crypto.ed25519_keys import load_or_create_signing_key
 from warden.crypto.hmac_keys import SessionKeys, ikm_fingerprint
 from warden.crypto.keystore import load_or_create_api_token, load_or_create_ikm
@@ -124,6 +125,14 @@ class Runtime:
                 signing_kid,
                 signing_file,
             )
+        mldsa_file = settings.resolved_mldsa_key_file()
+        mldsa_signer, mldsa_created = load_or_create_mldsa_key(mldsa_file)
+        if mldsa_created:
+            log.warning(
+                "generated Warden's ML-DSA-65 signing key %s at %s (mode 0600)",
+                mldsa_signer.kid,
+                mldsa_file,
+            )
         checkpoint_signer = load_checkpoint_signer(
             settings.resolved_checkpoint_key_file(), settings.log_origin
         )
@@ -155,7 +164,14 @@ class Runtime:
             reading=store.reading,
         )
         desk.effects[TaskKind.BUDGET_INCREASE] = budget_increase_effect(spend)
-        kla = KlaService(store, guardian, desk, ledger, Signer(signing_key, signing_kid), kla_keys)
+        record_signer = Signer(
+            signing_key,
+            signing_kid,
+            mldsa_signer,
+            pq_records="ml-dsa-65" in settings.evidence_signing_keys,
+            ed25519_records="ed25519" in settings.evidence_signing_keys,
+        )
+        kla = KlaService(store, guardian, desk, ledger, record_signer, kla_keys)
         desk.listeners[TaskKind.ACTION_REQUEST] = kla.on_desk_transition
         adcp = AdcpService(
             AdcpState(
@@ -224,12 +240,14 @@ class Runtime:
             handshake=HandshakeConfig(
                 skew_window_ms=settings.skew_window_ms,
                 policy_requires_provenance=settings.policy_requires_provenance,
+                crypto_algorithms=VERIFIED_ALGORITHMS,
             ),
             max_body_bytes=settings.max_body_bytes,
             provenance_cache_bytes=settings.provenance_cache_bytes,
             spend_gate=gate,
             approval_gate=ApprovalGate(desk, guardian),
             callers=CallerKeys(agents, keys, unsafe_shared_ikm=settings.unsafe_shared_ikm),
+            response_signer=mldsa_signer,
         )
         if settings.unsafe_shared_ikm:
             log.warning(
@@ -250,6 +268,8 @@ class Runtime:
             policy=CheckpointPolicy(
                 settings.log_checkpoint_interval_s, settings.log_checkpoint_entries
             ),
+            pq_signer=mldsa_signer.key if "ml-dsa-65" in settings.evidence_signing_keys else None,
+            ed25519="ed25519" in settings.evidence_signing_keys,
         )
         try:
             # The first checkpoint is signed before serving; the worker then signs only

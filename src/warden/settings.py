@@ -70,6 +70,16 @@ class Settings(BaseSettings):
     #: Trusted public keys of action-request signers (a JWKS file, a PEM file or a
     #: directory of them; see warden.kla.keys). Without it a signed request is refused.
     kla_keys: Path | None = None
+    #: Warden's ML-DSA-65 key (PKCS#8 PEM of its seed, 0600; created on first start):
+    #: signs every response of an ACS-Crypto session, and checkpoints and KLA records
+    #: when ``evidence_signing_keys`` names it; default ``<data-dir>/mldsa.key``.
+    mldsa_key_file: Path | None = None
+    #: Which of Warden's keys sign the transparency log's checkpoints and the KLA records
+    #: it writes: ``ed25519`` (the checkpoint and signing keys), ``ml-dsa-65`` (the ML-DSA
+    #: key), or both; a verifier knowing either key accepts (issue 21).
+    evidence_signing_keys: tuple[Literal["ed25519", "ml-dsa-65"], ...] = Field(
+        ("ed25519",), min_length=1
+    )
 
     #: The URL approvers reach this Warden at (task links in asks and notifications);
     #: default ``http://<host>:<port>``.
@@ -189,6 +199,9 @@ class Settings(BaseSettings):
 
     def resolved_signing_key_file(self) -> Path:
         return self.signing_key_file or self.data_dir / "signing.key"
+
+    def resolved_mldsa_key_file(self) -> Path:
+        return self.mldsa_key_file or self.data_dir / "mldsa.key"
 
     def resolved_checkpoint_key_file(self) -> Path:
         return self.checkpoint_key_file or self.data_dir / "checkpoint.key"

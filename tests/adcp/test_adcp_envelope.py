@@ -138,9 +138,13 @@ def test_sync_plans_versions_and_budget(srv: Live) -> None:
 def test_jwks_is_published(srv: Live) -> None:
     jwks = srv.http.get("/.well-known/jwks.json").json()
     # The governance-token key and the RFC 9421 webhook key: one purpose each.
-    by_use = {k["adcp_use"]: k for k in jwks["keys"]}
+    by_use = {k["adcp_use"]: k for k in jwks["keys"] if "adcp_use" in k}
     assert sorted(by_use) == ["governance-signing", "request-signing"]
     assert by_use["governance-signing"]["kid"] != by_use["request-signing"]["kid"]
-    for key in jwks["keys"]:
+    for key in by_use.values():
         assert key["kty"] == "OKP" and key["crv"] == "Ed25519" and key["alg"] == "EdDSA"
         assert key["key_ops"] == ["verify"] and "d" not in key
+    # Beside them, Warden's own keys as at GET /v1/keys (issue 21): Ed25519, ML-DSA-65.
+    own = [k for k in jwks["keys"] if "adcp_use" not in k]
+    assert [k["kty"] for k in own] == ["OKP", "AKP"] and own[1]["alg"] == "ML-DSA-65"
+    assert all("d" not in k and "priv" not in k for k in jwks["keys"])

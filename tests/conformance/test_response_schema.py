@@ -145,7 +145,15 @@ def test_server_hello(runtime: Runtime) -> None:
         "system/ping",
     ]
     assert result["selected_transport"] == "http"
-    assert result["signature_algorithms_supported"] == ["HMAC-SHA256"]
+    # An HMAC session: HMAC-SHA256 first, then what an ACS-Crypto session could use.
+    assert result["signature_algorithms_supported"] == [
+        "HMAC-SHA256",
+        "ML-DSA-65",
+        "ML-DSA-44",
+        "ML-DSA-87",
+        "ECDSA-P256",
+        "RSA-PSS-SHA256",
+    ]
     assert result["skew_window_ms"] == 300_000
     assert result["timeout_config"]["default_ms"] >= 1
     assert result["on_decision_failure"] in ("proceed", "deny")

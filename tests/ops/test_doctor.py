@@ -48,7 +48,7 @@ def deployment(tmp_path: Path, database_url: str) -> tuple[Path, str]:
     """A data dir whose key files exist (0600) and whose database is at head."""
     data = tmp_path / "data"
     write_key(data / "ikm.key")
-    for name in ("api.token", "signing.key", "governance-signing.key"):
+    for name in ("api.token", "signing.key", "governance-signing.key", "mldsa.key"):
         (data / name).write_text("x" * 40)
         (data / name).chmod(0o600)
     open_store(database_url).close()

@@ -28,7 +28,7 @@ from warden.client.errors import WardenUnavailable
 from warden.client.session import AcsSession, Prepared
 from warden.client.steps import StepBuilder
 from warden.client.sync import DEFAULT_APPROVAL_TIMEOUT_S, DEFAULT_POLL_S, DEFAULT_TIMEOUT_S
-from warden.crypto.agent_key import AgentCredential
+from warden.crypto.agent_key import Credential
 
 if TYPE_CHECKING:
     from warden.runtime import Runtime
@@ -68,7 +68,7 @@ class AsyncClient:
     def __init__(
         self,
         transport: AsyncTransport,
-        credential: AgentCredential,
+        credential: Credential,
         *,
         session_id: str | None = None,
         metadata: dict[str, Any] | None = None,
@@ -84,7 +84,7 @@ class AsyncClient:
     def connect(
         cls,
         url: str,
-        credential: AgentCredential,
+        credential: Credential,
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
         **kw: Any,
@@ -110,7 +110,7 @@ class AsyncClient:
         target: Runtime | Settings,
         *,
         agent_id: str | None = None,
-        credential: AgentCredential | None = None,
+        credential: Credential | None = None,
         **kw: Any,
     ) -> AsyncClient:
         runtime, owned = in_process_runtime(target)

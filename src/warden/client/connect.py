@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from warden.client.errors import WardenClientError
-from warden.crypto.agent_key import AgentCredential, load_agent_key
+from warden.crypto.agent_key import Credential, load_agent_key
 
 if TYPE_CHECKING:
     from warden.runtime import Runtime
@@ -42,7 +42,7 @@ def env_url(url: str | None = None) -> str:
     return url or os.environ.get(URL_ENV) or DEFAULT_URL
 
 
-def env_credential(key_file: str | Path | None = None) -> AgentCredential:
+def env_credential(key_file: str | Path | None = None) -> Credential:
     """The credential in ``key_file``, else in the file ``$WARDEN_AGENT_KEY`` names.
     Raises :class:`~warden.errors.ConfigError` (unreadable, malformed, readable by
     others) or :class:`WardenClientError` (no file named)."""
@@ -68,8 +68,8 @@ def in_process_runtime(target: Runtime | Settings) -> tuple[Runtime, bool]:
 
 
 def runtime_credential(
-    runtime: Runtime, agent_id: str | None, credential: AgentCredential | None
-) -> AgentCredential:
+    runtime: Runtime, agent_id: str | None, credential: Credential | None
+) -> Credential:
     """``credential``, or the newest active key of the registered ``agent_id`` on
     ``runtime`` (raises :class:`WardenClientError` if there is none)."""
     if credential is not None:

@@ -18,11 +18,15 @@ from typing import Any
 
 from warden.client.decision import Decision, Step, decision_of
 from warden.client.errors import WardenProtocolError, WardenUnavailable
-from warden.crypto.agent_key import AgentCredential
+from warden.crypto.agent_key import AgentCredential, AgentKeyPair, Credential
 from warden.crypto.hmac_keys import SessionKeys
 from warden.errors import IntegrityError, IntegrityReason
 from warden.wire.acs.client import DEFAULT_METHODS, now_rfc3339, verify_response
-from warden.wire.acs.signing import sign_request
+from warden.wire.acs.signing import (
+    sign_request,
+    sign_request_asymmetric,
+    verify_response_asymmetric,
+)
 
 ACS_VERSION = "0.1.0"
 HANDSHAKE = "handshake/hello"
@@ -63,14 +67,20 @@ class AcsSession:
 
     def __init__(
         self,
-        credential: AgentCredential,
+        credential: Credential,
         *,
         session_id: str | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> None:
         self.credential = credential
         self.session_id = session_uuid(session_id)
-        self.key = SessionKeys(credential.ikm).key_for(self.session_id)
+        #: HMAC session key; empty for an ACS-Crypto credential (issue 21), whose
+        #: requests are signed with its private key and answers checked with Warden's key.
+        self.key = (
+            SessionKeys(credential.ikm).key_for(self.session_id)
+            if isinstance(credential, AgentCredential)
+            else b""
+        )
         self.metadata = dict(metadata or {})
         self.chain_hash: str | None = None
         self.established = False
@@ -109,7 +119,13 @@ class AcsSession:
                 "payload": payload,
             },
         }
-        signed = sign_request(envelope, self.key, self.credential.key_id)
+        cred = self.credential
+        if isinstance(cred, AgentKeyPair):
+            signed = sign_request_asymmetric(
+                envelope, cred.algorithm, cred.private_key, cred.key_id
+            )
+        else:
+            signed = sign_request(envelope, self.key, cred.key_id)
         body = json.dumps(signed, ensure_ascii=False, separators=(",", ":")).encode()
         return Prepared(rid, Step(method, payload, extra), body)
 
@@ -123,7 +139,11 @@ class AcsSession:
                 "methods_implemented": [m for m in DEFAULT_METHODS if m.startswith("steps/")],
                 "transports_supported": ["http"],
                 "provenance_producer": "none",
-                "profiles_supported": ["acs-core"],
+                "profiles_supported": (
+                    ["acs-core", "acs-crypto"]
+                    if isinstance(self.credential, AgentKeyPair)
+                    else ["acs-core"]
+                ),
             },
         )
 
@@ -167,7 +187,12 @@ class AcsSession:
         if not isinstance(inner, dict):
             raise WardenUnavailable(f"Warden's answer has a malformed {member}")
         signed = isinstance(inner.get("signature"), dict)
-        if signed and not verify_response(response, self.key):
+        cred = self.credential
+        if isinstance(cred, AgentKeyPair):
+            good = verify_response_asymmetric(response, cred.warden_key)
+        else:
+            good = verify_response(response, self.key)
+        if signed and not good:
             raise IntegrityError(
                 "Warden's answer is signed with another key",
                 reason=IntegrityReason.SIGNATURE_INVALID,

@@ -36,7 +36,7 @@ from warden.client.decision import APPROVAL_WAIT_TIMEOUT, Decision, client_deny
 from warden.client.errors import WardenUnavailable
 from warden.client.session import AcsSession, Prepared
 from warden.client.steps import StepBuilder
-from warden.crypto.agent_key import AgentCredential
+from warden.crypto.agent_key import Credential
 
 if TYPE_CHECKING:
     from warden.runtime import Runtime
@@ -83,7 +83,7 @@ class Client:
     def __init__(
         self,
         transport: SyncTransport,
-        credential: AgentCredential,
+        credential: Credential,
         *,
         session_id: str | None = None,
         metadata: dict[str, Any] | None = None,
@@ -100,7 +100,7 @@ class Client:
     def connect(
         cls,
         url: str,
-        credential: AgentCredential,
+        credential: Credential,
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
         **kw: Any,
@@ -130,7 +130,7 @@ class Client:
         target: Runtime | Settings,
         *,
         agent_id: str | None = None,
-        credential: AgentCredential | None = None,
+        credential: Credential | None = None,
         **kw: Any,
     ) -> Client:
         """A client that calls a runtime's ACS service directly (no HTTP), as the

@@ -41,6 +41,7 @@ from warden.crypto.agent_key import (  # noqa: F401
     is_agent_key_id,
     load_agent_key,
 )
+from warden.crypto.asymmetric import PublicKey, key_from_spki_b64, spki_b64
 from warden.crypto.hmac_keys import derive_agent_ikm
 from warden.errors import ConfigError, StoreUnavailable, WardenError
 from warden.identity.api_keys import check_groups, check_principal, stored_strings
@@ -195,6 +196,7 @@ class AgentRegistry:
 
             self._chain = WardenChain(ledger, "agents")
         self._cache: dict[str, Agent] = {}
+        self._public: dict[str, tuple[str, PublicKey] | None] = {}
         self._lock = Lock()
 
     # -- reads ---------------------------------------------------------------------
@@ -280,6 +282,71 @@ class AgentRegistry:
         owner, group, budget or key id and :class:`AgentExists` if the id is taken (also
         by a revoked agent).
         """
+        agent, key_id, _ = self._add(agent_id, owner, groups, budgets, by, key_id, None, True)
+        assert key_id is not None
+        return agent, AgentCredential(agent_id, key_id, derive_agent_ikm(self._ikm, key_id))
+
+    def add_with_public_key(
+        self,
+        agent_id: str,
+        owner: str,
+        public_key: tuple[str, PublicKey],
+        groups: Iterable[str] = (),
+        budgets: Iterable[str] = (),
+        *,
+        hmac: bool = False,
+        by: str = "cli",
+    ) -> tuple[Agent, str, AgentCredential | None]:
+        """Register an agent whose key is ``public_key`` = ``(algorithm, key)`` (ACS-Crypto,
+        issue 21) instead of an HMAC key, or beside one with ``hmac``: ``(agent, public
+        key_id, HMAC credential or None)``. Raises as :meth:`add`."""
+        agent, hmac_key, public_id = self._add(
+            agent_id, owner, groups, budgets, by, None, public_key, hmac
+        )
+        assert public_id is not None
+        cred = (
+            AgentCredential(agent_id, hmac_key, derive_agent_ikm(self._ikm, hmac_key))
+            if hmac_key is not None
+            else None
+        )
+        return agent, public_id, cred
+
+    def add_public_key(
+        self, agent_id: str, public_key: tuple[str, PublicKey], *, by: str = "cli"
+    ) -> str:
+        """Register ``public_key`` = ``(algorithm, key)`` for an active agent, beside its
+        other keys (none is revoked): its new key id. Raises :class:`AgentNotFound` or
+        :class:`AgentRevoked`."""
+        now = self._clock()
+        with self._store.transaction() as tx:
+            table = tx.agents
+            row = table.agent(agent_id)
+            if row is None:
+                raise AgentNotFound(f"no agent {agent_id!r}")
+            if row[5] is not None:
+                raise AgentRevoked(f"agent {agent_id!r} is revoked; {REVOKED_HINT}")
+            key_id = self._new_key(table, agent_id, now, public_key)
+            self._audit(
+                tx,
+                agent_id,
+                "key_added",
+                {"agent_id": agent_id, "key_id": key_id, "algorithm": public_key[0], "by": by},
+            )
+        return key_id
+
+    def _add(
+        self,
+        agent_id: str,
+        owner: str,
+        groups: Iterable[str],
+        budgets: Iterable[str],
+        by: str,
+        key_id: str | None,
+        public_key: tuple[str, PublicKey] | None,
+        hmac: bool,
+    ) -> tuple[Agent, str | None, str | None]:
+        """Register the agent with an HMAC key (if ``hmac``) and a public key (if given):
+        ``(agent, HMAC key_id, public key_id)``."""
         if key_id is not None and not is_agent_key_id(key_id):
             raise ConfigError(f"invalid agent key id {key_id!r}: agk_ and 16 lowercase hex")
         agent_id = check_agent_id(agent_id)
@@ -287,6 +354,7 @@ class AgentRegistry:
         group_tuple = check_groups(groups)
         budget_tuple = check_budgets(budgets)
         now = self._clock()
+        public_id: str | None = None
         with self._store.transaction() as tx:
             table = tx.agents
             if not table.insert_agent(
@@ -300,15 +368,34 @@ class AgentRegistry:
                 if existing is not None and existing[5] is not None:
                     raise AgentExists(f"agent {agent_id!r} was revoked; {REVOKED_HINT}")
                 raise AgentExists(f"agent {agent_id!r} is already registered")
-            if key_id is None:
+            if not hmac:
+                key_id = None
+            elif key_id is None:
                 key_id = self._new_key(table, agent_id, now)
             elif table.key(key_id) is not None:
                 raise ConfigError(f"agent key id {key_id} is already used")
             else:
                 table.insert_key(key_id, agent_id, now)
+            detail: dict[str, Any] = {"key_id": key_id}
+            if public_key is not None:
+                public_id = self._new_key(table, agent_id, now, public_key)
+                detail["public_key"] = {"key_id": public_id, "algorithm": public_key[0]}
             agent = Agent(agent_id, owner, group_tuple, budget_tuple, now)
-            self._audit(tx, agent_id, "registered", {**agent.as_dict(), "key_id": key_id, "by": by})
-        return agent, AgentCredential(agent_id, key_id, derive_agent_ikm(self._ikm, key_id))
+            self._audit(tx, agent_id, "registered", {**agent.as_dict(), **detail, "by": by})
+        return agent, key_id, public_id
+
+    def public_key(self, key_id: str) -> tuple[str, PublicKey] | None:
+        """``(algorithm, public key)`` of asymmetric key ``key_id``; None for an HMAC or
+        unknown key. Cached (keys never change; revocation is :meth:`resolve`'s)."""
+        with self._lock:
+            if key_id in self._public:
+                return self._public[key_id]
+        with read_cursor(self._store) as cur:
+            stored = SqlAgents(cur, self._store._q).public_key(key_id)
+        found = (stored[0], key_from_spki_b64(stored[1])) if stored is not None else None
+        with self._lock:
+            self._public[key_id] = found
+        return found
 
     def rotate(self, agent_id: str, *, by: str = "cli") -> AgentCredential:
         """Issue a new key and revoke the agent's previous keys at once. Sessions signed
@@ -367,11 +454,18 @@ class AgentRegistry:
 
     # -- pieces ----------------------------------------------------------------------
 
-    def _new_key(self, table: SqlAgents, agent_id: str, now: str) -> str:
+    def _new_key(
+        self,
+        table: SqlAgents,
+        agent_id: str,
+        now: str,
+        public_key: tuple[str, PublicKey] | None = None,
+    ) -> str:
+        stored = (public_key[0], spki_b64(public_key[1])) if public_key is not None else None
         for _ in range(8):
             key_id = "agk_" + secrets.token_hex(8)
             if table.key(key_id) is None:
-                table.insert_key(key_id, agent_id, now)
+                table.insert_key(key_id, agent_id, now, stored)
                 return key_id
         raise StoreUnavailable("could not allocate an unused agent key id")  # pragma: no cover
 

@@ -11,6 +11,7 @@ verifier-held registry it was checked against), and a manifest signed with Warde
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -23,8 +24,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
+from warden.crypto.asymmetric import MlDsaSigner
 from warden.errors import IntegrityError, IntegrityReason
-from warden.kla.keys import KeyRegistry
+from warden.kla.keys import KeyRegistry, TrustedKey, jwk_for
 from warden.kla.records import RecordKind, SealedRecord, bundle_manifest, write_bundle
 from warden.ledger.verify import verify_records
 from warden.ledger.warden_chain import chain_session_id
@@ -43,17 +45,26 @@ def execution_session_id(execution_id: str) -> str:
 
 @dataclass(frozen=True)
 class Signer:
-    """Warden's Ed25519 signing key and its kid."""
+    """Warden's Ed25519 signing key and its kid, and (issue 21) its ML-DSA-65 key,
+    published beside it; ``pq_records`` makes the ML-DSA key sign records too."""
 
     key: Ed25519PrivateKey
     kid: str
+    mldsa: MlDsaSigner | None = None
+    pq_records: bool = False
+    ed25519_records: bool = True
 
     @property
     def public_key(self) -> Ed25519PublicKey:
         return self.key.public_key()
 
     def jwks(self) -> dict[str, list[dict[str, str]]]:
-        return KeyRegistry({self.kid: self.public_key}).to_jwks()
+        """Every public key Warden signs with (``GET /v1/keys``): the Ed25519 key (RFC
+        8037 OKP) first, then the ML-DSA-65 key (RFC 9964 AKP)."""
+        keys = [jwk_for(self.kid, self.public_key)]
+        if self.mldsa is not None:
+            keys.append(self.mldsa.jwk())
+        return {"keys": keys}
 
 
 class ChainHeads(Protocol):
@@ -101,7 +112,7 @@ class Evidence:
 
     execution_id: str
     sealed: list[SealedRecord]
-    public_keys: dict[str, Ed25519PublicKey]
+    public_keys: dict[str, TrustedKey]
     chain_head: str | None
     held_for_review: list[str]
 
@@ -131,7 +142,10 @@ class Evidence:
 
 def sealed_of(row: KlaRow) -> SealedRecord:
     """A stored row as a bundle line (kind, record, digest, signature, kid)."""
-    return SealedRecord(RecordKind(row.kind), row.value(), row.digest, row.signature, row.kid)
+    extra = tuple(json.loads(row.signatures)) if row.signatures else ()
+    return SealedRecord(
+        RecordKind(row.kind), row.value(), row.digest, row.signature, row.kid, extra
+    )
 
 
 def collect(
@@ -146,7 +160,9 @@ def collect(
     still holds its kid (else the line's signature will not verify from the bundle)."""
     sealed: list[SealedRecord] = []
     held: list[str] = []
-    keys: dict[str, Ed25519PublicKey] = {signer.kid: signer.public_key}
+    keys: dict[str, TrustedKey] = {signer.kid: signer.public_key}
+    if signer.mldsa is not None and signer.pq_records:
+        keys[signer.mldsa.kid] = signer.mldsa.public_key
     for row in rows:
         if row.status != PROCESSED:
             held.append(row.record_id)

@@ -9,7 +9,9 @@ the record it verifies. A :class:`KeyRegistry` is loaded from one of
   unpadded base64url, and a ``kid``. ``use`` (if present) must be ``sig``,
   ``alg`` (if present) ``EdDSA`` or ``Ed25519``, ``key_ops`` (if present) must
   include ``verify``. A key with ``d`` (private material) is refused.
-- a **PEM** file holding one SubjectPublicKeyInfo Ed25519 public key; its kid
+- an RFC 9964 ML-DSA-65 key (issue 21): ``kty`` ``AKP``, ``alg`` ``ML-DSA-65``,
+  ``pub`` the 1952-byte public key as unpadded base64url, and a ``kid``.
+- a **PEM** file holding one SubjectPublicKeyInfo Ed25519 (or ML-DSA-65) public key; its kid
   is the file name without ``.pem``.
 - a **directory** of such files: every ``*.pem`` (kid = file stem) and a
   ``jwks.json``, merged; other files are ignored.
@@ -32,7 +34,9 @@ from typing import Any
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.mldsa import MLDSA65PublicKey
 
+from warden.crypto.asymmetric import akp_jwk
 from warden.crypto.canonical import parse_strict_json
 from warden.errors import ConfigError, WardenError
 
@@ -61,16 +65,38 @@ def _b64url_encode(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
-def public_key_from_jwk(jwk: Any, where: str = "JWK") -> tuple[str, Ed25519PublicKey]:
-    """``(kid, key)`` from an RFC 8037 Ed25519 public JWK; ConfigError otherwise."""
+#: A trusted key: Ed25519, or ML-DSA-65 (issue 21: Warden's post-quantum key).
+TrustedKey = Ed25519PublicKey | MLDSA65PublicKey
+
+
+def _akp_key(jwk: dict[str, Any], label: str) -> MLDSA65PublicKey:
+    """An RFC 9964 (JOSE ML-DSA) public key: kty AKP, alg ML-DSA-65, ``pub``."""
+    if jwk.get("alg") != "ML-DSA-65":
+        raise ConfigError(f"{label} is an AKP key with alg={jwk.get('alg')!r}; expected ML-DSA-65")
+    if "use" in jwk and jwk["use"] != "sig":
+        raise ConfigError(f"{label} has use={jwk['use']!r}; a verification key has use 'sig'")
+    pub = jwk.get("pub")
+    try:
+        if not isinstance(pub, str):
+            raise ValueError("missing")
+        return MLDSA65PublicKey.from_public_bytes(_b64url_decode(pub))
+    except (ValueError, binascii.Error) as exc:
+        raise ConfigError(f"{label} has an invalid pub ({exc})") from exc
+
+
+def public_key_from_jwk(jwk: Any, where: str = "JWK") -> tuple[str, TrustedKey]:
+    """``(kid, key)`` from an RFC 8037 Ed25519 public JWK or an RFC 9964 ML-DSA-65 one
+    (kty ``AKP``); ConfigError otherwise."""
     if not isinstance(jwk, dict):
         raise ConfigError(f"{where} is not a JSON object")
     kid = jwk.get("kid")
     if not isinstance(kid, str) or not kid:
         raise ConfigError(f"{where} has no kid (every trusted key needs one)")
     label = f"{where} (kid {kid!r})"
-    if "d" in jwk:
+    if "d" in jwk or "priv" in jwk:
         raise ConfigError(f"{label} holds private key material; a key registry takes public keys")
+    if jwk.get("kty") == "AKP":
+        return kid, _akp_key(jwk, label)
     if jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":
         raise ConfigError(
             f"{label} is kty={jwk.get('kty')!r} crv={jwk.get('crv')!r}; "
@@ -95,8 +121,11 @@ def public_key_from_jwk(jwk: Any, where: str = "JWK") -> tuple[str, Ed25519Publi
     return kid, Ed25519PublicKey.from_public_bytes(raw)
 
 
-def jwk_for(kid: str, key: Ed25519PublicKey) -> dict[str, str]:
-    """The RFC 8037 public JWK of ``key`` (``kty``, ``crv``, ``x``, ``kid``, ``use``, ``alg``)."""
+def jwk_for(kid: str, key: TrustedKey) -> dict[str, str]:
+    """The RFC 8037 public JWK of an Ed25519 ``key`` (``kty``, ``crv``, ``x``, ``kid``,
+    ``use``, ``alg``), or the RFC 9964 one of an ML-DSA-65 key (``kty`` AKP, ``pub``)."""
+    if isinstance(key, MLDSA65PublicKey):
+        return akp_jwk(kid, key)
     raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return {
         "kty": "OKP",
@@ -108,7 +137,7 @@ def jwk_for(kid: str, key: Ed25519PublicKey) -> dict[str, str]:
     }
 
 
-def pem_for(key: Ed25519PublicKey) -> bytes:
+def pem_for(key: TrustedKey) -> bytes:
     """SubjectPublicKeyInfo PEM of ``key``."""
     return key.public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -125,19 +154,21 @@ def _read(path: Path) -> bytes:
         raise ConfigError(f"key file {path} cannot be read: {exc.strerror or exc}") from exc
 
 
-def _load_pem(path: Path, data: bytes) -> Ed25519PublicKey:
+def _load_pem(path: Path, data: bytes) -> TrustedKey:
     if b"PRIVATE KEY" in data:
         raise ConfigError(f"{path} holds a private key; a key registry takes public keys")
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
         raise ConfigError(f"{path} is not a PEM public key: {exc}") from exc
-    if not isinstance(key, Ed25519PublicKey):
-        raise ConfigError(f"{path} holds a {type(key).__name__}; only Ed25519 keys are accepted")
+    if not isinstance(key, Ed25519PublicKey | MLDSA65PublicKey):
+        raise ConfigError(
+            f"{path} holds a {type(key).__name__}; only Ed25519 and ML-DSA-65 keys are accepted"
+        )
     return key
 
 
-def _load_jwks(path: Path, data: bytes) -> list[tuple[str, Ed25519PublicKey]]:
+def _load_jwks(path: Path, data: bytes) -> list[tuple[str, TrustedKey]]:
     try:
         doc = parse_strict_json(data)
     except WardenError as exc:
@@ -156,7 +187,7 @@ class KeyRegistry:
     does not hold; ``kid in registry`` and ``len(registry)`` never raise.
     """
 
-    def __init__(self, keys: Mapping[str, Ed25519PublicKey], *, source: str = "") -> None:
+    def __init__(self, keys: Mapping[str, TrustedKey], *, source: str = "") -> None:
         self._keys = dict(keys)
         self.source = source
 
@@ -167,7 +198,7 @@ class KeyRegistry:
         Raises :class:`~warden.errors.ConfigError` for a missing, unreadable or
         invalid file, a non-Ed25519 or private key, a duplicate kid, or no key at all.
         """
-        pairs: list[tuple[str, Ed25519PublicKey]] = []
+        pairs: list[tuple[str, TrustedKey]] = []
         if path.is_dir():
             try:
                 children = sorted(path.iterdir())
@@ -188,7 +219,7 @@ class KeyRegistry:
                 pairs.extend(_load_jwks(path, data))
         else:
             raise ConfigError(f"key registry {path} does not exist")
-        keys: dict[str, Ed25519PublicKey] = {}
+        keys: dict[str, TrustedKey] = {}
         for kid, key in pairs:
             if kid in keys:
                 raise ConfigError(f"key registry {path} names kid {kid!r} twice")
@@ -197,7 +228,7 @@ class KeyRegistry:
             raise ConfigError(f"key registry {path} holds no Ed25519 public key")
         return cls(keys, source=str(path))
 
-    def get_key(self, kid: str) -> Ed25519PublicKey:
+    def get_key(self, kid: str) -> TrustedKey:
         """The public key for ``kid``; raises :class:`UnknownKeyId` if absent."""
         try:
             return self._keys[kid]

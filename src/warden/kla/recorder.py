@@ -9,6 +9,7 @@ outcome, approval-event and read paths all work through one :class:`Recorder`.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -85,7 +86,17 @@ class Recorder:
         return self.clock() if self.clock is not None else self.desk.now()
 
     def seal(self, kind: RecordKind, record: dict[str, Any]) -> SealedRecord:
-        return seal(kind, record, private_key=self.signer.key, kid=self.signer.kid)
+        """Check, digest and sign a record Warden writes, with the keys the setting
+        ``evidence_signing_keys`` names (Ed25519 into ``signature``/``kid``, ML-DSA-65
+        into ``signatures``; issue 21)."""
+        signer = self.signer
+        return seal(
+            kind,
+            record,
+            private_key=signer.key if signer.ed25519_records else None,
+            kid=signer.kid if signer.ed25519_records else None,
+            pq_signer=signer.mldsa if signer.pq_records else None,
+        )
 
     @staticmethod
     def row(sealed: SealedRecord, rid: str, execution: str, principal: str, stamp: str) -> KlaRow:
@@ -102,6 +113,7 @@ class Recorder:
             kid=sealed.kid,
             status=PROCESSED,
             created_at=stamp,
+            signatures=sealed.signatures_json(),
         )
 
     def append(self, tx: KlaTx, row: KlaRow, value: Any, *, event: str) -> None:
@@ -118,6 +130,8 @@ class Recorder:
         if row.signature is not None:
             detail["signature"] = row.signature
             detail["kid"] = row.kid
+        if row.signatures is not None:
+            detail["signatures"] = json.loads(row.signatures)
         self.chain.append(tx, row.execution_id or "", event, f"{event}:{row.record_id}", detail)
 
     @staticmethod

@@ -26,10 +26,10 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
-    Ed25519PublicKey,
 )
 
 from warden.core.types import Effect
+from warden.crypto.asymmetric import MlDsaSigner, b64url
 from warden.errors import ConfigError, InvalidParams
 from warden.kla.digest import (
     digest_bytes,
@@ -37,7 +37,7 @@ from warden.kla.digest import (
     manifest_digest,
     record_digest,
 )
-from warden.kla.keys import KeyRegistry
+from warden.kla.keys import KeyRegistry, TrustedKey
 from warden.schemas import SchemaSet
 
 #: The schema_version of every v1 record Warden writes.
@@ -198,9 +198,13 @@ class SealedRecord:
     digest: str
     signature: str | None = None
     kid: str | None = None
+    #: Signatures beside the Ed25519 one (issue 21): ``{alg, kid, signature}`` each, the
+    #: signature over the same 32 digest bytes as unpadded base64url (ML-DSA-65: 4412 chars).
+    signatures: tuple[dict[str, str], ...] = ()
 
     def to_line(self) -> dict[str, Any]:
-        """The ``records.jsonl`` object: ``{kind, record, digest[, signature, kid]}``."""
+        """The ``records.jsonl`` object: ``{kind, record, digest[, signature, kid]
+        [, signatures]}``."""
         line: dict[str, Any] = {
             "kind": self.kind.value,
             "record": self.record,
@@ -209,7 +213,23 @@ class SealedRecord:
         if self.signature is not None:
             line["signature"] = self.signature
             line["kid"] = self.kid
+        if self.signatures:
+            line["signatures"] = [dict(s) for s in self.signatures]
         return line
+
+    def signatures_json(self) -> str | None:
+        """:attr:`signatures` as stored (``kla_records.signatures``), None when empty."""
+        return json.dumps(list(self.signatures), sort_keys=True) if self.signatures else None
+
+
+def pq_signature(signer: MlDsaSigner, digest: str) -> dict[str, str]:
+    """``{alg, kid, signature}``: ``signer``'s ML-DSA-65 signature over the 32 raw bytes of
+    ``digest`` (empty context), unpadded base64url."""
+    return {
+        "alg": signer.algorithm,
+        "kid": signer.kid,
+        "signature": b64url(signer.sign(digest_bytes(digest))),
+    }
 
 
 def seal(
@@ -218,6 +238,7 @@ def seal(
     *,
     private_key: Ed25519PrivateKey | None = None,
     kid: str | None = None,
+    pq_signer: MlDsaSigner | None = None,
 ) -> SealedRecord:
     """Check a record's shape, compute its digest and, with a key, sign it.
 
@@ -233,11 +254,12 @@ def seal(
             pointer=err[0],
         )
     digest = record_digest(record)
+    extra = (pq_signature(pq_signer, digest),) if pq_signer is not None else ()
     if private_key is None:
-        return SealedRecord(kind, record, digest)
+        return SealedRecord(kind, record, digest, signatures=extra)
     if not kid:
         raise ValueError("a signed record needs the kid of its key")
-    return SealedRecord(kind, record, digest, sign_digest(private_key, digest), kid)
+    return SealedRecord(kind, record, digest, sign_digest(private_key, digest), kid, extra)
 
 
 def _dump_line(value: Any) -> str:
@@ -283,7 +305,7 @@ def write_bundle(
     directory: Path,
     records: Iterable[SealedRecord],
     *,
-    public_keys: Mapping[str, Ed25519PublicKey] | None = None,
+    public_keys: Mapping[str, TrustedKey] | None = None,
     execution_id: str | None = None,
     chain_head: str | None = None,
     created_at: str | None = None,

@@ -24,6 +24,7 @@ signature) and the references between records (``reference_mismatch``).
 
 from __future__ import annotations
 
+import binascii
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -32,7 +33,10 @@ from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.mldsa import MLDSA65PublicKey
 
+from warden.crypto import asymmetric
+from warden.crypto.asymmetric import unb64url
 from warden.crypto.canonical import parse_strict_json
 from warden.errors import InvalidRequest, WardenError
 from warden.kla.digest import (
@@ -42,7 +46,7 @@ from warden.kla.digest import (
     manifest_digest,
     record_digest,
 )
-from warden.kla.keys import KeyRegistry, UnknownKeyId
+from warden.kla.keys import KeyRegistry, TrustedKey, UnknownKeyId
 from warden.kla.records import (
     AGREEMENTS,
     BUNDLE_LINE_SCHEMA,
@@ -105,14 +109,21 @@ def verify_ed25519(public_key: Ed25519PublicKey, message: bytes, signature: byte
     return True
 
 
-def verify_signature(public_key: Ed25519PublicKey, digest: str, signature: str) -> bool:
-    """Verify a detached signature (unpadded base64url) over the 32 bytes of ``digest``.
+def verify_signature(public_key: TrustedKey, digest: str, signature: str) -> bool:
+    """Verify a detached signature (unpadded base64url) over the 32 bytes of ``digest``:
+    Ed25519, or ML-DSA-65 for an ML-DSA-65 key (issue 21; FIPS 204, empty context).
 
     False for a wrong or malformed signature. Raises
     :class:`~warden.errors.InvalidRequest` (``bad_digest``) when ``digest`` is not
     ``sha256:`` + 64 lowercase hex.
     """
     message = digest_bytes(digest)
+    if isinstance(public_key, MLDSA65PublicKey):
+        try:
+            raw_pq = unb64url(signature)
+        except (ValueError, binascii.Error):
+            return False
+        return asymmetric.verify(asymmetric.ML_DSA_65, public_key, message, raw_pq)
     try:
         raw = decode_signature(signature)
     except InvalidRequest:
@@ -128,8 +139,8 @@ def _safe_digest(record: Any) -> str | None:
 
 
 def _resolve_key(
-    public_key: Ed25519PublicKey | None, registry: KeyRegistry | None, kid: str | None
-) -> tuple[Ed25519PublicKey, str | None]:
+    public_key: TrustedKey | None, registry: KeyRegistry | None, kid: str | None
+) -> tuple[TrustedKey, str | None]:
     """The key a signature is checked with; UnknownKeyId for a kid the registry lacks."""
     if public_key is not None:
         return public_key, kid
@@ -148,7 +159,7 @@ def _resolve_key(
 def _check_arguments(
     expected_digest: str | None,
     signature: str | None,
-    public_key: Ed25519PublicKey | None,
+    public_key: TrustedKey | None,
     registry: KeyRegistry | None,
 ) -> None:
     if expected_digest is not None and not is_digest(expected_digest):
@@ -170,7 +181,7 @@ def verify_record_value(
     *,
     expected_digest: str | None = None,
     signature: str | None = None,
-    public_key: Ed25519PublicKey | None = None,
+    public_key: TrustedKey | None = None,
     registry: KeyRegistry | None = None,
     kid: str | None = None,
     kind: RecordKind | None = None,
@@ -225,6 +236,17 @@ def verify_record_value(
     except UnknownKeyId as exc:
         return VerifyOutcome(VerifyStatus.SIGNATURE_INVALID, exc.message, kid=kid, **base)
     base["kid"] = used_kid
+    if isinstance(key, MLDSA65PublicKey):
+        if not verify_signature(key, digest, signature):
+            who = f" (kid {used_kid})" if used_kid else ""
+            return VerifyOutcome(
+                VerifyStatus.SIGNATURE_INVALID,
+                f"the ML-DSA-65 signature does not verify over {digest} with the given key{who}",
+                **base,
+            )
+        return VerifyOutcome(
+            VerifyStatus.OK, "record and signature verified", signature_checked=True, **base
+        )
     try:
         raw = decode_signature(signature)
     except InvalidRequest as exc:
@@ -246,7 +268,7 @@ def verify_record(
     *,
     expected_digest: str | None = None,
     signature: str | None = None,
-    public_key: Ed25519PublicKey | None = None,
+    public_key: TrustedKey | None = None,
     registry: KeyRegistry | None = None,
     kid: str | None = None,
     kind: RecordKind | None = None,
@@ -373,22 +395,43 @@ class _BundleCheck:
         self.out.problems.append(BundleProblem(status, where, message, pointer))
 
     def signature(
-        self, where: str, digest: str, signature: Any, kid: Any, *, warden_signed: bool = True
+        self,
+        where: str,
+        digest: str,
+        signature: Any,
+        kid: Any,
+        *,
+        warden_signed: bool = True,
+        more: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Check one signature. Warden signs every record it writes and the manifest, so
-        those are refused unsigned (else stripping signatures would make an edited bundle
-        pass); an agent's action request may be unsigned unless signatures are required."""
+        """Check a record's signatures: ``signature``/``kid`` (Ed25519) and ``more`` (the
+        line's ``signatures``, ML-DSA-65; issue 21). Every signature whose kid the
+        registry holds must verify, and at least one must be checkable: a verifier that
+        knows either key accepts. Warden signs every record it writes and the manifest,
+        so those are refused unsigned (else stripping signatures would make an edited
+        bundle pass); an agent's action request may be unsigned unless signatures are
+        required."""
         bad = VerifyStatus.SIGNATURE_INVALID
-        if signature is None:
+        pairs = [(signature, kid)] if signature is not None else []
+        pairs += [(m.get("signature"), m.get("kid")) for m in more or ()]
+        if not pairs:
             if self.require_signatures or warden_signed:
                 self.problem(bad, where, "unsigned (Warden signs this record)")
-        elif self.registry is None or kid not in self.registry:
+            return
+        known = [(sig, k) for sig, k in pairs if self.registry is not None and k in self.registry]
+        if not known:
             source = self.registry.source if self.registry else "(the bundle has no keys/)"
-            self.problem(bad, where, f"kid {kid!r} is not in the key registry {source}")
-        elif not verify_signature(self.registry.get_key(kid), digest, signature):
-            self.problem(bad, where, f"the Ed25519 signature does not verify over {digest}")
-        else:
-            self.out.signatures_checked += 1
+            kids = ", ".join(repr(k) for _, k in pairs)
+            self.problem(bad, where, f"kid {kids} is not in the key registry {source}")
+            return
+        assert self.registry is not None
+        for sig, k in known:
+            key = self.registry.get_key(k)
+            if not verify_signature(key, digest, sig):
+                alg = "ML-DSA-65" if isinstance(key, MLDSA65PublicKey) else "Ed25519"
+                self.problem(bad, where, f"the {alg} signature does not verify over {digest}")
+                return
+        self.out.signatures_checked += len(known)
 
     def line(self, number: int, text: bytes) -> None:
         where = f"{RECORDS_FILE}:{number}"
@@ -417,6 +460,7 @@ class _BundleCheck:
             line.get("signature"),
             line.get("kid"),
             warden_signed=kind is not RecordKind.ACTION_REQUEST,
+            more=line.get("signatures"),
         )
         self.verified.append(_Line(where, kind, line["record"], line["digest"]))
 

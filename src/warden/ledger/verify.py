@@ -24,14 +24,16 @@ so an entry after it means the closed flag was reset behind its back.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from warden.crypto import asymmetric
 from warden.crypto.canonical import canonical_bytes, parse_strict_json
 from warden.crypto.hmac_keys import (
     AGENT_KEY_SCHEME,
+    HMAC_ALGORITHM,
     SessionKeys,
     derive_agent_ikm,
     derive_session_key,
@@ -75,6 +77,10 @@ class _SessionWalk:
     #: The keys of the session's wire responses: the master IKM's, or, for a session
     #: opened with a registered agent's key (issue 15), that key's derived IKM's.
     response_keys: SessionKeys | None = None
+    #: An ACS-Crypto session (issue 21): its responses are signed with Warden's
+    #: asymmetric key, checked with ``public_keys`` (kid → public key); HMAC is a failure.
+    crypto: bool = False
+    public_keys: Mapping[str, Any] | None = None
 
 
 def _fail(reason: IntegrityReason, msg: str, session_id: str, seq: int | None) -> IntegrityError:
@@ -113,6 +119,65 @@ def _check_signature(
     return True
 
 
+def _check_response(
+    walk: _SessionWalk, inner: dict[str, Any], envelope_for_input: dict[str, Any], seq: int
+) -> bool:
+    """A response's signature: HMAC under the session's response keys (with the IKM), or
+    an asymmetric one (ACS-Crypto) under the trusted public key its ``key_id`` names
+    (with ``public_keys``). An ACS-Crypto session's response signed with HMAC fails."""
+    sid = walk.session_id
+    sig = inner.get("signature")
+    algorithm = sig.get("algorithm") if isinstance(sig, dict) else None
+    if walk.crypto and algorithm == HMAC_ALGORITHM:
+        raise _fail(
+            IntegrityReason.SIGNATURE_INVALID,
+            "an ACS-Crypto session's response is signed with HMAC",
+            sid,
+            seq,
+        )
+    if not isinstance(sig, dict) or algorithm == HMAC_ALGORITHM:
+        return _check_signature(walk.response_keys, sid, inner, envelope_for_input, seq)
+    if walk.public_keys is None:
+        return False
+    key = walk.public_keys.get(str(sig.get("key_id")))
+    if key is None:
+        raise _fail(
+            IntegrityReason.SIGNATURE_INVALID,
+            f"response signed by key {str(sig.get('key_id'))!r:.40}, which is not among the "
+            "trusted public keys",
+            sid,
+            seq,
+        )
+    raw = asymmetric.decode_b64(sig.get("value"))
+    try:
+        message = canonical_bytes(envelope_for_input)
+    except WardenError as exc:
+        raise _fail(
+            IntegrityReason.SIGNATURE_INVALID, f"cannot canonicalize: {exc}", sid, seq
+        ) from exc
+    if raw is None or not asymmetric.verify(str(algorithm), key, message, raw):
+        raise _fail(
+            IntegrityReason.SIGNATURE_INVALID, f"{algorithm} signature does not verify", sid, seq
+        )
+    return True
+
+
+def _walk(
+    rec: dict[str, Any],
+    keys: SessionKeys | None,
+    ikm: bytes | None,
+    public_keys: Mapping[str, Any] | None,
+) -> _SessionWalk:
+    negotiated = rec.get("negotiated")
+    crypto = isinstance(negotiated, dict) and isinstance(negotiated.get("crypto"), dict)
+    return _SessionWalk(
+        str(rec.get("session_id", "")),
+        response_keys=_response_keys(rec, keys, ikm),
+        crypto=crypto,
+        public_keys=public_keys,
+    )
+
+
 def _response_keys(
     rec: dict[str, Any], keys: SessionKeys | None, ikm: bytes | None
 ) -> SessionKeys | None:
@@ -146,12 +211,16 @@ def verify_records(
     *,
     ikm: bytes | None = None,
     require_manifest: bool = False,
+    public_keys: Mapping[str, Any] | None = None,
 ) -> VerifyReport:
     """Verify exported records; return a summary or raise :class:`IntegrityError`.
 
     ``ikm`` enables HMAC checks of every response, signed head and session
     record; without it only hashes and links are checked (``signatures_checked``
     stays 0).
+    ``public_keys`` (kid → public key, e.g. Warden's published JWKS) enables the checks
+    of ACS-Crypto responses, signed with Warden's ML-DSA-65 key (issue 21), with or
+    without the IKM.
     ``require_manifest`` (for export files) demands the closing signed manifest
     and checks that it lists exactly the sessions and heads found.
     """
@@ -182,7 +251,7 @@ def verify_records(
         if kind == "session":
             if sid in walks:
                 raise _fail(IntegrityReason.CHAIN_MISMATCH, "session listed twice", sid, None)
-            walks[sid] = _SessionWalk(sid, response_keys=_response_keys(rec, keys, ikm))
+            walks[sid] = _walk(rec, keys, ikm, public_keys)
             report.sessions += 1
             report.session_signatures_checked += _check_signature(
                 keys, sid, rec, session_signing_input(rec), None, "session record "
@@ -367,7 +436,7 @@ def _verify_entry(rec: dict[str, Any], walk: _SessionWalk, keys: SessionKeys | N
             )
         if inner.get("request_id") not in (None, content.get("step_id")):
             raise _fail(IntegrityReason.CHAIN_MISMATCH, "response answers another step", sid, seq)
-        checked = int(_check_signature(walk.response_keys, sid, inner, signing_input, seq))
+        checked = int(_check_response(walk, inner, signing_input, seq))
     elif str(content.get("step_type", "")).startswith(("steps/", "protocols/", "agbom/")):
         raise _fail(
             IntegrityReason.SIGNATURE_INVALID, "wire step without its signed response", sid, seq
@@ -466,6 +535,7 @@ def verify_link(
     following: dict[str, Any] | None = None,
     head: dict[str, Any] | None = None,
     ikm: bytes | None = None,
+    public_keys: Mapping[str, Any] | None = None,
 ) -> LinkReport:
     """Verify one entry's place in its chain (ACS §8.2) without walking the session.
 
@@ -495,7 +565,7 @@ def verify_link(
             keys, sid, session, session_signing_input(session), None, "session record "
         )
     )
-    walk = _SessionWalk(sid, response_keys=_response_keys(session, keys, ikm))
+    walk = _walk(session, keys, ikm, public_keys)
     if previous is not None:
         prev_entry = previous.get("entry")
         prev_seq = previous.get("seq")

@@ -229,12 +229,16 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
 
 
 def adcp_jwks(runtime: Runtime) -> dict[str, Any]:
-    """The AdCP JWKS at ``/.well-known/jwks.json``: the governance-token key and the key
-    that signs RFC 9421 webhooks (``adcp_use: request-signing``)."""
+    """``/.well-known/jwks.json``: the AdCP governance-token key, the key that signs RFC 9421
+    webhooks (``adcp_use: request-signing``), then Warden's own signing keys."""
     assert runtime.adcp is not None
     keys = list(runtime.adcp.state.signer.jwks()["keys"])
     if runtime.webhook_signer is not None:
         keys.append(runtime.webhook_signer.public_jwk())
+    if runtime.kla is not None:
+        # Warden's own signing keys as at GET /v1/keys (Ed25519, and the ML-DSA-65 key
+        # of ACS-Crypto responses, issue 21).
+        keys += runtime.kla.signer.jwks()["keys"]
     return {"keys": keys}
 
 

@@ -74,8 +74,13 @@ def log_router(tlog: TransparencyLog) -> APIRouter:
         )
 
     @router.get("/key", summary="The checkpoint verifier key (C2SP vkey)")
-    async def key() -> Response:
-        return Response(tlog.signer.vkey() + "\n", 200, media_type=_NOTE_TYPE)
+    async def key(request: Request) -> Response:
+        # ?alg=ml-dsa-65: the ML-DSA-65 vkey of the checkpoints' second line (issue 21).
+        if request.query_params.get("alg") == "ml-dsa-65":
+            if tlog.pq_signer is None:
+                return _refuse("log:not_found", 404, "checkpoints are not signed with ML-DSA-65")
+            return Response(tlog.pq_signer.vkey() + "\n", 200, media_type=_NOTE_TYPE)
+        return Response(tlog.signers[0].vkey() + "\n", 200, media_type=_NOTE_TYPE)
 
     @router.get("/checkpoint/final", summary="The newest checkpoint enough witnesses cosigned")
     async def final_checkpoint() -> Response:

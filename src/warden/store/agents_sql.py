@@ -70,11 +70,34 @@ class SqlAgents:
                 (revoked_at, agent_id),
             )
 
-    def insert_key(self, key_id: str, agent_id: str, created_at: str) -> None:
+    def insert_key(
+        self,
+        key_id: str,
+        agent_id: str,
+        created_at: str,
+        public_key: tuple[str, str] | None = None,
+    ) -> None:
+        """Insert an active key; ``public_key`` ``(algorithm, base64 SPKI DER)`` makes it
+        an asymmetric (ACS-Crypto) key, None an HMAC key (migration 0012)."""
+        algorithm, spki = public_key if public_key is not None else (None, None)
         self._cur.execute(
-            self._q(f"INSERT INTO agent_keys ({_KEY_COLUMNS}) VALUES (?, ?, ?, NULL)"),
-            (key_id, agent_id, created_at),
+            self._q(
+                f"INSERT INTO agent_keys ({_KEY_COLUMNS}, algorithm, public_key) "
+                "VALUES (?, ?, ?, NULL, ?, ?)"
+            ),
+            (key_id, agent_id, created_at, algorithm, spki),
         )
+
+    def public_key(self, key_id: str) -> tuple[str, str] | None:
+        """``(algorithm, base64 SPKI DER)`` of an asymmetric key; None for an HMAC key
+        or an unknown one."""
+        self._cur.execute(
+            self._q("SELECT algorithm, public_key FROM agent_keys WHERE key_id = ?"), (key_id,)
+        )
+        row = self._cur.fetchone()
+        if row is None or row[0] is None or row[1] is None:
+            return None
+        return str(row[0]), str(row[1])
 
     def revoke_keys(self, agent_id: str, revoked_at: str, *, keep: str | None = None) -> None:
         """Revoke every active key of ``agent_id`` except ``keep``."""

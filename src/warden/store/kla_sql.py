@@ -18,7 +18,7 @@ from warden.crypto.canonical import parse_strict_json
 
 _COLUMNS = (
     "record_id, kind, action_request_id, execution_id, principal, digest, record, "
-    "signature, kid, status, created_at"
+    "signature, kid, status, created_at, signatures"
 )
 
 #: The order records of one request are listed in (the order they are written).
@@ -40,6 +40,8 @@ class KlaRow:
     kid: str | None
     status: str
     created_at: str
+    #: Signatures beside ``signature``/``kid`` (issue 21): JSON ``[{alg, kid, signature}]``.
+    signatures: str | None = None
 
     def value(self) -> dict[str, Any]:
         """The record, parsed strictly (it was stored canonical, so it parses back exactly)."""
@@ -54,7 +56,7 @@ class KlaRow:
 
 
 def _row(r: Any) -> KlaRow:
-    return KlaRow(*(r[i] for i in range(11)))
+    return KlaRow(*(r[i] for i in range(12)))
 
 
 class SqlKlaRecords:
@@ -68,7 +70,7 @@ class SqlKlaRecords:
         """Insert one record (the caller checked that its id is unused)."""
         self._cur.execute(
             self._q(
-                f"INSERT INTO kla_records ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                f"INSERT INTO kla_records ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             ),
             (
                 row.record_id,
@@ -82,6 +84,7 @@ class SqlKlaRecords:
                 row.kid,
                 row.status,
                 row.created_at,
+                row.signatures,
             ),
         )
 

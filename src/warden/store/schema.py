@@ -264,6 +264,10 @@ agent_keys = Table(
     Column("agent_id", String(128), nullable=False),
     Column("created_at", String(40), nullable=False),
     Column("revoked_at", String(40), nullable=True),
+    # An asymmetric (ACS-Crypto) key: its algorithm and base64 SPKI DER (migration 0012);
+    # both NULL for an HMAC key, whose material is derived.
+    Column("algorithm", String(32), nullable=True),
+    Column("public_key", Text, nullable=True),
 )
 Index("ix_agent_keys_agent", agent_keys.c.agent_id)
 
@@ -316,6 +320,8 @@ kla_records = Table(
     Column("kid", String(256), nullable=True),
     Column("status", String(16), nullable=False),
     Column("created_at", String(40), nullable=False),
+    # Signatures beside the Ed25519 one, JSON [{alg, kid, signature}] (migration 0012).
+    Column("signatures", Text, nullable=True),
 )
 Index("ix_kla_records_execution", kla_records.c.execution_id)
 Index("ix_kla_records_request", kla_records.c.action_request_id)

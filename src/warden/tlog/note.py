@@ -12,6 +12,15 @@
   signature line, key id over type 0x04, whose signature is ``u64 timestamp ||
   ed25519 signature`` over ``"cosignature/v1\\ntime <ts>\\n" || checkpoint text``.
 
+* ML-DSA-65 (issue 21): Warden's post-quantum key signs the same checkpoint text on
+  a line of its own, beside the Ed25519 line, so a verifier knowing either key accepts
+  the note (signed-note verifiers skip lines of keys they do not know). Signed-note has
+  no registered ML-DSA type; Warden uses type ``0xff`` (:data:`MLDSA65`): key id
+  ``SHA-256(name || 0x0A || 0xff || public key)[:4]``, vkey
+  ``<name>+<hex key id>+<base64(0xff || 1952-byte public key)>``, the signature the
+  3309-byte FIPS 204 ML-DSA-65 signature (empty context) of the text
+  (docs/decisions.md 546).
+
 Every parse error raises :class:`NoteError` (a ``ValueError``) naming what is wrong.
 """
 
@@ -30,9 +39,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
 )
+from cryptography.hazmat.primitives.asymmetric.mldsa import MLDSA65PrivateKey, MLDSA65PublicKey
 
 ED25519 = 0x01
 COSIGNATURE_V1 = 0x04
+MLDSA65 = 0xFF
+_MLDSA65_PUBLIC_BYTES = 1952
 _DASH = "\u2014 "
 _MAX_SIGNATURES = 100
 _DECIMAL = re.compile(r"^(0|[1-9][0-9]{0,19})$")
@@ -117,8 +129,12 @@ class NoteVerifier:
         name, hex_id, material = parts
         check_name(name)
         raw = unb64(material, "the verifier key's key material")
-        if len(raw) != 33 or raw[0] not in (ED25519, COSIGNATURE_V1):
-            raise NoteError("the verifier key is not an Ed25519 key (type 0x01 or 0x04)")
+        mldsa_key = len(raw) == 1 + _MLDSA65_PUBLIC_BYTES and raw[0] == MLDSA65
+        if not mldsa_key and (len(raw) != 33 or raw[0] not in (ED25519, COSIGNATURE_V1)):
+            raise NoteError(
+                "the verifier key is not an Ed25519 key (type 0x01 or 0x04) or an ML-DSA-65 "
+                "key (type 0xff)"
+            )
         verifier = cls(name, raw[1:], raw[0])
         if verifier.key_id.hex() != hex_id:
             raise NoteError("the verifier key's key id does not match its name and key")
@@ -126,7 +142,10 @@ class NoteVerifier:
 
     def _verify(self, signature: bytes, message: bytes) -> bool:
         try:
-            Ed25519PublicKey.from_public_bytes(self.public).verify(signature, message)
+            if self.sig_type == MLDSA65:
+                MLDSA65PublicKey.from_public_bytes(self.public).verify(signature, message)
+            else:
+                Ed25519PublicKey.from_public_bytes(self.public).verify(signature, message)
         except (InvalidSignature, ValueError):
             return False
         return True
@@ -168,11 +187,41 @@ def _check_text(text: str) -> None:
         raise NoteError("a note contains no control characters but newlines")
 
 
-def sign_note(text: str, signer: NoteSigner) -> Note:
-    """``text`` signed by ``signer`` (type 0x01)."""
+@dataclass(frozen=True)
+class MlDsaNoteSigner:
+    """An ML-DSA-65 note signer (type 0xff) called ``name`` (issue 21)."""
+
+    name: str
+    private_key: MLDSA65PrivateKey
+    sig_type: int = MLDSA65
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+
+    @property
+    def public(self) -> bytes:
+        return self.private_key.public_key().public_bytes_raw()
+
+    @property
+    def key_id(self) -> bytes:
+        return key_id(self.name, self.sig_type, self.public)
+
+    def vkey(self) -> str:
+        """The verifier key text ``<name>+<hex key id>+<base64(0xff || public key)>``."""
+        return f"{self.name}+{self.key_id.hex()}+{b64(bytes([self.sig_type]) + self.public)}"
+
+
+def sign_note(
+    text: str, signer: NoteSigner | MlDsaNoteSigner, *more: NoteSigner | MlDsaNoteSigner
+) -> Note:
+    """``text`` signed by ``signer`` (type 0x01, or 0xff) and then each of ``more``, one
+    signature line each, in that order."""
     _check_text(text)
-    sig = signer.private_key.sign(text.encode("utf-8"))
-    return Note(text, (NoteSignature(signer.name, signer.key_id, sig),))
+    message = text.encode("utf-8")
+    lines = tuple(
+        NoteSignature(s.name, s.key_id, s.private_key.sign(message)) for s in (signer, *more)
+    )
+    return Note(text, lines)
 
 
 def parse_note(data: str) -> Note:
@@ -208,7 +257,8 @@ def _check_text_chars(data: str) -> None:
 
 
 def verify_note(note: Note, verifier: NoteVerifier) -> None:
-    """NoteError unless ``note`` carries a valid Ed25519 (0x01) signature by ``verifier``
+    """NoteError unless ``note`` carries a valid Ed25519 (0x01) or ML-DSA-65 (0xff)
+    signature by ``verifier``
     (a line with its name and key id that does not verify is an error, not skipped)."""
     mine = note.by(verifier)
     if not mine:

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.mldsa import MLDSA65PrivateKey
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -30,6 +31,7 @@ from warden.store.tlog_sql import StoredCheckpoint, StoredCosignature
 from warden.tlog.merkle import MerkleTree, leaf_hash
 from warden.tlog.note import (
     Checkpoint,
+    MlDsaNoteSigner,
     NoteError,
     NoteSigner,
     NoteVerifier,
@@ -70,10 +72,22 @@ class TransparencyLog:
         witnesses: list[NoteVerifier] | None = None,
         quorum: int = 0,
         policy: CheckpointPolicy | None = None,
+        pq_signer: MLDSA65PrivateKey | None = None,
+        ed25519: bool = True,
     ) -> None:
         self._engine = engine
         self.signer = signer
-        self.verifier = NoteVerifier(signer.name, signer.public)
+        #: Warden's ML-DSA-65 key signing each checkpoint on a line of its own, named like
+        #: the Ed25519 key (issue 21); ``ed25519`` False leaves the Ed25519 line out.
+        self.pq_signer = MlDsaNoteSigner(signer.name, pq_signer) if pq_signer is not None else None
+        if not ed25519 and self.pq_signer is None:
+            raise ValueError("a checkpoint needs at least one signing key")
+        #: The keys that sign each checkpoint, in line order (``evidence_signing_keys``).
+        self.signers: tuple[NoteSigner | MlDsaNoteSigner, ...] = tuple(
+            s for s in ((signer if ed25519 else None), self.pq_signer) if s is not None
+        )
+        first = self.signers[0]
+        self.verifier = NoteVerifier(first.name, first.public, first.sig_type)
         self.witnesses = list(witnesses or [])
         self.quorum = quorum
         self.policy = policy or CheckpointPolicy()
@@ -141,7 +155,7 @@ class TransparencyLog:
                     return latest
             size = self.tree.size
             root = self.tree.root(size)
-            note = sign_note(Checkpoint(self.origin, size, root).text(), self.signer).render()
+            note = sign_note(Checkpoint(self.origin, size, root).text(), *self.signers).render()
             if not tlog_sql.put_checkpoint(self._engine, size, root.hex(), note):
                 # A replica signed this size first: it must have seen the same tree.
                 other = tlog_sql.checkpoint_at(self._engine, size)

@@ -97,7 +97,9 @@ def test_the_seed_example_is_allowed_and_stored_with_its_digest(rt: Runtime, age
     # The decision validates, and Warden's signature verifies with the published key.
     assert verify_record_value(decision, expected_digest=r.data["decision_digest"]).ok
     jwks = agent.call("GET", "/v1/keys")
-    assert jwks.status == 200 and [k["kid"] for k in jwks.data["keys"]] == [r.data["kid"]]
+    # The Ed25519 key that signed, then the ML-DSA-65 key (issue 21) beside it.
+    assert jwks.status == 200 and [k["kty"] for k in jwks.data["keys"]] == ["OKP", "AKP"]
+    assert jwks.data["keys"][0]["kid"] == r.data["kid"]
     registry = KeyRegistry.load(_jwks_file(jwks.data, rt))
     assert verify_signature(
         registry.get_key(r.data["kid"]), r.data["decision_digest"], r.data["decision_signature"]

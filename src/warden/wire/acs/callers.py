@@ -18,11 +18,14 @@ from threading import Lock
 from typing import Any
 
 from warden.core.types import Principal
-from warden.crypto.hmac_keys import AGENT_KEY_SCHEME, SessionKeys
+from warden.crypto.asymmetric import PublicKey
+from warden.crypto.hmac_keys import AGENT_KEY_SCHEME, HMAC_ALGORITHM, SessionKeys
 from warden.identity.agents import Agent, AgentRegistry
 
 #: How a session created with the master IKM records its scheme.
 SHARED_IKM_SCHEME = "shared-ikm"
+#: How an ACS-Crypto session (an agent's registered public key, issue 21) records it.
+PUBLIC_KEY_SCHEME = "warden/public-key/v1"
 
 
 @dataclass(frozen=True)
@@ -31,13 +34,22 @@ class Caller:
 
     ``key`` is the 32-byte session key that verifies the request and signs the answer;
     ``agent`` the verified registered agent (None only under the shared IKM, when
-    ``shared`` is True and nothing about the caller is verified beyond the IKM).
+    ``shared`` is True and nothing about the caller is verified beyond the IKM). An
+    ACS-Crypto caller (issue 21) has no session key (``key`` empty) but its registered
+    ``public_key`` and ``algorithm``; Warden answers it with its own ML-DSA-65 key.
     """
 
     key: bytes
     key_id: str
     agent: Agent | None
     shared: bool = False
+    algorithm: str = HMAC_ALGORITHM
+    public_key: PublicKey | None = None
+
+    @property
+    def crypto(self) -> bool:
+        """True for an ACS-Crypto caller (asymmetric signatures both ways)."""
+        return self.public_key is not None
 
     @property
     def agent_key(self) -> str | None:
@@ -55,6 +67,13 @@ class Caller:
         ``{scheme, agent_id?, owner?}``; ``warden verify`` derives the response keys by it."""
         if self.agent is None:
             return {"scheme": SHARED_IKM_SCHEME}
+        if self.crypto:
+            return {
+                "scheme": PUBLIC_KEY_SCHEME,
+                "algorithm": self.algorithm,
+                "agent_id": self.agent.agent_id,
+                "owner": self.agent.owner,
+            }
         return {
             "scheme": AGENT_KEY_SCHEME,
             "agent_id": self.agent.agent_id,
@@ -101,6 +120,9 @@ class CallerKeys:
         agent = self.registry.resolve(key_id) if self.registry is not None else None
         if agent is not None:
             assert self.registry is not None
+            public = self.registry.public_key(key_id)
+            if public is not None:
+                return Caller(b"", key_id, agent, algorithm=public[0], public_key=public[1])
             with self._lock:
                 keys = self._keys.get(key_id)
             if keys is None:

@@ -20,7 +20,11 @@ from warden.crypto.canonical import canonical_bytes
 from warden.crypto.hmac_keys import SessionKeys, hmac_verify
 from warden.errors import IntegrityError, IntegrityReason
 from warden.wire.acs.methods import HOOKS
-from warden.wire.acs.signing import sign_request
+from warden.wire.acs.signing import (
+    sign_request,
+    sign_request_asymmetric,
+    verify_response_asymmetric,
+)
 
 Transport = Callable[[bytes], dict[str, Any]]
 
@@ -74,14 +78,47 @@ class AcsClient:
         session_id: str | None = None,
         key_id: str = "client",
         track_chain: bool = True,
+        private_key: Any = None,
+        algorithm: str | None = None,
+        warden_key: Any = None,
     ) -> None:
         self.transport = transport
         self.session_id = session_id or str(uuid.uuid4())
         self.agent_id = agent_id
         self.key_id = key_id
-        self.key = SessionKeys(ikm).key_for(self.session_id)
+        self.key = SessionKeys(ikm).key_for(self.session_id) if ikm else b""
+        #: ACS-Crypto (issue 21): the agent's private key and its ACS algorithm sign
+        #: requests; ``warden_key`` (Warden's published ML-DSA-65 public key) verifies
+        #: every answer, which must then be signed asymmetrically.
+        self.private_key = private_key
+        self.algorithm = algorithm
+        self.warden_key = warden_key
         self.track_chain = track_chain
         self.chain_hash: str | None = None
+
+    @classmethod
+    def for_public_key(
+        cls,
+        transport: Transport,
+        agent_id: str,
+        key_id: str,
+        private_key: Any,
+        algorithm: str,
+        warden_key: Any,
+        **kw: Any,
+    ) -> AcsClient:
+        """An ACS-Crypto client: signs with ``private_key`` (registered as ``key_id`` by
+        ``warden agents add --public-key``) and checks answers with ``warden_key``."""
+        return cls(
+            transport,
+            b"",
+            agent_id=agent_id,
+            key_id=key_id,
+            private_key=private_key,
+            algorithm=algorithm,
+            warden_key=warden_key,
+            **kw,
+        )
 
     @classmethod
     def for_agent(cls, transport: Transport, credential: Any, **kw: Any) -> AcsClient:
@@ -126,7 +163,11 @@ class AcsClient:
                 "payload": payload,
             },
         }
-        return sign_request(env, self.key, self.key_id) if sign else env
+        if not sign:
+            return env
+        if self.private_key is not None and self.algorithm is not None:
+            return sign_request_asymmetric(env, self.algorithm, self.private_key, self.key_id)
+        return sign_request(env, self.key, self.key_id)
 
     def send(self, envelope: dict[str, Any]) -> dict[str, Any]:
         """Send an envelope; verify and return the response."""
@@ -134,7 +175,11 @@ class AcsClient:
         response = self.transport(body)
         inner = response.get("result") or response.get("error") or {}
         if isinstance(inner, dict) and "signature" in inner:
-            if not verify_response(response, self.key):
+            if self.warden_key is not None:
+                ok = verify_response_asymmetric(response, self.warden_key)
+            else:
+                ok = verify_response(response, self.key)
+            if not ok:
                 raise IntegrityError(
                     "response signature does not verify",
                     reason=IntegrityReason.SIGNATURE_INVALID,

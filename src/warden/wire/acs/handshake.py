@@ -15,6 +15,7 @@ from warden.wire.acs.methods import is_dispatchable
 
 SUPPORTED_VERSIONS = ("0.1.0",)
 GUARDIAN_PROFILES = ("acs-core", "acs-audit")
+ACS_CRYPTO = "acs-crypto"
 
 
 @dataclass(frozen=True)
@@ -28,18 +29,31 @@ class HandshakeConfig:
     policy_requires_provenance: bool = False
     approver_types: tuple[str, ...] = ("human",)
     per_method_timeout_ms: dict[str, int] = field(default_factory=dict)
+    #: The asymmetric algorithms Warden verifies on requests; empty when it has no
+    #: ML-DSA key to answer with (then ACS-Crypto is not offered).
+    crypto_algorithms: tuple[str, ...] = ()
 
 
 def _major(v: str) -> str:
     return v.split(".", 1)[0]
 
 
-def negotiate(hello: dict[str, Any], cfg: HandshakeConfig) -> dict[str, Any]:
+def negotiate(
+    hello: dict[str, Any], cfg: HandshakeConfig, *, crypto: bool = False
+) -> dict[str, Any]:
     """Return the ServerHello for a (schema-valid) ClientHello, or raise.
 
+    ``crypto``: the hello was signed with the agent's registered public key. Such a
+    session is ACS-Crypto (issue 21): the client must list ``acs-crypto`` (else
+    -32000 ``acs_crypto_not_declared``), ``profiles_accepted`` includes it, and
+    ``signature_algorithms_supported`` lists only the asymmetric algorithms (HMAC is
+    never accepted in it). An HMAC-signed hello gets ACS-Core: ``acs-crypto`` is not
+    accepted even when listed, and the algorithms are HMAC-SHA256 then every
+    asymmetric one Warden verifies (what a new session could use).
+
     Raises :class:`UnsupportedVersion` (-32001, ``data.supported_versions``),
-    :class:`SessionRefused` (-32000, ``no_common_transport``) and
-    :class:`ProvenanceRequired` (-32002).
+    :class:`SessionRefused` (-32000, ``no_common_transport``,
+    ``acs_crypto_not_declared``) and :class:`ProvenanceRequired` (-32002).
     """
     offered = list(hello["acs_versions_supported"])
     version = None
@@ -70,7 +84,17 @@ def negotiate(hello: dict[str, Any], cfg: HandshakeConfig) -> dict[str, Any]:
     )
     methods = [m for m in hello["methods_implemented"] if is_dispatchable(m, mcp_versions)]
     methods = list(dict.fromkeys(methods))
-    profiles = [p for p in hello.get("profiles_supported", []) if p in GUARDIAN_PROFILES]
+    declared = hello.get("profiles_supported", [])
+    if crypto and ACS_CRYPTO not in declared:
+        raise SessionRefused(
+            "this hello is signed with an asymmetric key, which makes the session ACS-Crypto; "
+            "list acs-crypto in profiles_supported",
+            reason="acs_crypto_not_declared",
+        )
+    accepted: tuple[str, ...] = (*GUARDIAN_PROFILES, ACS_CRYPTO) if crypto else GUARDIAN_PROFILES
+    profiles = [p for p in declared if p in accepted]
+    hmac = () if crypto else ("HMAC-SHA256",)
+    algorithms = [*hmac, *cfg.crypto_algorithms]
     timeout: dict[str, Any] = {"default_ms": cfg.default_timeout_ms}
     if cfg.per_method_timeout_ms:
         timeout["per_method_ms"] = dict(cfg.per_method_timeout_ms)
@@ -78,7 +102,7 @@ def negotiate(hello: dict[str, Any], cfg: HandshakeConfig) -> dict[str, Any]:
         "negotiated_version": version,
         "methods_evaluated": methods,
         "selected_transport": transport,
-        "signature_algorithms_supported": ["HMAC-SHA256"],
+        "signature_algorithms_supported": algorithms,
         "timeout_config": timeout,
         "skew_window_ms": cfg.skew_window_ms,
         "on_decision_failure": cfg.on_decision_failure,

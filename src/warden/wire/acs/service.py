@@ -6,13 +6,18 @@ Dispatch order (specs/acs.md §17, REF-PY, asserted by the black-box probes):
 2. request-envelope.json (-32600, unsigned); JCS domain (-32600)
 3. ``system/ping`` → allow (never chained; signed only if the request was)
 4. the key named by ``key_id`` (a registered agent's, or the shared IKM's only with
-   ``--unsafe-shared-ikm``), HKDF session key, HMAC verify (-32004, unsigned)
-   — from here every answer is signed —
+   ``--unsafe-shared-ikm``), HKDF session key, HMAC verify (-32004, unsigned); or, for
+   an agent's registered public key (ACS-Crypto, issue 21), the signature under it with
+   its own algorithm
+   — from here every answer is signed: HMAC, or Warden's ML-DSA-65 key for an
+   ACS-Crypto caller —
 5. ``handshake/hello`` → ServerHello (or -32001/-32000/-32002; -32004 when the claimed
    ``agent_id`` is not the key's registered agent)
 6. route (-32601; agbom/* → -32003); session lookup (-32003)
 7. replay: request_id, then nonce (-32005); recorded on arrival, persisted
-8. key_id / agent_id binding, closed session → signed DENY without an entry
+8. an HMAC request in an ACS-Crypto session → -32004 ``downgrade_refused`` (signed with
+   Warden's ML-DSA key); key_id / agent_id binding, closed session → signed DENY
+   without an entry
 9. negotiated method (-32003), skew window (-32006), payload schema (-32602)
 10. client chain_hash cross-check → DENY ``chain_mismatch``; else Guardian.decide;
     then the spend gate (:mod:`warden.gates.spend`): a priced allow/modify tool call
@@ -57,6 +62,7 @@ from warden.crypto.hmac_keys import SessionKeys
 from warden.crypto.jcs_fast import JcsRoute, jcs_route
 from warden.errors import (
     CapabilityNotNegotiated,
+    DowngradeRefused,
     HeadMoved,
     InvalidParams,
     InvalidRequest,
@@ -87,7 +93,13 @@ from warden.wire.acs.mcp import check_wrapped
 from warden.wire.acs.methods import HANDSHAKE, PING, MethodInfo, is_negotiated, route
 from warden.wire.acs.parse import action_request
 from warden.wire.acs.render import entry_content, error_response, jsonrpc_id, verdict_result
-from warden.wire.acs.signing import sign_response, verify_request
+from warden.wire.acs.signing import (
+    ResponseSigner,
+    sign_response,
+    sign_response_with,
+    verify_request,
+    verify_request_asymmetric,
+)
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +166,7 @@ class AcsService:
         spend_gate: SpendGate | None = None,
         approval_gate: ApprovalGate | None = None,
         callers: CallerKeys | None = None,
+        response_signer: ResponseSigner | None = None,
     ) -> None:
         self.guardian = guardian
         self.spend_gate = spend_gate
@@ -163,7 +176,11 @@ class AcsService:
         # Without a registry every caller signs with the shared IKM (library use).
         self.callers = callers or CallerKeys(None, keys, unsafe_shared_ikm=True)
         self.key_id = key_id
+        #: Warden's ML-DSA-65 key: answers ACS-Crypto sessions (None: not offered).
+        self.response_signer = response_signer
         self.cfg = handshake or HandshakeConfig()
+        if response_signer is None and self.cfg.crypto_algorithms:
+            self.cfg = replace(self.cfg, crypto_algorithms=())
         self.max_body_bytes = max_body_bytes
         self.schemas = SchemaSet("acs")
         self.ledger = Ledger(store, keys, key_id)
@@ -328,26 +345,33 @@ class AcsService:
         key_id = request_key_id(params)
         caller = self.callers.resolve(key_id, sid) if key_id is not None else None
         authentic = False
+        if caller is not None and caller.crypto and self.response_signer is None:
+            caller = None  # nothing to answer an ACS-Crypto caller with: not offered
         if caller is not None:
             try:
-                authentic = verify_request(msg, caller.key, known_fast=fast)
+                if caller.public_key is not None:
+                    authentic = verify_request_asymmetric(
+                        msg, caller.algorithm, caller.public_key, known_fast=fast
+                    )
+                else:
+                    authentic = verify_request(msg, caller.key, known_fast=fast)
             except InvalidRequest as exc:  # a lone surrogate passes jcs_route's walk
                 return error_response(rid, exc)
         if method == PING:
-            return self._ping(msg, caller.key if authentic and caller is not None else None)
+            return self._ping(msg, caller if authentic else None)
         if not authentic or caller is None:
             return error_response(
                 rid,
                 SignatureInvalid(
                     "request signature is missing or does not verify: sign with a registered "
                     "agent's key (HMAC-SHA256 over the JCS envelope without params.signature, "
-                    "key = HKDF(agent IKM, session_id)) and name it in signature.key_id"
+                    "key = HKDF(agent IKM, session_id), or under ACS-Crypto the algorithm of "
+                    "the agent's registered public key) and name it in signature.key_id"
                 ),
             )
-        key = caller.key
         try:
             if method == HANDSHAKE:
-                return self._sign(key, self._handshake(msg, caller))
+                return self._sign(caller, self._handshake(msg, caller))
             info = route(method)
             # The params exactly as hashed into request_hash (and stored beside the entry).
             received = canonical_bytes(params, known_fast=fast)
@@ -356,24 +380,35 @@ class AcsService:
             # Revoked on some replica since this one cached the key: unauthenticated.
             self.callers.forget(caller.key_id)
             return error_response(rid, exc)
+        except DowngradeRefused as exc:
+            # Answered as the ACS-Crypto session it is: with Warden's key, never HMAC.
+            return self._sign(caller, error_response(rid, exc), crypto=True)
         except ProtocolError as exc:
-            return self._sign(key, error_response(rid, exc))
+            return self._sign(caller, error_response(rid, exc))
         except WardenError as exc:
             # The operator gets the detail; the wire gets a fixed sentence (STYLE.md 4).
             log.log(failure_log_level(exc), "signed deny after failure: %s", exc.diagnostics())
             reason = exc.reason if exc.reason in _FAILURE_TEXT else "evaluation_failed"
             if method == HANDSHAKE:
                 return self._sign(
-                    key, error_response(rid, SessionRefused(_FAILURE_TEXT[reason], reason=reason))
+                    caller,
+                    error_response(rid, SessionRefused(_FAILURE_TEXT[reason], reason=reason)),
                 )
             return self._sign(
-                key, self._bare_deny(msg, reason, _FAILURE_TEXT[reason], caller.shared)
+                caller, self._bare_deny(msg, reason, _FAILURE_TEXT[reason], caller.shared)
             )
 
     # -- pieces ------------------------------------------------------------------
 
-    def _sign(self, key: bytes, response: dict[str, Any]) -> dict[str, Any]:
-        return sign_response(response, key, self.key_id)
+    def _sign(
+        self, caller: Caller, response: dict[str, Any], *, crypto: bool = False
+    ) -> dict[str, Any]:
+        """``response`` signed for ``caller``: HMAC with its session key, or (an ACS-Crypto
+        caller, or ``crypto``) with Warden's asymmetric key."""
+        if caller.crypto or crypto:
+            assert self.response_signer is not None
+            return sign_response_with(response, self.response_signer)
+        return sign_response(response, caller.key, self.key_id)
 
     def _bare_deny(
         self, msg: dict[str, Any], reason: str, text: str, shared: bool = False
@@ -394,7 +429,7 @@ class AcsService:
             ),
         }
 
-    def _ping(self, msg: dict[str, Any], key: bytes | None) -> dict[str, Any]:
+    def _ping(self, msg: dict[str, Any], caller: Caller | None) -> dict[str, Any]:
         params = msg["params"]
         problem = self.schemas.first_error("hooks/system-ping.json", params["payload"])
         if problem is not None:
@@ -408,7 +443,7 @@ class AcsService:
                     method=PING,
                 ),
             )
-            return self._sign(key, error) if key is not None else error
+            return self._sign(caller, error) if caller is not None else error
         payload: dict[str, Any] = {"status": "ok", "server_timestamp": self._clock().isoformat()}
         if "echo" in params["payload"]:
             payload["echo"] = params["payload"]["echo"]
@@ -423,7 +458,7 @@ class AcsService:
                 "payload": payload,
             },
         }
-        return self._sign(key, response) if key is not None else response
+        return self._sign(caller, response) if caller is not None else response
 
     def _check_skew(self, params: dict[str, Any]) -> None:
         skew_ms = abs((self._clock() - _parse_ts(params["timestamp"])).total_seconds()) * 1000
@@ -461,7 +496,15 @@ class AcsService:
                 method=HANDSHAKE,
             )
         self._check_skew(params)
-        hello = negotiate(params["payload"], self.cfg)
+        hello = negotiate(params["payload"], self.cfg, crypto=caller.crypto)
+        crypto: dict[str, Any] = {}
+        if caller.crypto:
+            assert self.response_signer is not None
+            crypto["crypto"] = {
+                "request_algorithm": caller.algorithm,
+                "response_algorithm": self.response_signer.algorithm,
+                "response_key_id": self.response_signer.kid,
+            }
         self.ledger.create_session(
             SessionState(
                 session_id=sid,
@@ -472,6 +515,7 @@ class AcsService:
                     "server_hello": hello,
                     "provenance_producer": params["payload"]["provenance_producer"],
                     "identity": caller.identity_record(),
+                    **crypto,
                 },
             ),
             replay,
@@ -490,7 +534,6 @@ class AcsService:
         wire: Wire = "mcp" if info.kind == "mcp" else "acs"
         params = msg["params"]
         sid = params["metadata"]["session_id"]
-        key = caller.key
         replay = ReplayKeys(params["request_id"], params.get("nonce"))
         yield SessionLock(sid)
         gate = (
@@ -518,7 +561,7 @@ class AcsService:
                 if isinstance(refusal, ProtocolError):
                     raise refusal
                 self.pipeline.finished_raw(wire, refusal["result"], started)
-                return self._sign(key, refusal)
+                return self._sign(caller, refusal)
             spec = self.guardian.engine.bundle.provenance
             if spec is not None:
                 # Reused provenance ids and steps over the bundle's graph limits are bad
@@ -578,6 +621,13 @@ class AcsService:
         """Checks after replay: a signed deny (no entry), a protocol error, or None."""
         params = msg["params"]
         shared = caller.shared
+        if session.negotiated.get("crypto") and not caller.crypto:
+            # An ACS-Crypto session never falls back to HMAC (issue 21).
+            return DowngradeRefused(
+                "this session was negotiated as ACS-Crypto: requests are signed with the "
+                "agent's registered public key, never HMAC",
+                reason="downgrade_refused",
+            )
         if caller.key_id != session.key_id:
             return self._bare_deny(
                 msg,
@@ -650,7 +700,6 @@ class AcsService:
         for the decision's span)."""
         started = time.perf_counter()
         params = msg["params"]
-        key = caller.key
         principal = caller.principal()
         request = action_request(
             info,
@@ -753,7 +802,7 @@ class AcsService:
             # The staged response (``pending.response``) becomes the signed one in place.
             result = response["result"]
             result["policy_data"] = {**result.get("policy_data", {}), "log_index": leaf_index}
-            response["result"] = self._sign(key, response)["result"]
+            response["result"] = self._sign(caller, response)["result"]
             return response
 
         try:

@@ -82,7 +82,8 @@ class SubmitData(BaseModel):
     )
     decision_digest: str
     decision_signature: str = Field(
-        description="Ed25519 over the 32 bytes of decision_digest, base64url without padding."
+        description="Ed25519 over the 32 bytes of decision_digest, base64url without padding "
+        "(ML-DSA-65 when evidence_signing_keys names only ml-dsa-65)."
     )
     kid: str = Field(description="The key id of Warden's signing key (GET /v1/keys).")
     task: TaskRef | None = None

@@ -23,6 +23,7 @@ Takes an AI agent action request v1 record and, in order (docs/decisions.md, ite
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from warden.approvals.tasks import Task
@@ -233,12 +234,17 @@ def _process(
 def _submitted(rec: Recorder, request: KlaRow, decision_row: KlaRow, task: Task | None) -> Answer:
     decision = decision_row.value()
     rid = request.record_id
+    signature, kid = decision_row.signature, decision_row.kid
+    if signature is None and decision_row.signatures:
+        # ML-DSA-65 only (evidence_signing_keys, issue 21): its signature is the one.
+        first = json.loads(decision_row.signatures)[0]
+        signature, kid = first["signature"], first["kid"]
     data = SubmitData(
         action_request=RequestRef(id=rid, digest=request.digest, status="processed"),
         decision=decision,
         decision_digest=decision_row.digest,
-        decision_signature=decision_row.signature or "",
-        kid=decision_row.kid or "",
+        decision_signature=signature or "",
+        kid=kid or "",
     )
     ref = task_ref(rec, task)
     if ref is not None:
