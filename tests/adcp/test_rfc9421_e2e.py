@@ -319,7 +319,7 @@ def _webhooks_verify_independently(srv: Server, receiver: Receiver) -> None:
     assert set(got) == {"/hook", "/legacy"}
 
     jwks = httpx.get(srv.url + "/.well-known/jwks.json").json()
-    (jwk,) = [k for k in jwks["keys"] if k["adcp_use"] == "request-signing"]
+    (jwk,) = [k for k in jwks["keys"] if k.get("adcp_use") == "request-signing"]
     x = base64.urlsafe_b64decode(jwk["x"] + "=" * (-len(jwk["x"]) % 4))
     public = Ed25519PublicKey.from_public_bytes(x)
 
