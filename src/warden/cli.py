@@ -28,6 +28,7 @@ from warden.cli_mcp import mcp_proxy_cmd
 from warden.cli_policy import policy_app
 from warden.cli_records import verify_bundle_cmd, verify_record_cmd
 from warden.cli_replay import replay_app
+from warden.cli_whatif import activate_cmd, whatif_cmd
 from warden.errors import WardenError
 
 app = typer.Typer(
@@ -320,6 +321,9 @@ app.command("export-evidence")(export_evidence_cmd)
 app.command("mcp-proxy")(mcp_proxy_cmd)
 app.command("doctor")(doctor_cmd)
 app.command("witness")(witness_cmd)
+# Policy change (issue 19): what-if replay and promoting a candidate (warden.cli_whatif).
+app.command("whatif")(whatif_cmd)
+policy_app.command("activate")(activate_cmd)
 
 
 def main() -> None:
