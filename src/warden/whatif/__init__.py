@@ -23,10 +23,12 @@ def what_if(
     window: Window | None = None,
     fail_on: str | None = None,
     warn: Callable[[str], None] | None = None,
+    memo: bool = True,
 ) -> dict[str, Any]:
     """Replay ``reader``'s recorded decisions through ``candidate`` and return the report
     document (:mod:`warden.whatif.report`). The recorded bundles are the ones the reader's
-    database stored, plus ``current``. Pure: reads only."""
+    database stored, plus ``current``. Pure: reads only. ``memo`` off evaluates every
+    step (the benchmark's worst case); the document's ``evaluations`` counts those run."""
     problems: list[str] = []
     stored = load_bundles(
         reader.bundle_sources(), lambda d, m: problems.append(f"stored bundle {d}: {m}")
@@ -34,12 +36,12 @@ def what_if(
     for p in problems:
         if warn is not None:
             warn(p)
-    replayer = Replayer(candidate, bundles=stored, current=current)
+    replayer = Replayer(candidate, bundles=stored, current=current, memo=memo)
     report = WhatIfReport(candidate.ref, [r.id for r in candidate.rules])
     w = window or Window()
     for decision in replayer.run(reader, w):
         report.add(decision)
-    return report.document(
+    doc = report.document(
         source=reader.source,
         window={
             "since": w.since.isoformat() if w.since else None,
@@ -50,3 +52,5 @@ def what_if(
         seconds=replayer.seconds,
         fail_on=fail_on,
     )
+    doc["evaluations"] = replayer.evaluations
+    return doc

@@ -106,16 +106,34 @@ class StoreLogReader:
             out[str(sid)] = LoggedSession(str(sid), str(agent), str(key), neg)
         return out
 
+    def _raw_page(self, at: int) -> list[Any]:
+        """One page of entry rows from ``at`` on, on the raw DB-API cursor (no per-row
+        SQLAlchemy objects: this is replay's hot loop), in its own short transaction."""
+        mark = "?" if self._engine.dialect.paramstyle == "qmark" else "%s"
+        try:
+            raw = self._engine.raw_connection()
+            try:
+                cur = raw.cursor()
+                cur.execute(
+                    "SELECT log_index, session_id, seq, entry, request FROM entries "
+                    f"WHERE log_index >= {mark} ORDER BY log_index LIMIT {_PAGE}",
+                    (at,),
+                )
+                rows: list[Any] = cur.fetchall()
+                cur.close()
+                raw.commit()
+            finally:
+                raw.close()
+        except Exception as exc:  # noqa: BLE001 - the driver's error, named for the caller
+            raise StoreUnavailable(f"cannot read the database ({exc})") from exc
+        return rows
+
     def entries(self) -> Iterator[LoggedEntry]:
         at = 0
         while True:
-            rows = self._rows(
-                "SELECT log_index, session_id, seq, entry, request FROM entries "
-                f"WHERE log_index >= :at ORDER BY log_index LIMIT {_PAGE}",
-                {"at": at},
-            )
+            rows = self._raw_page(at)
             for r in rows:
-                yield LoggedEntry(int(r[0]), str(r[1]), int(r[2]), str(r[3]), r[4])
+                yield LoggedEntry(r[0], r[1], r[2], r[3], r[4])
             if len(rows) < _PAGE:
                 break
             at = int(rows[-1][0]) + 1

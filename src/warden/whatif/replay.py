@@ -34,6 +34,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from warden.core.guardian import Guardian
 from warden.crypto.hmac_keys import AGENT_KEY_SCHEME
 from warden.core.types import NO_AGENT, ActionRequest, Effect, Verdict, agent_facts, user_id_claim
@@ -42,7 +44,6 @@ from warden.policy.bundle import Bundle
 from warden.policy.engine import PolicyEngine
 from warden.provenance.facts import view_for
 from warden.provenance.graph import SessionProvenance
-from warden.store.base import SessionState
 from warden.wire.acs.methods import MethodInfo, route
 from warden.wire.acs.parse import action_request
 from warden.whatif.reader import LoggedSession, LogReader
@@ -67,7 +68,7 @@ _SPEND_POLICY = frozenset({"allow", "modify"})
 _STRENGTH = {e.value: e.strength for e in Effect}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """A verdict reduced to what a comparison needs: decision, fired rules, reason codes."""
 
@@ -128,7 +129,7 @@ def change_kind(old: Outcome, new: Outcome) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(slots=True)
 class Replayed:
     """One recorded decision replayed. ``old`` is the policy-level verdict of the
     recorded bundle (its replay when that reproduced the record, else the record);
@@ -199,13 +200,26 @@ def parse_time(value: str) -> datetime:
     return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
-class _Judge:
-    """A bundle's Guardian with its provenance spec, cached per bundle."""
+#: Memoized outcomes kept per bundle before the memo starts over.
+MEMO_SIZE = 200_000
 
-    def __init__(self, bundle: Bundle) -> None:
+
+class _Judge:
+    """A bundle's Guardian with its provenance spec, cached per bundle.
+
+    Without a provenance section a verdict is a function of the request's method, tool
+    name and the facts its candidate rules read (:meth:`PolicyEngine.reads`; ``data`` is
+    the bundle's own), so outcomes are memoized on those: a history repeats itself (every
+    session's lifecycle steps, the same call with the same arguments). With provenance
+    the gates read the whole session graph and every step is evaluated."""
+
+    def __init__(self, bundle: Bundle, *, memo: bool = True) -> None:
         self.bundle = bundle
-        self.guardian = Guardian(PolicyEngine(bundle))
+        self.engine = PolicyEngine(bundle)
+        self.guardian = Guardian(self.engine)
         self.spec = bundle.provenance
+        self.memo: dict[tuple[str, str, bytes], Outcome] | None = {} if memo else None
+        self.evaluations = 0
 
     def decide(
         self,
@@ -220,7 +234,37 @@ class _Judge:
                     prior, self.spec, request.method, params, request.args, request.tool
                 ),
             )
-        return outcome_of(self.guardian.decide(request))
+            self.evaluations += 1
+            return outcome_of(self.guardian.decide(request))
+        if self.memo is None:
+            return self._evaluate(request)
+        try:
+            reads = self.engine.reads(request)
+            key = (request.method, request.tool_name, orjson.dumps(reads) if reads else b"")
+        except (TypeError, ValueError):
+            return self._evaluate(request)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self._evaluate(request)
+            if len(self.memo) >= MEMO_SIZE:
+                self.memo.clear()
+            self.memo[key] = hit
+        return hit
+
+    def _evaluate(self, request: ActionRequest) -> Outcome:
+        """:meth:`Guardian.decide`'s outcome without building its verdict (no provenance:
+        the engine, then the hook's permitted set, failing closed as the Guardian does)."""
+        self.evaluations += 1
+        try:
+            ev = self.engine.evaluate(request)
+        except Exception:  # noqa: BLE001 - the Guardian fails closed the same way
+            decision, rules, codes = Effect.DENY, (), ("evaluation_failed",)
+        else:
+            decision, rules, codes = ev.effect, tuple(r.id for r in ev.fired), ev.reason_codes
+        if decision not in request.permitted:
+            decision = Effect.DENY if Effect.DENY in request.permitted else Effect.ALLOW
+            codes = tuple(dict.fromkeys((*codes, "disposition_not_permitted")))
+        return Outcome(decision.value, rules, codes)
 
 
 class Replayer:
@@ -234,20 +278,30 @@ class Replayer:
         *,
         bundles: dict[str, Bundle] | None = None,
         current: Bundle | None = None,
+        memo: bool = True,
     ) -> None:
-        self.candidate = _Judge(candidate)
-        self._judges: dict[str, _Judge] = {
-            d: _Judge(b) for d, b in (bundles or {}).items() if b.ref.digest == d
-        }
-        self._current = _Judge(current) if current is not None else None
+        self.candidate = _Judge(candidate, memo=memo)
+        # The candidate itself, when it is a recorded bundle, is judged once per step.
+        self._judges: dict[str, _Judge] = {candidate.ref.digest: self.candidate}
+        for digest, bundle in (bundles or {}).items():
+            if bundle.ref.digest == digest and digest not in self._judges:
+                self._judges[digest] = _Judge(bundle, memo=memo)
+        self._current: _Judge | None = None
         if current is not None:
-            self._judges.setdefault(current.ref.digest, self._current)
+            self._current = self._judges.setdefault(
+                current.ref.digest, _Judge(current, memo=memo)
+            )
         self._routes: dict[str, MethodInfo | None] = {}
         #: Entries not replayed, by reason (``warden/<chain>`` step types, no request …).
         self.skipped: dict[str, int] = {}
         #: Seconds spent in :meth:`run`'s loop and the decisions it replayed.
         self.seconds = 0.0
         self.replayed = 0
+
+    @property
+    def evaluations(self) -> int:
+        """Bundle evaluations actually run (memo misses and provenance steps)."""
+        return sum(j.evaluations for j in {id(j): j for j in self._judges.values()}.values())
 
     def _judge_for(self, digest: str) -> _Judge | None:
         judge = self._judges.get(digest)
@@ -274,11 +328,14 @@ class Replayer:
             j.spec is not None for j in self._judges.values()
         )
         states: dict[str, SessionProvenance] = {}
+        self._facts: dict[str, dict[str, Any]] = {}
+        bounded = window != Window()
         began = time.perf_counter()
         try:
             for logged in reader.entries():
+                # orjson: parsing the leaves is most of a replay's cost (bench/whatif.py).
                 entry: dict[str, Any] = (
-                    json.loads(logged.entry) if isinstance(logged.entry, str) else logged.entry
+                    _loads(logged.entry) if isinstance(logged.entry, str) else logged.entry
                 )
                 step_type = str(entry.get("step_type", ""))
                 if step_type.startswith("warden/"):
@@ -299,14 +356,16 @@ class Replayer:
                     self._skip("unroutable" if session is not None else "no_session")
                     continue
                 verdict = entry.get("verdict") or {}
-                admitted = window.admits(str(entry.get("timestamp", "")), session.agent_id)
+                admitted = not bounded or window.admits(
+                    str(entry.get("timestamp", "")), session.agent_id
+                )
                 if not admitted and not need_provenance:
                     continue
                 if logged.request is None:
                     if admitted:
                         self._skip("no_request")
                     continue
-                params = json.loads(logged.request)
+                params = _loads(logged.request)
                 prior = states.get(logged.session_id) if need_provenance else None
                 if need_provenance:
                     states[logged.session_id] = (prior or SessionProvenance()).applied(
@@ -334,21 +393,14 @@ class Replayer:
         fallback: dict[str, dict[str, Any]],
     ) -> Replayed:
         verdict = entry.get("verdict") or {}
-        identity = session.negotiated.get("identity") or {}
-        if identity.get("scheme") == AGENT_KEY_SCHEME:
-            aid = str(identity.get("agent_id") or session.agent_id)
-            facts = agents.get(aid) or fallback.get(aid)
-            if facts is None:
-                facts = agent_facts(aid, str(identity.get("owner", "")))
-        else:
-            facts = dict(NO_AGENT)
-        state = SessionState(
-            session.session_id, session.agent_id, session.key_id, "", head_seq=logged.seq - 1
-        )
+        facts = self._facts.get(session.session_id)
+        if facts is None:
+            facts = _agent_of(session, agents, fallback)
+            self._facts[session.session_id] = facts
         request = action_request(
             info,
             params,
-            state,
+            _Step(session.agent_id, logged.seq - 1),  # type: ignore[arg-type]
             agent=facts,
             claims={"user_id": user_id_claim(params.get("metadata"))},
         )
@@ -361,7 +413,9 @@ class Replayer:
             old = current
         else:
             old = _policy_level(recorded, mark)
-        new = self.candidate.decide(request, prior, params)
+        new = current if judge is self.candidate and current is not None else (
+            self.candidate.decide(request, prior, params)
+        )
         self.replayed += 1
         return Replayed(
             log_index=logged.log_index,
@@ -380,6 +434,44 @@ class Replayer:
             old=old,
             new=new,
         )
+
+
+class _Step:
+    """What :func:`action_request` reads of a session (its agent and head before the
+    step), without building a whole :class:`SessionState` per replayed step."""
+
+    __slots__ = ("agent_id", "head_seq")
+
+    def __init__(self, agent_id: str, head_seq: int) -> None:
+        self.agent_id = agent_id
+        self.head_seq = head_seq
+
+
+def _agent_of(
+    session: LoggedSession,
+    agents: dict[str, dict[str, Any]],
+    fallback: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """The CEL ``agent`` of a session's verified signer: its registration as the log
+    recorded it, else the registry's row, else what the session record names (id and
+    owner); ``NO_AGENT`` for a session signed with the shared IKM."""
+    identity = session.negotiated.get("identity") or {}
+    if identity.get("scheme") != AGENT_KEY_SCHEME:
+        return dict(NO_AGENT)
+    aid = str(identity.get("agent_id") or session.agent_id)
+    facts = agents.get(aid) or fallback.get(aid)
+    if facts is None:
+        facts = agent_facts(aid, str(identity.get("owner", "")))
+    return facts
+
+
+def _loads(text: str) -> Any:
+    """Parse a stored JSON text: orjson (several times faster), else the standard parser
+    for what orjson refuses (an integer beyond 64 bits)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def _policy_level(recorded: Outcome, mark: str | None) -> Outcome:
