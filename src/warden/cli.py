@@ -58,7 +58,9 @@ from warden.cli_serve_options import (  # noqa: E402 - issue 18's serve options
     ConfigFile,
     MetricsAccess,
     OtlpEndpoint,
+    PolicyPollInterval,
     ReplicaId,
+    ShadowPolicy,
     TlsCert,
     TlsKey,
     TraceSampleRatio,
@@ -225,6 +227,8 @@ def serve(
     tls_key: TlsKey = None,
     otlp_endpoint: OtlpEndpoint = None,
     trace_sample_ratio: TraceSampleRatio = None,
+    shadow_policy: ShadowPolicy = None,
+    policy_poll_interval_s: PolicyPollInterval = None,
     config: ConfigFile = None,
 ) -> None:
     """Run Warden: ACS at POST /acs, the REST API under /v1 (API keys; the bootstrap admin
@@ -266,6 +270,8 @@ def serve(
             tls_key=tls_key,
             otlp_endpoint=otlp_endpoint,
             trace_sample_ratio=trace_sample_ratio,
+            shadow_policy=shadow_policy,
+            policy_poll_interval_s=policy_poll_interval_s,
         )
     except WardenError as exc:
         raise _fail(exc) from exc

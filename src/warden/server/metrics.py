@@ -18,6 +18,9 @@ collide. Series (all prefixed ``warden_``):
 - ``webhook_outbox_depth`` (pending + sending deliveries), ``webhook_deliveries{status}``,
   ``webhook_delivery_failures`` (deliveries that failed for good).
 - ``replica_info{replica_id,hostname,pid,version,bundle_id,bundle_version,bundle_digest}``.
+- with ``shadow_policy`` (issue 19): ``shadow_evaluations_total{wire}``,
+  ``shadow_divergences_total{wire,kind,active,shadow}`` (kind ``loosened``,
+  ``tightened`` or ``rules``; the two decisions) and ``shadow_dropped_total``.
 - ``metrics_store_up``: 1 if the scrape-time reads answered, else 0 (those series are
   then absent, never reported as zero).
 
@@ -36,7 +39,7 @@ import os
 import socket
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -46,7 +49,11 @@ from prometheus_client import (
     Info,
     generate_latest,
 )
-from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+)
 from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -125,6 +132,8 @@ class WardenMetrics:
             }
         )
         self.registry.register(StoreCollector(runtime))
+        if runtime.shadow is not None:
+            self.registry.register(ShadowCollector(runtime.shadow))
         runtime.guardian.observers.add(self.observe_decision)
 
     def observe_decision(self, wire: Wire, decision: str, rule: str, seconds: float) -> None:
@@ -251,6 +260,39 @@ class StoreCollector(Collector):
         for status in ("pending", "sending", "delivered", "failed"):
             by_status.add_metric([status], outbox.get(status, 0))
         yield by_status
+
+
+class ShadowCollector(Collector):
+    """The shadow worker's counts (:class:`warden.whatif.shadow.ShadowWorker`)."""
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+
+    def describe(self) -> Iterable[CounterMetricFamily]:
+        return []
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        evaluated = CounterMetricFamily(
+            "warden_shadow_evaluations",
+            "Decisions the shadow candidate evaluated, by wire.",
+            labels=["wire"],
+        )
+        for wire, n in sorted(self.worker.evaluated.items()):
+            evaluated.add_metric([wire], n)
+        yield evaluated
+        diverged = CounterMetricFamily(
+            "warden_shadow_divergences",
+            "Decisions where the shadow candidate differed from the active bundle.",
+            labels=["wire", "kind", "active", "shadow"],
+        )
+        for key, n in sorted(self.worker.diverged.items()):
+            diverged.add_metric(list(key), n)
+        yield diverged
+        dropped = CounterMetricFamily(
+            "warden_shadow_dropped", "Shadow evaluations dropped because the queue was full."
+        )
+        dropped.add_metric([], self.worker.dropped)
+        yield dropped
 
 
 def _gauge_histogram(
