@@ -5,6 +5,7 @@ AgentDojo budgets), signed as a registered agent whose registration is in the lo
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from conftest import AGENTDOJO_POLICY, ROOT
 
@@ -38,3 +39,14 @@ def send_money_candidate(folder: Path) -> Path:
     out = folder / "candidate.yaml"
     out.write_text(head + allow_rule + rest, encoding="utf-8")
     return out
+
+
+def valid(doc: dict[str, Any], command: str = "whatif") -> dict[str, Any]:
+    """``doc`` after validating it against ``schemas/cli/<command>.json`` (python-jsonschema)."""
+    from jsonschema import Draft202012Validator
+
+    from warden.cli_output import cli_schema
+
+    errors = list(Draft202012Validator(cli_schema(command)).iter_errors(doc))
+    assert not errors, [f"{list(e.path)}: {e.message}" for e in errors[:5]]
+    return doc

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 from conftest import AGENTDOJO_POLICY, service_client, start_server
-from dojo import AGENTDOJO_BUDGETS, send_money_candidate
+from dojo import AGENTDOJO_BUDGETS, send_money_candidate, valid
 from fastapi.testclient import TestClient
 
 from warden.policy.bundle import load_bundle
@@ -84,7 +84,7 @@ def test_shadow_divergences_reach_the_log_and_the_metrics(
         timeout=120,
     )
     assert proc.returncode == 1, proc.stderr
-    doc = json.loads(proc.stdout)
+    doc = valid(json.loads(proc.stdout))
     assert doc["decisions"] == 1 and doc["changes"]["loosened"] == 1
     assert doc["matrix"] == {"ask": {"allow": 1}}
     assert list(doc["by_tool"]) == ["send_money"]
@@ -132,7 +132,7 @@ def test_activate_switches_a_running_server_and_readyz_shows_digests(
             timeout=60,
         )
         assert proc.returncode == 0, proc.stderr
-        assert json.loads(proc.stdout)["bundle"]["digest"] == digest
+        assert valid(json.loads(proc.stdout), "policy-activate")["bundle"]["digest"] == digest
         wait_for(lambda: httpx.get(srv.url + "/readyz").json()["bundle"]["digest"] == digest)
         after = httpx.get(srv.url + "/readyz").json()
         assert (after["active_bundle"], after["bundle_current"]) == (digest, True)

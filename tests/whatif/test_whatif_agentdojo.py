@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import AGENTDOJO_POLICY
-from dojo import AGENTDOJO_BUDGETS, record_agentdojo, send_money_candidate
+from dojo import AGENTDOJO_BUDGETS, record_agentdojo, send_money_candidate, valid
 
 from warden.runtime import Runtime
 
@@ -87,7 +87,7 @@ def test_the_recorded_bundle_reproduces_every_decision(history: Path) -> None:
         "--policy", str(AGENTDOJO_POLICY), "--data-dir", str(history), "--json", process=True
     )
     assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
+    doc = valid(json.loads(proc.stdout))
     f = doc["faithfulness"]
     # Every ACS entry of the 132 sessions: 3 lifecycle steps each and 2 per call.
     assert doc["decisions"] == 132 * 3 + 2 * 386
@@ -113,7 +113,7 @@ def test_a_candidate_allowing_send_money_loosens_exactly_the_asked_transfers(
         "--fail-on", "loosen", "--html", str(tmp_path / "report.html"),
     )
     assert proc.returncode == 1, proc.stderr
-    doc = json.loads(proc.stdout)
+    doc = valid(json.loads(proc.stdout))
     assert doc["ok"] is False and doc["faithfulness"]["faithful"] is True
     ch = doc["changes"]
     assert (ch["loosened"], ch["tightened"]) == (len(asked), 0)
@@ -167,7 +167,7 @@ def test_an_export_replays_like_the_database(history: Path, tmp_path: Path) -> N
         "--json",
     )
     assert proc.returncode == 0, proc.stderr
-    from_export = json.loads(proc.stdout)
+    from_export = valid(json.loads(proc.stdout))
     assert from_export["source"]["kind"] == "export"
     for key in ("decisions", "matrix", "changes", "by_tool", "by_rule", "loosened", "never_fired"):
         assert from_export[key] == from_db[key], key
@@ -203,7 +203,7 @@ def test_the_html_report_renders_in_chromium(history: Path, tmp_path: Path) -> N
     proc = whatif(
         "--policy", str(candidate), "--data-dir", str(history), "--json", "--html", str(report)
     )
-    doc = json.loads(proc.stdout)
+    doc = valid(json.loads(proc.stdout))
     requests: list[str] = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
