@@ -30,9 +30,15 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 CALLS: list[tuple[str, dict[str, Any]]] = [
     ("get_balance", {}),
-    ("send_money", {"recipient": "XX00NEWPAYEE", "amount": 10, "subject": "x", "date": "2026-12-01"}),
+    (
+        "send_money",
+        {"recipient": "XX00NEWPAYEE", "amount": 10, "subject": "x", "date": "2026-12-01"},
+    ),
     ("get_most_recent_transactions", {"n": 10}),
-    ("send_money", {"recipient": "GB29NWBK60161331926819", "amount": 5, "subject": "x", "date": "2026-12-01"}),
+    (
+        "send_money",
+        {"recipient": "GB29NWBK60161331926819", "amount": 5, "subject": "x", "date": "2026-12-01"},
+    ),
 ]
 
 
@@ -85,7 +91,7 @@ def main() -> None:
                 samples[name].clear()  # the handshakes are not decisions
             for i in range(args.requests):
                 tool, call_args = CALLS[i % len(CALLS)]
-                for name in (("without", "with shadow") if i % 2 else ("with shadow", "without")):
+                for name in ("without", "with shadow") if i % 2 else ("with shadow", "without"):
                     clients[name].call(
                         "steps/toolCallRequest",
                         {

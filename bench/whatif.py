@@ -108,7 +108,9 @@ def multiply(db: Path, decisions: int, *, distinct: bool) -> int:
                             if isinstance(arg, dict) and "value" in arg:
                                 arg["value"] = _vary(arg["value"], tag)
                     request = json.dumps(params)
-                out.append((r[0] + tag, r[1], r[2], r[3] + tag, r[4], r[5], r[6], request, next_index))
+                out.append(
+                    (r[0] + tag, r[1], r[2], r[3] + tag, r[4], r[5], r[6], request, next_index)
+                )
                 next_index += 1
             con.executemany(
                 "INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, entry, "

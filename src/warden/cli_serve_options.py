@@ -86,8 +86,7 @@ PolicyPollInterval = Annotated[
         "--policy-poll-interval-s",
         envvar="WARDEN_POLICY_POLL_INTERVAL_S",
         min=0,
-        help="How often to check for a bundle `warden policy activate` promoted (0: never) "
-        "[2.0].",
+        help="How often to check for a bundle `warden policy activate` promoted (0: never) [2.0].",
     ),
 ]
 

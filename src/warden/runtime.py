@@ -51,11 +51,11 @@ from warden.store.sql import SqlStore, open_store
 from warden.tlog.keys import load_checkpoint_signer
 from warden.tlog.note import NoteError, load_witness_keys
 from warden.tlog.service import CheckpointPolicy, CheckpointWorker, LogForked, TransparencyLog
+from warden.whatif.shadow import ShadowWorker
 from warden.wire.acs.callers import CallerKeys
 from warden.wire.acs.handshake import HandshakeConfig
 from warden.wire.acs.service import AcsService
 from warden.wire.adcp import AdcpService, AdcpState
-from warden.whatif.shadow import ShadowWorker
 from warden.wire.kla.service import KlaService
 
 log = logging.getLogger(__name__)

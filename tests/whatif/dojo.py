@@ -35,7 +35,9 @@ def send_money_candidate(folder: Path) -> Path:
     text = AGENTDOJO_POLICY.read_text(encoding="utf-8")
     assert text.count(SEND_MONEY_RULES) == 4  # the allow rule and the three ask rules
     head, allow_rule, rest = text.partition(SEND_MONEY_RULES)
-    rest = rest.replace(SEND_MONEY_RULES, "tools: [schedule_transaction, update_scheduled_transaction]")
+    rest = rest.replace(
+        SEND_MONEY_RULES, "tools: [schedule_transaction, update_scheduled_transaction]"
+    )
     out = folder / "candidate.yaml"
     out.write_text(head + allow_rule + rest, encoding="utf-8")
     return out

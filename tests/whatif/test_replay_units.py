@@ -36,12 +36,20 @@ def test_marks_of_state_policy_does_not_compute() -> None:
     assert reproduces(out, mark, Outcome("allow", ("pay",)))
     assert not reproduces(out, mark, Outcome("ask", ("pay",)))
     assert not reproduces(out, mark, Outcome("allow", ("other",)))
-    granted = {"decision": "allow", "reason_codes": ["approval_granted"], "policy_references": refs("x")}
+    granted = {
+        "decision": "allow",
+        "reason_codes": ["approval_granted"],
+        "policy_references": refs("x"),
+    }
     out, mark = recorded_outcome(granted)
     assert mark == "human" and reproduces(out, mark, Outcome("ask", ("x",), ("c",)))
     assert not reproduces(out, mark, Outcome("allow", ("x",)))
     # A pending ask keeps its decision: the gate's code is not policy's.
-    pending = {"decision": "ask", "reason_codes": ["c", "approval_pending"], "policy_references": refs("x")}
+    pending = {
+        "decision": "ask",
+        "reason_codes": ["c", "approval_pending"],
+        "policy_references": refs("x"),
+    }
     out, mark = recorded_outcome(pending)
     assert (out, mark) == (Outcome("ask", ("x",), ("c",)), None)
     out, mark = recorded_outcome({"decision": "deny", "reason_codes": ["chain_mismatch"]})

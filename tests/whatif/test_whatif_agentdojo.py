@@ -8,7 +8,6 @@ import json
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -109,8 +108,15 @@ def test_a_candidate_allowing_send_money_loosens_exactly_the_asked_transfers(
     asked = recorded_asks(history, "send_money")
     assert len(asked) >= 5  # the history has transfers that asked
     proc = whatif(
-        "--policy", str(candidate), "--data-dir", str(history), "--json",
-        "--fail-on", "loosen", "--html", str(tmp_path / "report.html"),
+        "--policy",
+        str(candidate),
+        "--data-dir",
+        str(history),
+        "--json",
+        "--fail-on",
+        "loosen",
+        "--html",
+        str(tmp_path / "report.html"),
     )
     assert proc.returncode == 1, proc.stderr
     doc = valid(json.loads(proc.stdout))
@@ -127,14 +133,19 @@ def test_a_candidate_allowing_send_money_loosens_exactly_the_asked_transfers(
         assert ex["tool"] == "send_money" and ex["agent"] == "demo-agent"
     # The rules that stopped firing are the transfer ask rules.
     assert set(doc["by_rule"]) <= {
-        "transfer-over-limit", "transfer-unknown-recipient", "transfer-amount-invalid"
+        "transfer-over-limit",
+        "transfer-unknown-recipient",
+        "transfer-amount-invalid",
     }
     assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
     # Without --fail-on the same report exits 0; --fail-on any also fails.
     assert whatif("--policy", str(candidate), "--data-dir", str(history), "--json").returncode == 0
-    assert whatif(
-        "--policy", str(candidate), "--data-dir", str(history), "--json", "--fail-on", "any"
-    ).returncode == 1
+    assert (
+        whatif(
+            "--policy", str(candidate), "--data-dir", str(history), "--json", "--fail-on", "any"
+        ).returncode
+        == 1
+    )
 
 
 def test_replay_writes_nothing(history: Path, tmp_path: Path) -> None:
@@ -163,7 +174,12 @@ def test_an_export_replays_like_the_database(history: Path, tmp_path: Path) -> N
         whatif("--policy", str(candidate), "--data-dir", str(history), "--json").stdout
     )
     proc = whatif(
-        "--policy", str(candidate), "--export", str(out), "--current", str(AGENTDOJO_POLICY),
+        "--policy",
+        str(candidate),
+        "--export",
+        str(out),
+        "--current",
+        str(AGENTDOJO_POLICY),
         "--json",
     )
     assert proc.returncode == 0, proc.stderr
@@ -173,7 +189,9 @@ def test_an_export_replays_like_the_database(history: Path, tmp_path: Path) -> N
         assert from_export[key] == from_db[key], key
     assert from_export["faithfulness"]["faithful"] is True
     # Without --current the export's decisions cannot be checked for faithfulness.
-    unchecked = json.loads(whatif("--policy", str(candidate), "--export", str(out), "--json").stdout)
+    unchecked = json.loads(
+        whatif("--policy", str(candidate), "--export", str(out), "--json").stdout
+    )
     assert unchecked["faithfulness"]["not_checked"] == unchecked["decisions"] > 0
     assert unchecked["faithfulness"]["faithful"] is False
 

@@ -47,7 +47,12 @@ def remember(store: SqlStore, bundle: Bundle, source: str) -> None:
     the bundle a recorded decision names."""
     with store.transaction() as tx:
         policy_sql.put_bundle(
-            tx.cursor, store._q, bundle.ref.digest, bundle.ref.id, bundle.ref.version, source  # noqa: SLF001
+            tx.cursor,
+            store._q,
+            bundle.ref.digest,
+            bundle.ref.id,
+            bundle.ref.version,
+            source,  # noqa: SLF001
         )
 
 

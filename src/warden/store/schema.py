@@ -12,8 +12,9 @@ columns on ``tasks``, ``approval_votes``, ``api_keys`` and ``webhook_deliveries`
 0008 spend ownership: ``budgets.principals`` (who may spend a budget) and
 ``reservations.principal`` / ``receipts.principal`` (who took a hold); 0009 the agent
 identity registry, ``agents`` and ``agent_keys``; 0010 the transparency log:
-``entries.log_index``, ``log_state``, ``log_events``, ``log_checkpoints``, ``log_cosignatures``; 0014 policy change: ``policy_bundles`` (the source
-of every bundle loaded or activated, by digest) and ``policy_active`` (the bundle to serve).
+``entries.log_index``, ``log_state``, ``log_events``, ``log_checkpoints``, ``log_cosignatures``;
+0014 policy change: ``policy_bundles`` (the source of every bundle loaded or activated, by
+digest) and ``policy_active`` (the bundle to serve).
 """
 
 from __future__ import annotations

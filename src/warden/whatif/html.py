@@ -29,7 +29,8 @@ COLOURS = {
 }
 
 _STYLE = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#212121;max-width:72rem}
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#212121;
+max-width:72rem}
 h1{font-size:1.4rem}h2{font-size:1.1rem;margin-top:2rem;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px solid #ddd;padding:.25rem .5rem;
 text-align:right;font-variant-numeric:tabular-nums}th{background:#f5f5f5}td.l,th.l{text-align:left}
@@ -39,9 +40,7 @@ margin:0 .3rem 0 1rem;vertical-align:middle}code{font-size:.85rem}
 """
 
 
-def _bar_chart(
-    title: str, rows: list[tuple[str, dict[str, int]]], series: tuple[str, ...]
-) -> str:
+def _bar_chart(title: str, rows: list[tuple[str, dict[str, int]]], series: tuple[str, ...]) -> str:
     """Horizontal stacked bars: one row per label, one segment per series value."""
     if not rows:
         return f'<p class="empty">{escape(title)}: nothing to show.</p>'
@@ -77,12 +76,19 @@ def _bar_chart(
     legend = "".join(
         f'<span style="background:{COLOURS.get(s, "#607d8b")}"></span>{escape(s)}' for s in series
     )
-    return f'<figure><figcaption>{escape(title)}</figcaption>{"".join(parts)}<div class="legend">{legend}</div></figure>'
+    return (
+        f"<figure><figcaption>{escape(title)}</figcaption>{''.join(parts)}"
+        f'<div class="legend">{legend}</div></figure>'
+    )
 
 
 def _examples(items: list[dict[str, Any]]) -> str:
     if not items:
         return "<p>none</p>"
+
+    def rules(o: dict[str, Any]) -> str:
+        return f"{escape(o['decision'])} <code>{escape(', '.join(o['rules']) or 'default')}</code>"
+
     rows = [
         "<tr><th>leaf</th><th class=l>time</th><th class=l>agent</th><th class=l>wire:tool</th>"
         "<th class=l>old</th><th class=l>new</th><th class=l>mark</th></tr>"
@@ -93,8 +99,7 @@ def _examples(items: list[dict[str, Any]]) -> str:
             f"<tr><td>{escape(str(ex.get('log_index')))}</td>"
             f"<td class=l>{escape(ex['timestamp'])}</td><td class=l>{escape(ex['agent'])}</td>"
             f"<td class=l>{escape(ex['wire'])}:{escape(ex['tool'])}</td>"
-            f"<td class=l>{escape(old['decision'])} <code>{escape(', '.join(old['rules']) or 'default')}</code></td>"
-            f"<td class=l>{escape(new['decision'])} <code>{escape(', '.join(new['rules']) or 'default')}</code></td>"
+            f"<td class=l>{rules(old)}</td><td class=l>{rules(new)}</td>"
             f"<td class=l>{escape(ex.get('mark') or '')}</td></tr>"
         )
     return "<table>" + "".join(rows) + "</table>"

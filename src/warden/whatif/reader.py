@@ -119,7 +119,7 @@ class StoreLogReader:
                     f"WHERE log_index >= {mark} ORDER BY log_index LIMIT {_PAGE}",
                     (at,),
                 )
-                rows: list[Any] = cur.fetchall()
+                rows: list[Any] = list(cur.fetchall())
                 cur.close()
                 raw.commit()
             finally:
@@ -239,7 +239,9 @@ class ExportLogReader:
             row = indexes.get(sid) or []
             return row[seq] if seq < len(row) else None
 
-        keyed = [(index_of(sid, seq), sid, seq, entry, req) for sid, seq, entry, req in self._entries]
+        keyed = [
+            (index_of(sid, seq), sid, seq, entry, req) for sid, seq, entry, req in self._entries
+        ]
         # Leaves by index; entries that are no leaf after them, in file (session) order.
         keyed.sort(key=lambda k: (k[0] is None, k[0] if k[0] is not None else 0))
         for index, sid, seq, entry, req in keyed:

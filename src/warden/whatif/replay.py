@@ -37,16 +37,16 @@ from typing import Any
 import orjson
 
 from warden.core.guardian import Guardian
-from warden.crypto.hmac_keys import AGENT_KEY_SCHEME
 from warden.core.types import NO_AGENT, ActionRequest, Effect, Verdict, agent_facts, user_id_claim
+from warden.crypto.hmac_keys import AGENT_KEY_SCHEME
 from warden.errors import WardenError
 from warden.policy.bundle import Bundle
 from warden.policy.engine import PolicyEngine
 from warden.provenance.facts import view_for
 from warden.provenance.graph import SessionProvenance
+from warden.whatif.reader import LoggedSession, LogReader
 from warden.wire.acs.methods import MethodInfo, route
 from warden.wire.acs.parse import action_request
-from warden.whatif.reader import LoggedSession, LogReader
 
 #: Reason codes of an approver's answer: the policy verdict under it was ask or defer.
 HUMAN_CODES = frozenset(
@@ -255,6 +255,8 @@ class _Judge:
         """:meth:`Guardian.decide`'s outcome without building its verdict (no provenance:
         the engine, then the hook's permitted set, failing closed as the Guardian does)."""
         self.evaluations += 1
+        rules: tuple[str, ...]
+        codes: tuple[str, ...]
         try:
             ev = self.engine.evaluate(request)
         except Exception:  # noqa: BLE001 - the Guardian fails closed the same way
@@ -288,9 +290,7 @@ class Replayer:
                 self._judges[digest] = _Judge(bundle, memo=memo)
         self._current: _Judge | None = None
         if current is not None:
-            self._current = self._judges.setdefault(
-                current.ref.digest, _Judge(current, memo=memo)
-            )
+            self._current = self._judges.setdefault(current.ref.digest, _Judge(current, memo=memo))
         self._routes: dict[str, MethodInfo | None] = {}
         #: Entries not replayed, by reason (``warden/<chain>`` step types, no request …).
         self.skipped: dict[str, int] = {}
@@ -377,7 +377,9 @@ class Replayer:
                     prior = prior or SessionProvenance()
                 if not admitted:
                     continue
-                yield self._replay(logged, entry, session, info, params, prior, agents, fallback_agents)
+                yield self._replay(
+                    logged, entry, session, info, params, prior, agents, fallback_agents
+                )
         finally:
             self.seconds += time.perf_counter() - began
 
@@ -413,8 +415,10 @@ class Replayer:
             old = current
         else:
             old = _policy_level(recorded, mark)
-        new = current if judge is self.candidate and current is not None else (
-            self.candidate.decide(request, prior, params)
+        new = (
+            current
+            if judge is self.candidate and current is not None
+            else (self.candidate.decide(request, prior, params))
         )
         self.replayed += 1
         return Replayed(
@@ -483,7 +487,9 @@ def _policy_level(recorded: Outcome, mark: str | None) -> Outcome:
     return recorded
 
 
-def load_bundles(sources: dict[str, str], on_error: Callable[[str, str], None]) -> dict[str, Bundle]:
+def load_bundles(
+    sources: dict[str, str], on_error: Callable[[str, str], None]
+) -> dict[str, Bundle]:
     """Parse stored bundle sources by digest; a source that no longer parses (a newer
     bundle format, say) is reported through ``on_error(digest, message)`` and left out."""
     from warden.policy.bundle import parse_bundle

@@ -236,7 +236,7 @@ def print_report(doc: dict[str, Any], out: Console) -> None:
     )
     for ex in doc["loosened"]:
         out.print(f"  [yellow]loosened[/yellow] {_line(ex)}")
-    for ex in doc["tightened"][:EXAMPLES * 2]:
+    for ex in doc["tightened"][: EXAMPLES * 2]:
         out.print(f"  tightened {_line(ex)}")
     for name in ("rule", "tool", "agent", "wire"):
         groups = doc[f"by_{name}"]

@@ -23,6 +23,7 @@ differ if the candidate changed them).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -141,10 +142,8 @@ class ShadowWorker:
 
     def stop(self) -> None:
         """Finish what is queued, then stop the thread."""
-        try:
+        with contextlib.suppress(queue.Full):
             self._queue.put((None), timeout=5)
-        except queue.Full:
-            pass
         self._thread.join(timeout=10)
 
 
@@ -178,10 +177,14 @@ def shadow_summary(
             if previous is not None:
                 _merge(report, previous)
         old = Outcome(
-            str(active.get("decision", "")), tuple(active.get("rules") or ()), tuple(active.get("codes") or ())
+            str(active.get("decision", "")),
+            tuple(active.get("rules") or ()),
+            tuple(active.get("codes") or ()),
         )
         new = Outcome(
-            str(shadow.get("decision", "")), tuple(shadow.get("rules") or ()), tuple(shadow.get("codes") or ())
+            str(shadow.get("decision", "")),
+            tuple(shadow.get("rules") or ()),
+            tuple(shadow.get("codes") or ()),
         )
         report.add(
             Replayed(
