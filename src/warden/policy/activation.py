@@ -133,6 +133,12 @@ class BundleFollower:
         while not self._stop.wait(self.interval):
             try:
                 self.check()
+            except StoreUnavailable as exc:
+                # A busy or unreachable database is an outage /readyz reports: one quiet
+                # line per distinct error, retried next tick.
+                if str(exc) != self.error:
+                    log.info("policy follower: %s", exc)
+                self.error = str(exc)
             except Exception as exc:  # noqa: BLE001 - retried next tick; serving goes on
                 if str(exc) != self.error:
                     log.warning("policy follower: %s", exc)

@@ -4,8 +4,9 @@
 starts with a bundle and when ``warden policy activate`` promotes one); ``policy_active``
 is one row naming the bundle every replica serves. Writes go through a store write
 transaction's cursor (so the activation, its source and its transparency-log event commit
-together); reads are short transactions of their own. Errors: SQLAlchemy's or the
-driver's, which callers turn into :class:`~warden.errors.StoreUnavailable`.
+together); reads run on a raw connection in autocommit (a replica's poll never takes
+SQLite's write lock). Errors: the driver's, which callers turn into
+:class:`~warden.errors.StoreUnavailable`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Engine
 
 
 @dataclass(frozen=True)
@@ -71,48 +71,59 @@ def set_active(cur: Any, q: Callable[[str], str], digest: str, by: str) -> int:
     return generation
 
 
+def read_rows(engine: Engine, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    """Rows of one read on a raw connection in autocommit (on SQLite no ``BEGIN
+    IMMEDIATE``: a poll never takes the write lock). ``?`` placeholders."""
+    if engine.dialect.paramstyle != "qmark":
+        sql = sql.replace("?", "%s")
+    raw = engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        cur.execute(sql, params)
+        rows = list(cur.fetchall())
+        cur.close()
+        raw.commit()
+        return rows
+    finally:
+        raw.close()
+
+
 def active(engine: Engine) -> ActiveBundle | None:
     """The active bundle row, or None (no activation yet, or a database before 0014)."""
     try:
-        with engine.connect() as conn:
-            row = conn.execute(
-                text(
-                    "SELECT digest, generation, activated_at, activated_by FROM policy_active "
-                    "WHERE id = 1"
-                )
-            ).first()
-    except DBAPIError as exc:
+        rows = read_rows(
+            engine,
+            "SELECT digest, generation, activated_at, activated_by FROM policy_active WHERE id = 1",
+        )
+    except Exception as exc:
         if _missing_table(exc):
             return None
         raise
-    if row is None:
+    if not rows:
         return None
+    row = rows[0]
     return ActiveBundle(str(row[0]), int(row[1]), str(row[2]), str(row[3]))
 
 
 def bundle_source(engine: Engine, digest: str) -> str | None:
     """The stored source of the bundle ``digest``, or None."""
-    with engine.connect() as conn:
-        row = conn.execute(
-            text("SELECT source FROM policy_bundles WHERE digest = :d"), {"d": digest}
-        ).first()
-    return None if row is None else str(row[0])
+    rows = read_rows(engine, "SELECT source FROM policy_bundles WHERE digest = ?", (digest,))
+    return None if not rows else str(rows[0][0])
 
 
 def bundle_sources(engine: Engine) -> dict[str, str]:
     """Every stored bundle's source by digest ({} on a database before 0014)."""
     try:
-        with engine.connect() as conn:
-            return {
-                str(r[0]): str(r[1])
-                for r in conn.execute(text("SELECT digest, source FROM policy_bundles"))
-            }
-    except DBAPIError as exc:
+        return {
+            str(r[0]): str(r[1])
+            for r in read_rows(engine, "SELECT digest, source FROM policy_bundles")
+        }
+    except Exception as exc:
         if _missing_table(exc):
             return {}
         raise
 
 
-def _missing_table(exc: DBAPIError) -> bool:
-    text_ = str(exc.orig).lower()
+def _missing_table(exc: Exception) -> bool:
+    text_ = str(getattr(exc, "orig", None) or exc).lower()
     return "no such table" in text_ or "does not exist" in text_

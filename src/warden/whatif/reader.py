@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import Engine, text
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import Engine
 
 from warden.errors import ConfigError, StoreUnavailable
 
@@ -80,19 +79,21 @@ class LogReader(Protocol):
 
 
 class StoreLogReader:
-    """:class:`LogReader` over a database (``engine``), in short read transactions."""
+    """:class:`LogReader` over a database (``engine``), in short autocommit reads."""
 
     def __init__(self, engine: Engine, shown_url: str) -> None:
         self._engine = engine
         self.source = {"kind": "store", "where": shown_url}
 
-    def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
+    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """One read on a raw connection in autocommit (``?`` placeholders): no write lock
+        is taken, not even SQLite's ``BEGIN IMMEDIATE``."""
+        from warden.store.policy_sql import read_rows
+
         try:
-            with self._engine.connect() as conn:
-                return list(conn.execute(text(sql), params or {}))
-        except SQLAlchemyError as exc:
-            detail = getattr(exc, "orig", None) or exc
-            raise StoreUnavailable(f"cannot read the database ({detail})") from exc
+            return read_rows(self._engine, sql, params)
+        except Exception as exc:  # noqa: BLE001 - the driver's error, named for the caller
+            raise StoreUnavailable(f"cannot read the database ({exc})") from exc
 
     def sessions(self) -> dict[str, LoggedSession]:
         out: dict[str, LoggedSession] = {}
@@ -107,26 +108,13 @@ class StoreLogReader:
         return out
 
     def _raw_page(self, at: int) -> list[Any]:
-        """One page of entry rows from ``at`` on, on the raw DB-API cursor (no per-row
-        SQLAlchemy objects: this is replay's hot loop), in its own short transaction."""
-        mark = "?" if self._engine.dialect.paramstyle == "qmark" else "%s"
-        try:
-            raw = self._engine.raw_connection()
-            try:
-                cur = raw.cursor()
-                cur.execute(
-                    "SELECT log_index, session_id, seq, entry, request FROM entries "
-                    f"WHERE log_index >= {mark} ORDER BY log_index LIMIT {_PAGE}",
-                    (at,),
-                )
-                rows: list[Any] = list(cur.fetchall())
-                cur.close()
-                raw.commit()
-            finally:
-                raw.close()
-        except Exception as exc:  # noqa: BLE001 - the driver's error, named for the caller
-            raise StoreUnavailable(f"cannot read the database ({exc})") from exc
-        return rows
+        """One page of entry rows from ``at`` on (replay's hot loop: no per-row SQLAlchemy
+        objects), in its own short read."""
+        return self._rows(
+            "SELECT log_index, session_id, seq, entry, request FROM entries "
+            f"WHERE log_index >= ? ORDER BY log_index LIMIT {_PAGE}",
+            (at,),
+        )
 
     def entries(self) -> Iterator[LoggedEntry]:
         at = 0
@@ -146,8 +134,8 @@ class StoreLogReader:
     def events(self, kind_prefix: str = "") -> Iterator[tuple[int, dict[str, Any]]]:
         for index, event in self._rows(
             # LIKE narrows the read (its "_" matches any character); startswith decides.
-            "SELECT log_index, event FROM log_events WHERE kind LIKE :k ORDER BY log_index",
-            {"k": kind_prefix + "%"},
+            "SELECT log_index, event FROM log_events WHERE kind LIKE ? ORDER BY log_index",
+            (kind_prefix + "%",),
         ):
             try:
                 doc = json.loads(event)
@@ -161,7 +149,7 @@ class StoreLogReader:
 
         try:
             return bundle_sources(self._engine)
-        except SQLAlchemyError as exc:
+        except Exception as exc:  # noqa: BLE001 - the driver's error, named for the caller
             raise StoreUnavailable(f"cannot read the stored bundles ({exc})") from exc
 
     def agents(self) -> dict[str, dict[str, Any]]:
