@@ -89,6 +89,13 @@ def test_shadow_divergences_reach_the_log_and_the_metrics(
     assert doc["matrix"] == {"ask": {"allow": 1}}
     assert list(doc["by_tool"]) == ["send_money"]
     assert doc["shadow_candidates"] == {ev["shadow"]["digest"]: 1}
+    from typer.testing import CliRunner
+
+    from warden.cli import app as cli
+
+    human = CliRunner().invoke(cli, ["whatif", "--shadow", "--data-dir", str(rt.settings.data_dir)])
+    assert human.exit_code == 0, human.stderr
+    assert "shadow divergences recorded: 1" in human.stdout and "send_money" in human.stdout
 
 
 def wait_for(check: Callable[[], bool], seconds: float = 20) -> None:
@@ -145,6 +152,8 @@ def test_activate_switches_a_running_server_and_readyz_shows_digests(
         assert lagging.follower is not None and lagging.follower.check() is True
         with TestClient(create_app(lagging)) as http:
             assert http.get("/readyz").json()["bundle_current"] is True
+            auth = {"authorization": f"Bearer {lagging.api_token}"}
+            assert f'bundle_digest="{digest}"' in http.get("/metrics", headers=auth).text
         # On the record: the activation and each replica's load of it.
         db = data / "warden.db"
         activated = events(db, "policy.activate")

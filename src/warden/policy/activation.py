@@ -108,6 +108,8 @@ def swap_bundle(runtime: Runtime, bundle: Bundle) -> None:
     guardian.engine = engine
     runtime.bundle = bundle
     runtime.acs.spend_gate = SpendGate.for_bundle(runtime.spend, bundle, runtime.store.step_entry)
+    if runtime.metrics is not None:
+        runtime.metrics.set_bundle(bundle.ref)
 
 
 class BundleFollower:

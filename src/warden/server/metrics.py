@@ -60,6 +60,7 @@ from starlette.responses import JSONResponse, Response
 
 from warden import __version__
 from warden.core.observe import Wire
+from warden.core.types import BundleRef
 from warden.identity.api_keys import Role
 from warden.store.metrics_sql import (
     budget_levels,
@@ -117,11 +118,19 @@ class WardenMetrics:
             buckets=COMMIT_BUCKETS,
             registry=self.registry,
         )
-        replica = Info("warden_replica", "This replica's identity.", registry=self.registry)
-        ref = runtime.bundle.ref
-        replica.info(
+        self.replica = Info("warden_replica", "This replica's identity.", registry=self.registry)
+        self.set_bundle(runtime.guardian.engine.bundle.ref)
+        self.registry.register(StoreCollector(runtime))
+        if runtime.shadow is not None:
+            self.registry.register(ShadowCollector(runtime.shadow))
+        runtime.guardian.observers.add(self.observe_decision)
+
+    def set_bundle(self, ref: BundleRef) -> None:
+        """``warden_replica_info`` naming the bundle served now (at start, and after
+        ``warden policy activate`` swapped it)."""
+        self.replica.info(
             {
-                "replica_id": runtime.settings.replica_id
+                "replica_id": self.runtime.settings.replica_id
                 or f"{socket.gethostname()}:{os.getpid()}",
                 "hostname": socket.gethostname(),
                 "pid": str(os.getpid()),
@@ -131,10 +140,6 @@ class WardenMetrics:
                 "bundle_digest": ref.digest,
             }
         )
-        self.registry.register(StoreCollector(runtime))
-        if runtime.shadow is not None:
-            self.registry.register(ShadowCollector(runtime.shadow))
-        runtime.guardian.observers.add(self.observe_decision)
 
     def observe_decision(self, wire: Wire, decision: str, rule: str, seconds: float) -> None:
         """A :data:`~warden.core.observe.DecisionObserver`."""

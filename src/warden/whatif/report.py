@@ -204,12 +204,17 @@ def print_report(doc: dict[str, Any], out: Console) -> None:
     """The report for a terminal: faithfulness, the matrix, loosened changes first, then
     the groups and the rules that never fired."""
     c = doc["candidate"]
-    f = doc["faithfulness"]
     out.print(
         f"what if {c['id']}@{c['version']} ({c['digest'][:19]}…) had decided "
         f"{doc['decisions']} recorded decisions from {doc['source']['kind']} "
         f"{doc['source']['where']} ({doc['decisions_per_second'] or '-'} decisions/s)"
     )
+    if "shadow_candidates" not in doc:  # shadow divergences: nothing was replayed
+        _print_faithfulness(doc["faithfulness"], out)
+    _print_changes(doc, out)
+
+
+def _print_faithfulness(f: dict[str, Any], out: Console) -> None:
     verdict = "faithful" if f["faithful"] else "NOT faithful"
     out.print(
         f"replay of the recorded bundles: {verdict}: {f['reproduced']} reproduced, "
@@ -223,6 +228,9 @@ def print_report(doc: dict[str, Any], out: Console) -> None:
             f"  [red]not reproduced[/red] {_line(ex)} recorded {ex['recorded']['decision']} "
             f"{ex['recorded']['rules']}, replayed {rep.get('decision')} {rep.get('rules')}"
         )
+
+
+def _print_changes(doc: dict[str, Any], out: Console) -> None:
     t = table("old \\ new", *DECISIONS, title="decisions: recorded policy → candidate")
     for old in DECISIONS:
         row = doc["matrix"].get(old)
