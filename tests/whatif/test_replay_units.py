@@ -101,3 +101,31 @@ def test_provenance_state_is_folded_from_the_log(
     assert changed["faithfulness"]["faithful"]
     assert (changed["changes"]["loosened"], changed["changes"]["tightened"]) == (asked, 0)
     assert changed["matrix"]["ask"] == {"allow": asked}
+
+
+def test_an_approvers_answer_is_marked_and_compared_at_the_policy_level(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """A granted ask was recorded as allow (approval_granted): the recorded bundle's
+    replay says ask, which the grant explains, so it is reproduced and marked human."""
+    from conftest import AGENTDOJO_POLICY, service_client
+
+    from warden.identity.api_keys import Role
+
+    rt = make_runtime(AGENTDOJO_POLICY, policy_poll_interval_s=0)
+    agent = service_client(rt)
+    agent.hello()
+    args = {"password": "n3w-secret"}
+    asked = agent.tool_call("update_password", args)["result"]
+    assert asked["decision"] == "ask"
+    alice, _ = rt.api_keys.create("alice", Role.APPROVER, ["account-owner"])
+    rt.desk.approve(asked["ask_details"]["task_id"], alice, "I asked for it")
+    granted = agent.tool_call("update_password", args)["result"]
+    assert granted["decision"] == "allow" and "approval_granted" in granted["reason_codes"]
+    doc = what_if(StoreLogReader(rt.store.engine, "test"), load_bundle(AGENTDOJO_POLICY))
+    f = doc["faithfulness"]
+    assert f["faithful"] and f["reproduced"] == doc["decisions"] == 2
+    assert f["marked"] == {"human": 1}
+    assert doc["matrix"] == {"ask": {"ask": 2}}  # both steps: policy asked
+    (marked,) = doc["marked"]
+    assert (marked["recorded"]["decision"], marked["old"]["decision"]) == ("allow", "ask")

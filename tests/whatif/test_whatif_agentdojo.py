@@ -156,6 +156,8 @@ def test_replay_writes_nothing(history: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert db.read_bytes() == before
     assert "loosened" in proc.stdout
+    # The human lines name the rules on each side (brackets kept, not read as markup).
+    assert "ask→allow [write-banking-transfers, transfer-" in proc.stdout
 
 
 def test_an_export_replays_like_the_database(history: Path, tmp_path: Path) -> None:

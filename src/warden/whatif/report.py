@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from warden.cli_output import print_table, table
 from warden.core.types import BundleRef
@@ -193,7 +194,8 @@ def _groups(groups: dict[str, _Group]) -> dict[str, Any]:
 def _line(ex: dict[str, Any]) -> str:
     old, new = ex["old"], ex["new"]
     where = f"#{ex['log_index']}" if ex.get("log_index") is not None else ex["session_id"][:8]
-    return (
+    # Escaped: the rule list's brackets (and any name) must not read as Rich markup.
+    return escape(
         f"{where} {ex['timestamp']} {ex['agent']} {ex['wire']}:{ex['tool']} "
         f"{old['decision']}→{new['decision']} "
         f"[{', '.join(old['rules']) or 'default'} → {', '.join(new['rules']) or 'default'}]"
@@ -205,12 +207,19 @@ def print_report(doc: dict[str, Any], out: Console) -> None:
     the groups and the rules that never fired."""
     c = doc["candidate"]
     out.print(
-        f"what if {c['id']}@{c['version']} ({c['digest'][:19]}…) had decided "
-        f"{doc['decisions']} recorded decisions from {doc['source']['kind']} "
-        f"{doc['source']['where']} ({doc['decisions_per_second'] or '-'} decisions/s)"
+        escape(
+            f"what if {c['id']}@{c['version']} ({c['digest'][:19]}…) had decided "
+            f"{doc['decisions']} recorded decisions from {doc['source']['kind']} "
+            f"{doc['source']['where']} ({doc['decisions_per_second'] or '-'} decisions/s)"
+        )
     )
     if "shadow_candidates" not in doc:  # shadow divergences: nothing was replayed
         _print_faithfulness(doc["faithfulness"], out)
+        for ex in doc["marked"][:EXAMPLES]:
+            out.print(
+                f"  marked {ex['mark']}: {_line(ex)} (recorded {ex['recorded']['decision']}: "
+                "state policy does not compute decided it)"
+            )
     _print_changes(doc, out)
 
 
@@ -220,13 +229,16 @@ def _print_faithfulness(f: dict[str, Any], out: Console) -> None:
         f"replay of the recorded bundles: {verdict}: {f['reproduced']} reproduced, "
         f"{f['unreproduced']} not reproduced, {f['not_checked']} not checked (bundle not "
         f"available: pass --current), {f['preempted']} preempted; marked (state policy does "
-        f"not compute): {f['marked'] or 'none'}"
+        + escape(f"not compute): {f['marked'] or 'none'}")
     )
     for ex in f["examples"]:
         rep = ex.get("replayed") or {}
         out.print(
-            f"  [red]not reproduced[/red] {_line(ex)} recorded {ex['recorded']['decision']} "
-            f"{ex['recorded']['rules']}, replayed {rep.get('decision')} {rep.get('rules')}"
+            f"  [red]not reproduced[/red] {_line(ex)} "
+            + escape(
+                f"recorded {ex['recorded']['decision']} {ex['recorded']['rules']}, "
+                f"replayed {rep.get('decision')} {rep.get('rules')}"
+            )
         )
 
 
@@ -253,9 +265,11 @@ def _print_changes(doc: dict[str, Any], out: Console) -> None:
         g = table(name, "changes", "loosened", "tightened", "first example", title=f"by {name}")
         for key, v in list(groups.items())[:20]:
             first = _line(v["examples"][0]) if v["examples"] else ""
-            g.add_row(key, str(v["changes"]), str(v["loosened"]), str(v["tightened"]), first)
+            g.add_row(
+                escape(key), str(v["changes"]), str(v["loosened"]), str(v["tightened"]), first
+            )
         print_table(out, g)
     never = doc["never_fired"]
-    out.print(f"candidate rules that never fired: {', '.join(never) if never else 'none'}")
+    out.print(escape(f"candidate rules that never fired: {', '.join(never) if never else 'none'}"))
     if doc["skipped"]:
-        out.print(f"not replayed: {doc['skipped']}")
+        out.print(escape(f"not replayed: {doc['skipped']}"))

@@ -33,6 +33,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from warden.core.guardian import Guardian
 from warden.core.types import ActionRequest
@@ -274,8 +275,10 @@ def _merge(into: WhatIfReport, other: WhatIfReport) -> None:
 def print_shadow(doc: dict[str, Any], out: Console) -> None:
     """``warden whatif --shadow`` for a terminal."""
     out.print(
-        f"shadow divergences recorded: {doc['decisions']} "
-        f"(candidates: {doc['shadow_candidates'] or 'none'})"
+        escape(
+            f"shadow divergences recorded: {doc['decisions']} "
+            f"(candidates: {doc['shadow_candidates'] or 'none'})"
+        )
     )
     if doc["decisions"]:
         print_report(doc, out)
