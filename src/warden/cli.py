@@ -28,6 +28,7 @@ from warden.cli_mcp import mcp_proxy_cmd
 from warden.cli_policy import policy_app
 from warden.cli_records import verify_bundle_cmd, verify_record_cmd
 from warden.cli_replay import replay_app
+from warden.cli_whatif import activate_cmd, whatif_cmd
 from warden.errors import WardenError
 
 app = typer.Typer(
@@ -57,7 +58,9 @@ from warden.cli_serve_options import (  # noqa: E402 - issue 18's serve options
     ConfigFile,
     MetricsAccess,
     OtlpEndpoint,
+    PolicyPollInterval,
     ReplicaId,
+    ShadowPolicy,
     TlsCert,
     TlsKey,
     TraceSampleRatio,
@@ -240,6 +243,8 @@ def serve(
     tls_key: TlsKey = None,
     otlp_endpoint: OtlpEndpoint = None,
     trace_sample_ratio: TraceSampleRatio = None,
+    shadow_policy: ShadowPolicy = None,
+    policy_poll_interval_s: PolicyPollInterval = None,
     config: ConfigFile = None,
 ) -> None:
     """Run Warden: ACS at POST /acs, the REST API under /v1 (API keys; the bootstrap admin
@@ -283,6 +288,8 @@ def serve(
             tls_key=tls_key,
             otlp_endpoint=otlp_endpoint,
             trace_sample_ratio=trace_sample_ratio,
+            shadow_policy=shadow_policy,
+            policy_poll_interval_s=policy_poll_interval_s,
         )
     except WardenError as exc:
         raise _fail(exc) from exc
@@ -338,6 +345,9 @@ app.command("export-evidence")(export_evidence_cmd)
 app.command("mcp-proxy")(mcp_proxy_cmd)
 app.command("doctor")(doctor_cmd)
 app.command("witness")(witness_cmd)
+# Policy change (issue 19): what-if replay and promoting a candidate (warden.cli_whatif).
+app.command("whatif")(whatif_cmd)
+policy_app.command("activate")(activate_cmd)
 
 
 def main() -> None:

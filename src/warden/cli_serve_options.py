@@ -71,6 +71,25 @@ TraceSampleRatio = Annotated[
     ),
 ]
 
+ShadowPolicy = Annotated[
+    Path | None,
+    typer.Option(
+        "--shadow-policy",
+        envvar="WARDEN_SHADOW_POLICY",
+        help="A candidate bundle evaluated beside the active one on every decision, after "
+        "the answer is committed; never enforced; divergences go to the log and /metrics.",
+    ),
+]
+PolicyPollInterval = Annotated[
+    float | None,
+    typer.Option(
+        "--policy-poll-interval-s",
+        envvar="WARDEN_POLICY_POLL_INTERVAL_S",
+        min=0,
+        help="How often to check for a bundle `warden policy activate` promoted (0: never) [2.0].",
+    ),
+]
+
 
 def tls_options(settings: Settings) -> dict[str, Any]:
     """uvicorn's ``ssl_certfile``/``ssl_keyfile`` for ``settings`` (empty without TLS).

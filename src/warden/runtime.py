@@ -39,6 +39,8 @@ from warden.kla.evidence import Signer
 from warden.kla.keys import KeyRegistry
 from warden.ledger.ledger import Ledger
 from warden.ledger.system_events import record_start
+from warden.policy.activation import BundleFollower, read_bundle, remember, stored_bundle
+from warden.policy.activation import active_row as _active_row
 from warden.policy.bundle import Bundle, load_bundle
 from warden.policy.engine import PolicyEngine
 from warden.settings import Settings
@@ -52,6 +54,7 @@ from warden.store.sql import SqlStore, open_store
 from warden.tlog.keys import load_checkpoint_signer
 from warden.tlog.note import NoteError, load_witness_keys
 from warden.tlog.service import CheckpointPolicy, CheckpointWorker, LogForked, TransparencyLog
+from warden.whatif.shadow import ShadowWorker
 from warden.wire.acs.callers import CallerKeys
 from warden.wire.acs.handshake import HandshakeConfig
 from warden.wire.acs.service import AcsService
@@ -104,10 +107,16 @@ class Runtime:
     #: The OTLP span exporter (warden.core.tracing.Exporting) when ``otlp_endpoint`` is
     #: set; its tracer is ``guardian.observers.tracer``.
     tracing: Exporting | None = None
+    #: Polls the database for the bundle `warden policy activate` promoted (issue 19).
+    follower: BundleFollower | None = None
+    #: Evaluates ``shadow_policy`` beside the active bundle (None without it).
+    shadow: ShadowWorker | None = None
 
     @classmethod
     def start(cls, settings: Settings) -> Runtime:
-        bundle = load_bundle(settings.resolved_policy())
+        bundle, bundle_source = read_bundle(settings.resolved_policy())
+        file_bundle = bundle
+        shadow_bundle = load_bundle(settings.shadow_policy) if settings.shadow_policy else None
         ikm, created = load_or_create_ikm(settings.resolved_key_file())
         if created:
             log.warning(
@@ -149,6 +158,12 @@ class Runtime:
         )
         try:
             bind_key_fingerprint(store, ikm_fingerprint(ikm))
+        except BaseException:
+            store.close()
+            raise
+        try:
+            # A promoted bundle outlives restarts: serve it, not the --policy file.
+            bundle = _active_bundle(store, bundle)
         except BaseException:
             store.close()
             raise
@@ -257,6 +272,8 @@ class Runtime:
             )
         try:
             record_start(store, bundle.ref, replica=settings.replica_id or _replica())
+            # Kept by digest so `warden whatif` can re-run the bundle a decision names.
+            remember(store, file_bundle, bundle_source)
         except BaseException:
             store.close()
             raise
@@ -298,7 +315,7 @@ class Runtime:
             worker = DeliveryWorker(store, hooks, signer=webhook_signer)
             worker.start()
             log.info("webhooks file %s: %d webhook(s)", settings.webhooks, len(hooks.webhooks))
-        return cls(
+        rt = cls(
             settings,
             store,
             bundle,
@@ -323,8 +340,25 @@ class Runtime:
             tlog_worker=CheckpointWorker(tlog),
             tracing=tracing,
         )
+        replica = settings.replica_id or _replica()
+        rt.follower = BundleFollower(rt, settings.policy_poll_interval_s, replica)
+        if shadow_bundle is not None:
+            rt.shadow = ShadowWorker(store, shadow_bundle, lambda: rt.guardian, replica=replica)
+            guardian.observers.shadow = rt.shadow
+            log.info(
+                "shadow policy %s@%s (%s): evaluated beside the active bundle, never enforced",
+                shadow_bundle.ref.id,
+                shadow_bundle.ref.version,
+                shadow_bundle.ref.digest,
+            )
+        return rt
 
     def close(self) -> None:
+        if self.follower is not None:
+            self.follower.stop()
+        if self.shadow is not None:
+            self.guardian.observers.shadow = None
+            self.shadow.stop()
         if self.tlog_worker is not None:
             self.tlog_worker.stop()  # signs the shutdown checkpoint
         if self.expirer is not None:
@@ -334,6 +368,23 @@ class Runtime:
         if self.tracing is not None:
             self.tracing.shutdown()
         self.store.close()
+
+
+def _active_bundle(store: SqlStore, bundle: Bundle) -> Bundle:
+    """The bundle `warden policy activate` promoted, if any and not ``bundle``."""
+    row = _active_row(store)
+    if row is None or row.digest == bundle.ref.digest:
+        return bundle
+    active = stored_bundle(store, row.digest)
+    log.warning(
+        "serving the activated bundle %s@%s (%s, generation %d), not the policy file's %s",
+        active.ref.id,
+        active.ref.version,
+        active.ref.digest,
+        row.generation,
+        bundle.ref.digest,
+    )
+    return active
 
 
 def _tracing(settings: Settings, bundle: BundleRef) -> Exporting | None:

@@ -148,6 +148,15 @@ class Settings(BaseSettings):
     #: is followed whatever this is.
     trace_sample_ratio: float = Field(1.0, ge=0.0, le=1.0)
 
+    # -- policy change (issue 19; decisions 480-499) --------------------------------------
+    #: A candidate bundle evaluated beside the active one on every decision, after its
+    #: answer is committed and off the response path; never enforced. Each divergence is
+    #: a ``policy.shadow_divergence`` log event and counted in ``/metrics``.
+    shadow_policy: Path | None = None
+    #: How often each replica polls the database for the bundle ``warden policy activate``
+    #: promoted (s); 0 = never (the replica serves what it started with).
+    policy_poll_interval_s: float = Field(2.0, ge=0)
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper_level(cls, v: object) -> object:

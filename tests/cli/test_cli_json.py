@@ -106,12 +106,14 @@ def test_every_schema_is_valid_and_listed() -> None:
         "export.json",
         "keys-list.json",
         "log-check.json",
+        "policy-activate.json",
         "policy-check.json",
         "policy-explain.json",
         "policy-test.json",
         "replay-agentdojo.json",
         "replay-efficacy.json",
         "verify.json",
+        "whatif.json",
         "witness.json",
     ]
     docs = (ROOT / "docs" / "cli-json.md").read_text(encoding="utf-8")

@@ -84,6 +84,13 @@ def rule_label(
     return "none"
 
 
+class ShadowHook(Protocol):
+    """Takes a final decision's request for shadow evaluation after its answer is
+    committed (:class:`warden.whatif.shadow.ShadowWorker`). Must not block or raise."""
+
+    def submit(self, wire: str, request: Any) -> None: ...
+
+
 class DecisionObservers:
     """The observers of one Guardian; thread-safe to call (observers are set at start-up).
 
@@ -95,6 +102,12 @@ class DecisionObservers:
         self._effects = effects or {}
         #: Set at start-up when traces are exported (``otlp_endpoint``); None: no spans.
         self.tracer: DecisionTracer | None = None
+        #: Set at start-up with ``shadow_policy`` (issue 19); None: no shadow evaluation.
+        self.shadow: ShadowHook | None = None
+
+    def set_effects(self, effects: dict[str, str]) -> None:
+        """The rule effects of a newly activated bundle (``warden policy activate``)."""
+        self._effects = effects
 
     def add(self, observer: DecisionObserver) -> None:
         self._observers.append(observer)

@@ -192,6 +192,9 @@ class Pipeline:
         observers.decided(wire, decided.verdict, decided.started)
         if observers.tracer is not None:
             observers.tracer.decided(wire, decided, decided.verdict, audit=audit, parent=parent)
+        if observers.shadow is not None:
+            # Shadow mode (issue 19): a queue put; the candidate runs on its own thread.
+            observers.shadow.submit(wire, decided.request)
 
     def finished_after(
         self,
@@ -231,6 +234,8 @@ class Pipeline:
         )
         if observers.tracer is not None:
             observers.tracer.decided_raw(wire, verdict, started, decided=decided, audit=audit)
+        if observers.shadow is not None and decided is not None:
+            observers.shadow.submit(wire, decided.request)
 
 
 def abandon(gates: Sequence[Gate], why: str) -> Generator[Offload, Any, None]:

@@ -115,6 +115,14 @@ class PolicyEngine:
                 self._needs[candidates] = needed
         return needed
 
+    def reads(self, request: ActionRequest) -> dict[str, Any]:
+        """The CEL variables (``data`` aside) the rules that can match ``request`` read:
+        with ``method``, the tool name and the hook's permitted dispositions they decide
+        its evaluation, so equal reads give equal verdicts (``warden whatif`` memoizes on
+        them)."""
+        candidates = self._index.candidates(request.method, request.tool_name)
+        return facts_for(request, self._variables(candidates))
+
     def evaluate(self, request: ActionRequest, *, explain: bool = False) -> Evaluation:
         """Evaluate ``request``. Raises :class:`CouldNotDecide` on any engine error.
 

@@ -7,8 +7,9 @@ further. ``/adcp/<task>`` and ``/mcp`` are the AdCP governance agent
 Governed Agent Spend REST wire (bearer token; see
 :mod:`warden.wire.spend`), the approval desk's and the action request wire's
 (:mod:`warden.wire.kla`). ``GET /healthz`` is liveness; ``GET /readyz`` checks
-the store reads and takes a write (503 otherwise); ``/openapi.json`` documents the
-HTTP routes.
+the store reads and takes a write (503 otherwise) and names the bundle this replica
+serves beside the one `warden policy activate` promoted; ``/openapi.json`` documents
+the HTTP routes.
 """
 
 from __future__ import annotations
@@ -210,7 +211,7 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
         try:
             # Off the event loop and bounded: a database that hangs makes this replica
             # "unavailable" in 5 s, and never stalls the requests served beside the probe.
-            await asyncio.wait_for(asyncio.to_thread(_ready, runtime), READY_TIMEOUT_S)
+            policy = await asyncio.wait_for(asyncio.to_thread(_ready, runtime), READY_TIMEOUT_S)
         except TimeoutError:
             return JSONResponse(
                 {"status": "unavailable", "reason": "store_timeout"}, status_code=503
@@ -218,7 +219,9 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
         except Exception as exc:  # noqa: BLE001 - any store failure means not ready
             reason = exc.reason if isinstance(exc, WardenError) else "store_unavailable"
             return JSONResponse({"status": "unavailable", "reason": reason}, status_code=503)
-        return JSONResponse({"status": "ready", "bundle": runtime.bundle.ref.to_wire()})
+        return JSONResponse(
+            {"status": "ready", "bundle": runtime.guardian.engine.bundle.ref.to_wire(), **policy}
+        )
 
     fallback: ASGIApp = app if mcp_endpoint is None else PathMount(MCP_PATH, mcp_endpoint, app)
     endpoint = AcsEndpoint(runtime.acs, committer, fallback)
@@ -242,11 +245,25 @@ def adcp_jwks(runtime: Runtime) -> dict[str, Any]:
     return {"keys": keys}
 
 
-def _ready(runtime: Runtime) -> None:
+def _ready(runtime: Runtime) -> dict[str, Any]:
     """The store answers a read and takes a write (rolled back): a database that is
-    reachable but refuses writes (lock held, read-only, full) is not ready either."""
+    reachable but refuses writes (lock held, read-only, full) is not ready either.
+    Returns the policy members of the answer (issue 19): ``active_bundle`` (the digest
+    `warden policy activate` promoted, null if none), ``bundle_current`` (this replica
+    serves it, or nothing was promoted) and the shadow candidate's reference."""
+    from warden.policy.activation import active_row
+
     runtime.store.ping()
     runtime.store.probe_write()
+    row = active_row(runtime.store)
+    served = runtime.guardian.engine.bundle.ref.digest
+    out: dict[str, Any] = {
+        "active_bundle": row.digest if row is not None else None,
+        "bundle_current": row is None or row.digest == served,
+    }
+    if runtime.shadow is not None:
+        out["shadow_bundle"] = runtime.shadow.candidate.ref.to_wire()
+    return out
 
 
 class PathMount:

@@ -18,6 +18,9 @@ collide. Series (all prefixed ``warden_``):
 - ``webhook_outbox_depth`` (pending + sending deliveries), ``webhook_deliveries{status}``,
   ``webhook_delivery_failures`` (deliveries that failed for good).
 - ``replica_info{replica_id,hostname,pid,version,bundle_id,bundle_version,bundle_digest}``.
+- with ``shadow_policy`` (issue 19): ``shadow_evaluations_total{wire}``,
+  ``shadow_divergences_total{wire,kind,active,shadow}`` (kind ``loosened``,
+  ``tightened`` or ``rules``; the two decisions) and ``shadow_dropped_total``.
 - ``metrics_store_up``: 1 if the scrape-time reads answered, else 0 (those series are
   then absent, never reported as zero).
 
@@ -36,7 +39,7 @@ import os
 import socket
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -46,13 +49,18 @@ from prometheus_client import (
     Info,
     generate_latest,
 )
-from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+)
 from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from warden import __version__
 from warden.core.observe import Wire
+from warden.core.types import BundleRef
 from warden.identity.api_keys import Role
 from warden.store.metrics_sql import (
     budget_levels,
@@ -110,11 +118,19 @@ class WardenMetrics:
             buckets=COMMIT_BUCKETS,
             registry=self.registry,
         )
-        replica = Info("warden_replica", "This replica's identity.", registry=self.registry)
-        ref = runtime.bundle.ref
-        replica.info(
+        self.replica = Info("warden_replica", "This replica's identity.", registry=self.registry)
+        self.set_bundle(runtime.guardian.engine.bundle.ref)
+        self.registry.register(StoreCollector(runtime))
+        if runtime.shadow is not None:
+            self.registry.register(ShadowCollector(runtime.shadow))
+        runtime.guardian.observers.add(self.observe_decision)
+
+    def set_bundle(self, ref: BundleRef) -> None:
+        """``warden_replica_info`` naming the bundle served now (at start, and after
+        ``warden policy activate`` swapped it)."""
+        self.replica.info(
             {
-                "replica_id": runtime.settings.replica_id
+                "replica_id": self.runtime.settings.replica_id
                 or f"{socket.gethostname()}:{os.getpid()}",
                 "hostname": socket.gethostname(),
                 "pid": str(os.getpid()),
@@ -124,8 +140,6 @@ class WardenMetrics:
                 "bundle_digest": ref.digest,
             }
         )
-        self.registry.register(StoreCollector(runtime))
-        runtime.guardian.observers.add(self.observe_decision)
 
     def observe_decision(self, wire: Wire, decision: str, rule: str, seconds: float) -> None:
         """A :data:`~warden.core.observe.DecisionObserver`."""
@@ -251,6 +265,39 @@ class StoreCollector(Collector):
         for status in ("pending", "sending", "delivered", "failed"):
             by_status.add_metric([status], outbox.get(status, 0))
         yield by_status
+
+
+class ShadowCollector(Collector):
+    """The shadow worker's counts (:class:`warden.whatif.shadow.ShadowWorker`)."""
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+
+    def describe(self) -> Iterable[CounterMetricFamily]:
+        return []
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        evaluated = CounterMetricFamily(
+            "warden_shadow_evaluations",
+            "Decisions the shadow candidate evaluated, by wire.",
+            labels=["wire"],
+        )
+        for wire, n in sorted(self.worker.evaluated.items()):
+            evaluated.add_metric([wire], n)
+        yield evaluated
+        diverged = CounterMetricFamily(
+            "warden_shadow_divergences",
+            "Decisions where the shadow candidate differed from the active bundle.",
+            labels=["wire", "kind", "active", "shadow"],
+        )
+        for key, n in sorted(self.worker.diverged.items()):
+            diverged.add_metric(list(key), n)
+        yield diverged
+        dropped = CounterMetricFamily(
+            "warden_shadow_dropped", "Shadow evaluations dropped because the queue was full."
+        )
+        dropped.add_metric([], self.worker.dropped)
+        yield dropped
 
 
 def _gauge_histogram(

@@ -15,6 +15,8 @@ identity registry, ``agents`` and ``agent_keys``; 0010 the transparency log:
 ``entries.log_index``, ``log_state``, ``log_events``, ``log_checkpoints``, ``log_cosignatures``;
 0013 AdCP RFC 9421: ``adcp_signing_keys`` (agents' JWKs) and ``adcp_signature_nonces``
 (the durable replay cache).
+0014 policy change: ``policy_bundles`` (the source of every bundle loaded or activated, by
+digest) and ``policy_active`` (the bundle to serve).
 """
 
 from __future__ import annotations
@@ -450,4 +452,30 @@ log_cosignatures = Table(
     Column("timestamp", BigInteger, nullable=False),
     Column("received_at", String(40), nullable=False),
     PrimaryKeyConstraint("tree_size", "witness", "key_id", name="pk_log_cosignatures"),
+)
+
+# -- policy change (migration 0014) ------------------------------------------------------
+
+#: The source of every bundle a replica loaded or `warden policy activate` promoted, by
+#: content digest (what `warden whatif` re-runs a recorded decision's bundle from).
+policy_bundles = Table(
+    "policy_bundles",
+    metadata,
+    Column("digest", String(80), primary_key=True),
+    Column("bundle_id", Text, nullable=False),
+    Column("version", Text, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("created_at", String(40), nullable=False),
+)
+
+#: One row (id 1): the bundle every replica serves once `warden policy activate` ran;
+#: ``generation`` counts activations.
+policy_active = Table(
+    "policy_active",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("digest", String(80), nullable=False),
+    Column("generation", BigInteger, nullable=False),
+    Column("activated_at", String(40), nullable=False),
+    Column("activated_by", Text, nullable=False),
 )
