@@ -34,7 +34,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from warden.core.tool_names import fold_patterns, matches_any
+from warden.core.tool_names import fold, fold_patterns, matches_any
 
 
 class _Strict(BaseModel):
@@ -199,10 +199,11 @@ class ProvenanceSpec(_Strict):
 
     def sink_arguments(self, tool: str) -> tuple[str, ...]:
         """The destination arguments the bundle declares for ``tool`` (the first glob in
-        ``sinks`` matching it, caselessly: matching more is stricter); () for none."""
-        folded = tool.casefold()
+        ``sinks`` matching it, both folded as tool names are (decision 166): matching
+        more is stricter); () for none."""
+        folded = fold(tool)
         for pattern, names in self.sinks.items():
-            if fnmatch.fnmatchcase(folded, pattern.casefold()):
+            if fnmatch.fnmatchcase(folded, fold(pattern)):
                 return tuple(names)
         return ()
 

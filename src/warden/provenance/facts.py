@@ -10,9 +10,9 @@ and in canonical URL / e-mail form (:mod:`.forms`). The label is
 
 - ``untrusted`` (lineage: that output) when one form of a text leaf (at least
   ``inference_min_length`` characters) appears in an earlier untrusted tool output of
-  the session and in no user message, or the leaf contains a token of such an output
-  (whitespace-separated, at least :data:`~.graph.TOKEN_MIN` characters) that no user
-  message contains;
+  the session and in no user message, or the leaf, found whole in neither the user's
+  words nor a trusted output, contains a token of such an output (whitespace-separated,
+  at least :data:`~.graph.TOKEN_MIN` characters) that no user message contains;
 - ``trusted`` when every text leaf is found in the user's own messages (the user typed
   it) or in a trusted output (lineage: that output);
 - otherwise the argument is ``unknown``: the bundle's ``unknown_trust`` (default
@@ -175,15 +175,17 @@ def _infer(
                     return ArgLabel(name, Trust.UNTRUSTED, (out.provenance_id,), True, raw, False)
             if found_trusted is None:
                 found_trusted = next((o for o in trusted if o.contains(norm, canon)), None)
-        if not found_user:
-            # A token of an untrusted output inside a longer value (a URL in a message).
+        if not found_user and found_trusted is None:
+            # A token of an untrusted output inside a longer value (a URL in a message);
+            # not when the whole value was found in the user's words or a trusted output
+            # (that is where it came from: a hotel's address that a review also names).
             norm = normalise(leaf)
             canon = canonical(norm)
             for out in untrusted:
-                for tok in out.tokens:
-                    if (tok in norm or canonical(tok) in canon) and not any(
-                        tok in u for u in users
-                    ):
+                hits = [t for t in out.tokens if t in norm]
+                hits += [t for t, c in out.canon_tokens if c in canon]
+                for tok in hits:
+                    if not any(tok in u for u in users):
                         return ArgLabel(
                             name, Trust.UNTRUSTED, (out.provenance_id,), True, tok, False
                         )

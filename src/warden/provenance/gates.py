@@ -143,7 +143,7 @@ def fides(view: ProvenanceView) -> list[Finding]:
                     },
                 )
             )
-    if spec.p_f != "off" and view.external_sink:
+    if spec.p_f != "off" and view.external_sink and _destination_in_doubt(view):
         leaks = []
         for a in view.args.values():
             conf = [
@@ -181,6 +181,16 @@ def fides(view: ProvenanceView) -> list[Finding]:
                 )
             )
     return found
+
+
+def _destination_in_doubt(view: ProvenanceView) -> bool:
+    """Whether P-F looks at this external sink: always, unless the bundle's
+    ``argument_scope`` is ``sinks`` and every declared destination argument of the call
+    is trusted (the user chose where the data goes, so sending it there is the task)."""
+    if view.spec.argument_scope != "sinks":
+        return True
+    names = [n for n in view.spec.sink_arguments(view.tool) if n in view.args]
+    return not names or any(view.risky(view.args[n]) for n in names)
 
 
 def ibac(view: ProvenanceView) -> list[Finding]:

@@ -119,13 +119,24 @@ class OutputText:
     step_id: str
     tokens: frozenset[str] = frozenset()
     canon: str = ""
+    #: The tokens whose canonical form differs from the token (URLs, e-mail addresses),
+    #: as (token, canonical form).
+    canon_tokens: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, raw: str, provenance_id: str, source_id: str, step_id: str) -> OutputText:
         text = normalise(raw)
         canon = canonical(text)
+        toks = tokens(raw)
+        pairs = tuple((t, c) for t in sorted(toks) if (c := canonical(t)) != t and c)
         return cls(
-            text, provenance_id, source_id, step_id, tokens(raw), canon if canon != text else ""
+            text,
+            provenance_id,
+            source_id,
+            step_id,
+            toks,
+            canon if canon != text else "",
+            pairs,
         )
 
     def contains(self, norm: str, canon: str) -> bool:
