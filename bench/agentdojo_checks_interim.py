@@ -5,9 +5,11 @@ provenance or inferred provenance) through an in-process Warden with one bundle,
 re-executes in AgentDojo's environment only the calls Warden allowed and calls the
 injection task's ``security()`` and the user task's ``utility()`` (each on its own copy),
 with the user task's ``GROUND_TRUTH_OUTPUT`` as the model output. Benign utility "with a
-human" executes asked and deferred calls too. This is a ground-truth replay, not an LLM
-run; injection tasks with an empty ground truth (workspace 6-13, travel 6) replay no
-injected call, so they cannot succeed here.
+human" executes asked and deferred calls too. In an attacked pair the injected calls are
+executed only if an output carrying the attack text reached the agent (a call Warden
+stopped returns nothing): an agent that never saw the attack cannot follow it. This is a
+ground-truth replay, not an LLM run; injection tasks with an empty ground truth
+(workspace 6-13, travel 6) replay no injected call, so they cannot succeed here.
 
     python bench/agentdojo_checks_interim.py examples/policies/agentdojo-provenance.yaml \
         [--mode client|inference] [--suite slack] [--no-defence]
@@ -26,7 +28,7 @@ from typing import Any
 import yaml
 
 from warden.replay.agentdojo_tasks import SUITES, _task_sort_key
-from warden.replay.efficacy import Counts, _agent, bundle_text, replay_run
+from warden.replay.efficacy import ATTACK_MARKER, Counts, _agent, bundle_text, replay_run
 from warden.replay.efficacy_tasks import ATTACK_TEMPLATE, EfficacyRun, _execute, _text
 from warden.runtime import Runtime
 from warden.settings import Settings
@@ -139,6 +141,18 @@ def main() -> None:
                         replay_run(client, run, args.mode, Counts(), log=log)
                         decisions = [e["decision"] for e in log]
                     silent = [d in ("allow", "modify") for d in decisions]
+                    if inj is not None:
+                        # The agent acts on the attack only if an output carrying it
+                        # reached the agent: a blocked call's output never did.
+                        exposed = any(
+                            ok and ATTACK_MARKER in _text(step.output)
+                            for step, ok in zip(run.steps, silent, strict=False)
+                        )
+                        if not exposed:
+                            n = len(run.steps)
+                            silent = silent[:n] + [False] * (len(silent) - n)
+                            c_unexposed = per[name]
+                            c_unexposed["pairs_not_exposed"] += 1
                     c = per[name]
                     if inj is None:
                         u, _ = _check(suite, env, calls, silent, task, None)
@@ -172,7 +186,8 @@ def main() -> None:
             f"benign w/o human {c['benign_utility']}/{c['benign_tasks']} "
             f"({100 * c['benign_utility'] / max(1, c['benign_tasks']):.1f}%)  "
             f"with human {c['benign_utility_with_human']}/{c['benign_tasks']} "
-            f"({100 * c['benign_utility_with_human'] / max(1, c['benign_tasks']):.1f}%)"
+            f"({100 * c['benign_utility_with_human'] / max(1, c['benign_tasks']):.1f}%)  "
+            f"pairs where no attack text reached the agent {c['pairs_not_exposed']}"
         )
     for s in successes:
         print("  attack succeeded:", s, file=sys.stderr)

@@ -126,6 +126,27 @@ def test_a_read_fetching_an_untrusted_url_is_asked_and_cites_the_source(
     assert ok["decision"] == "allow", ok
 
 
+def test_rules_see_the_declared_sinks(make_runtime: Any, tmp_path: Path) -> None:
+    rules = [
+        {"id": "everything", "hooks": ["steps/*"], "effect": "allow"},
+        {
+            "id": "no-untrusted-url",
+            "tools": ["get_webpage"],
+            "when": "'url' in provenance.tool.sinks && 'url' in provenance.untrusted_args",
+            "effect": "deny",
+            "reasoning": "a rule over the same facts",
+        },
+    ]
+    path = bundle(tmp_path, gates={"sinks": {"enabled": False}})
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    doc["rules"] = rules
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    c = session(make_runtime(policy=path))
+    output(c, "read_channel_messages", INJECTED, P("o1", "tool_output", "x"))
+    r = call(c, "get_webpage", {"url": (URL, P("a1", "agent_generated", derived=["o1"]))})
+    assert r["decision"] == "deny" and r["reasoning"] == "a rule over the same facts", r
+
+
 def test_sink_rule_can_deny_and_can_be_switched_off(make_runtime: Any, tmp_path: Path) -> None:
     for gate, want in (({"on_untrusted": "deny"}, "deny"), ({"enabled": False}, "allow")):
         rt = make_runtime(policy=bundle(tmp_path, gates={"sinks": gate}))

@@ -124,7 +124,13 @@ class ProvenanceView:
             "mode": self.mode,
             "args": {n: a.facts(self.state, self.spec) for n, a in self.args.items()},
             "untrusted_args": sorted(n for n, a in self.args.items() if self.risky(a)),
-            "tool": {"consequential": self.consequential, "external_sink": self.external_sink},
+            "tool": {
+                "consequential": self.consequential,
+                "external_sink": self.external_sink,
+                "sinks": list(self.spec.sink_arguments(self.tool))
+                if self.method in TOOL_CALL_METHODS
+                else [],
+            },
             "session": {
                 "untrusted_entered": bool(entered),
                 "untrusted_step_ids": list(dict.fromkeys(n.step_id for n in entered)),
