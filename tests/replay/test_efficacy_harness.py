@@ -16,7 +16,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-from warden.replay.efficacy import PARADIGMS, run_efficacy
+from warden.replay.efficacy import PARADIGMS, Results, results_document, run_efficacy
 
 BUNDLE = ROOT / "examples" / "policies" / "agentdojo-provenance.yaml"
 STRICT = Path(__file__).parent / "agentdojo-provenance-strict.yaml"
@@ -35,8 +35,12 @@ PINNED = {
 }
 
 
-def _rows(bundle: Path, tmp_path: Path) -> dict[tuple[str, str], tuple[int, ...]]:
+def _rows(
+    bundle: Path, tmp_path: Path, keep: list[Results] | None = None
+) -> dict[tuple[str, str], tuple[int, ...]]:
     results = run_efficacy(bundle, suites=["banking"], user_tasks=2, work_dir=tmp_path)
+    if keep is not None:
+        keep.append(results)
     got = {}
     for (paradigm, mode), per_suite in results.items():
         c = per_suite["banking"].c
@@ -91,9 +95,33 @@ PINNED_SHIPPED = {
 
 
 def test_efficacy_counts_of_the_shipped_bundle(tmp_path: Path) -> None:
-    got = _rows(BUNDLE, tmp_path)
+    kept: list[Results] = []
+    got = _rows(BUNDLE, tmp_path, kept)
     assert {p: got[(p, "client")] for p in PARADIGMS} == PINNED_SHIPPED
     assert {p: got[(p, "inference")] for p in PARADIGMS} == PINNED_SHIPPED
+    # The output names the gates that stopped each benign task (issue 20 item 3).
+    doc = results_document(kept[0])
+    combined = next(
+        c for c in doc["configurations"] if (c["paradigm"], c["mode"]) == ("combined", "client")
+    )
+    assert combined["benign_stops"] == [
+        {
+            "suite": "banking",
+            "user_task": "user_task_0",
+            "tool": "send_money",
+            "decision": "ask",
+            "gates": combined["benign_stops"][0]["gates"],
+            "reason_codes": combined["benign_stops"][0]["reason_codes"],
+        }
+    ]
+    assert {"sinks", "camel"} <= set(combined["benign_stops"][0]["gates"])
+    assert "untrusted_destination" in combined["benign_stops"][0]["reason_codes"]
+    assert combined["all"]["benign_stopped_by_sinks"] == 1
+    ibac_only = next(
+        c for c in doc["configurations"] if (c["paradigm"], c["mode"]) == ("ibac", "client")
+    )
+    # IBAC alone: only the sink rule (on everywhere) stops user_task_0's bill payment.
+    assert ibac_only["benign_stops"][0]["gates"] == ["sinks"]
 
 
 def test_efficacy_cli(tmp_path: Path) -> None:
