@@ -260,7 +260,9 @@ def test_ibac_defer_validates(make: Callable[..., Runtime]) -> None:
 
 
 def test_aarm_cumulative_taint(make: Callable[..., Runtime]) -> None:
-    rt = make({"aarm": {"enabled": True, "on_taint": "ask"}})
+    # Session-wide taint is the strict opt-in since issue 20 (taint: session); this test
+    # asserts what it asserted when it was the default.
+    rt = make({"aarm": {"enabled": True, "on_taint": "ask", "taint": "session"}})
     clean = start(rt)
     user(clean, "pay")
     assert transfer(clean, prov("a", "user_input"))["decision"] == "allow"
@@ -278,7 +280,9 @@ def test_aarm_cumulative_taint(make: Callable[..., Runtime]) -> None:
 
 
 def test_aarm_lookback_window(make: Callable[..., Runtime]) -> None:
-    rt = make({"aarm": {"enabled": True, "on_taint": "deny", "lookback_steps": 2}})
+    rt = make(
+        {"aarm": {"enabled": True, "on_taint": "deny", "lookback_steps": 2, "taint": "session"}}
+    )
     c = start(rt)
     tool_output(c, "read_file", "hello", pid="o1")
     user(c, "one", "u1")

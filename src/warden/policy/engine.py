@@ -72,7 +72,7 @@ NO_PROVENANCE: dict[str, Any] = {
     "mode": "off",
     "args": {},
     "untrusted_args": [],
-    "tool": {"consequential": False, "external_sink": False},
+    "tool": {"consequential": False, "external_sink": False, "sinks": []},
     "session": {
         "untrusted_entered": False,
         "untrusted_step_ids": [],

@@ -6,6 +6,11 @@ refused). Shape (every member optional)::
     provenance:
       consequential_tools: [send_money, send_email, "delete_*"]   # globs
       external_sinks: [send_email, post_webpage]                  # globs
+      sinks:                             # destination arguments per tool glob (issue 20)
+        get_webpage: [url]
+        send_email: [recipients, cc, bcc]
+      argument_scope: all                # all | sinks: which arguments FIDES P-T and
+                                         # AARM (taint: arguments) look at
       trusted_sources: [get_iban]        # source_id globs whose untrusted-origin data is trusted
       confidential_sources: [read_file]  # source_id globs whose data is confidential (FIDES P-F)
       unknown_trust: untrusted           # how gates treat an argument of unknown trust
@@ -17,8 +22,9 @@ refused). Shape (every member optional)::
       gates:
         fides: {enabled: true, p_t: ask, p_f: deny}
         ibac: {enabled: true, on_mismatch: ask, scope: consequential}
-        aarm: {enabled: true, on_taint: ask, lookback_steps: 0}
+        aarm: {enabled: true, on_taint: ask, lookback_steps: 0, taint: arguments}
         camel: {enabled: true, on_violation: deny, protected_arguments: {send_money: [recipient]}}
+        sinks: {enabled: true, on_untrusted: ask}
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from warden.core.tool_names import fold_patterns, matches_any
+from warden.core.tool_names import fold, fold_patterns, matches_any
 
 
 class _Strict(BaseModel):
@@ -72,12 +78,28 @@ class IbacSpec(_Strict):
 
 
 class AarmSpec(_Strict):
-    """AARM: once untrusted content entered the session (within ``lookback_steps`` steps;
-    0 = the whole session), consequential calls are asked or denied."""
+    """AARM: untrusted content that entered the session (within ``lookback_steps`` steps;
+    0 = the whole session) makes a consequential call asked or denied.
+
+    ``taint`` says which content counts: ``arguments`` (the default, issue 20) only the
+    untrusted content the call's arguments derive from (their lineage, within the
+    bundle's ``argument_scope``); ``session`` (strict, opt-in) any untrusted content the
+    session ever read, whatever the call's arguments are (``aarm_cumulative_taint``)."""
 
     enabled: bool = False
     on_taint: Literal["ask", "deny"] = "ask"
     lookback_steps: int = Field(default=0, ge=0, strict=True)
+    taint: Literal["arguments", "session"] = "arguments"
+
+
+class SinksSpec(_Strict):
+    """The destination rule (issue 20): an argument the bundle's ``sinks`` names (where
+    data goes or comes from: a URL, a recipient, an IBAN, a channel) whose value derives
+    from untrusted content is ``on_untrusted`` (at least an ask), for any tool, reads
+    included. On by default; it fires only for the arguments ``sinks`` declares."""
+
+    enabled: bool = True
+    on_untrusted: Literal["ask", "deny"] = "ask"
 
 
 class CamelSpec(_Strict):
@@ -111,6 +133,7 @@ class GatesSpec(_Strict):
     ibac: IbacSpec = IbacSpec()
     aarm: AarmSpec = AarmSpec()
     camel: CamelSpec = CamelSpec()
+    sinks: SinksSpec = SinksSpec()
 
 
 class ProvenanceSpec(_Strict):
@@ -118,6 +141,13 @@ class ProvenanceSpec(_Strict):
 
     consequential_tools: list[str] = Field(default_factory=list)
     external_sinks: list[str] = Field(default_factory=list)
+    #: Destination arguments per tool glob (the first glob matching the tool, caselessly,
+    #: gives its list): where data goes or comes from. Read by the sink rule, and by
+    #: FIDES P-T and argument-taint AARM when ``argument_scope`` is ``sinks``.
+    sinks: dict[str, list[str]] = Field(default_factory=dict)
+    #: Which arguments FIDES P-T and AARM (``taint: arguments``) look at: ``all`` of a
+    #: consequential call's arguments, or only its ``sinks`` (issue 20, decision 522).
+    argument_scope: Literal["all", "sinks"] = "all"
     trusted_sources: list[str] = Field(default_factory=list)
     confidential_sources: list[str] = Field(default_factory=list)
     #: Fail closed by default: an argument without provenance, or deriving from ids Warden
@@ -150,13 +180,36 @@ class ProvenanceSpec(_Strict):
                     f"gates {', '.join(need)} are enabled but consequential_tools is empty, "
                     "so they can never fire; list the tools they guard"
                 )
+        if self.argument_scope == "sinks" and not self.sinks:
+            problems.append(
+                "argument_scope is sinks but the bundle declares no sinks, so FIDES P-T and "
+                "AARM would look at no argument; declare the destination arguments in sinks"
+            )
         if problems:
             raise ValueError("; ".join(problems))
         return self
 
     def enabled_gates(self) -> list[str]:
-        """The names of the gates switched on, in order."""
-        return [n for n in ("fides", "ibac", "aarm", "camel") if getattr(self.gates, n).enabled]
+        """The names of the gates switched on, in order (``sinks`` only when the bundle
+        declares destination arguments)."""
+        names = [n for n in ("fides", "ibac", "aarm", "camel") if getattr(self.gates, n).enabled]
+        if self.gates.sinks.enabled and self.sinks:
+            names.append("sinks")
+        return names
+
+    def sink_arguments(self, tool: str) -> tuple[str, ...]:
+        """The destination arguments the bundle declares for ``tool`` (the first glob in
+        ``sinks`` matching it, both folded as tool names are (decision 166): matching
+        more is stricter); () for none."""
+        folded = fold(tool)
+        for pattern, names in self.sinks.items():
+            if fnmatch.fnmatchcase(folded, fold(pattern)):
+                return tuple(names)
+        return ()
+
+    def guards(self, tool: str, arg: str) -> bool:
+        """Whether FIDES P-T and argument-taint AARM look at ``arg`` of ``tool``."""
+        return self.argument_scope == "all" or arg in self.sink_arguments(tool)
 
     # Caseless where matching more is stricter (a gate guards more calls, more sources
     # count as confidential); exact where it would loosen (trusted sources, and CaMeL's

@@ -3,16 +3,22 @@
 Built by :func:`view_for` from the session's state before the step and the step's own
 payload. Per argument: its derived trust, origins, source ids and lineage (client
 provenance), or — in inference mode, for an argument without provenance — an inferred
-label: ``untrusted`` when, after normalising both sides (:func:`~.graph.normalise`:
-NFKC, case-folded, whitespace and format characters removed),
+label. Both sides are normalised (:func:`~.graph.normalise`: NFKC, case-folded,
+whitespace and format characters such as zero-width spaces removed), and each argument
+leaf is also tried decoded (percent-encoding, base64, hex of values of at least 8 bytes)
+and in canonical URL / e-mail form (:mod:`.forms`). The label is
 
-- one of its text leaves (at least ``inference_min_length`` characters) appears in an
-  earlier untrusted tool output of the session and in no user message, or
-- it contains a token of such an output (whitespace-separated, at least
-  :data:`~.graph.TOKEN_MIN` characters) that no user message contains.
+- ``untrusted`` (lineage: that output) when one form of a text leaf (at least
+  ``inference_min_length`` characters) appears in an earlier untrusted tool output of
+  the session and in no user message, or the leaf, found whole in neither the user's
+  words nor a trusted output, contains a token of such an output (whitespace-separated,
+  at least :data:`~.graph.TOKEN_MIN` characters) that no user message contains;
+- ``trusted`` when every text leaf is found in the user's own messages (the user typed
+  it) or in a trusted output (lineage: that output);
+- otherwise the argument is ``unknown``: the bundle's ``unknown_trust`` (default
+  ``untrusted``) says how the gates treat it.
 
-An argument neither sent with provenance nor inferred is ``unknown``: the bundle's
-``unknown_trust`` (default ``untrusted``) says how the gates treat it.
+What inference cannot see is listed in docs/provenance.md ("What inference cannot see").
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from warden.provenance.config import ProvenanceSpec
+from warden.provenance.forms import canonical, raw_forms
 from warden.provenance.graph import (
     INTENT_STEPS,
+    OutputText,
     Override,
     SessionProvenance,
     intake,
@@ -116,7 +124,13 @@ class ProvenanceView:
             "mode": self.mode,
             "args": {n: a.facts(self.state, self.spec) for n, a in self.args.items()},
             "untrusted_args": sorted(n for n, a in self.args.items() if self.risky(a)),
-            "tool": {"consequential": self.consequential, "external_sink": self.external_sink},
+            "tool": {
+                "consequential": self.consequential,
+                "external_sink": self.external_sink,
+                "sinks": list(self.spec.sink_arguments(self.tool))
+                if self.method in TOOL_CALL_METHODS
+                else [],
+            },
             "session": {
                 "untrusted_entered": bool(entered),
                 "untrusted_step_ids": list(dict.fromkeys(n.step_id for n in entered)),
@@ -138,22 +152,59 @@ class ProvenanceView:
 def _infer(
     state: SessionProvenance, spec: ProvenanceSpec, name: str, value: Any
 ) -> ArgLabel | None:
-    """An inferred untrusted label for an argument copied from an earlier tool output
-    (module docstring)."""
-    outputs = [o for o in state.outputs if state.trust(o.provenance_id, spec) is Trust.UNTRUSTED]
-    if not outputs:
-        return None
+    """The inferred label of an argument sent without provenance (module docstring):
+    untrusted when copied from an untrusted tool output, trusted when every text leaf is
+    in the user's words (or copied from a trusted output), None (unknown) otherwise."""
+    untrusted: list[OutputText] = []
+    trusted: list[OutputText] = []
+    for o in state.outputs:
+        (untrusted if state.trust(o.provenance_id, spec) is Trust.UNTRUSTED else trusted).append(o)
     users = state.user_texts
+    user_canon = [canonical(u) for u in users] if users else []
+    least = spec.inference_min_length
+    all_known = True
+    source: OutputText | None = None
+    matched_any = ""
     for leaf in leaves(value):
-        norm = normalise(leaf)
-        if len(norm) >= spec.inference_min_length and not any(norm in u for u in users):
-            for out in outputs:
-                if norm in out.text:
-                    return ArgLabel(name, Trust.UNTRUSTED, (out.provenance_id,), True, leaf, False)
-        for out in outputs:
-            for tok in out.tokens:
-                if tok in norm and not any(tok in u for u in users):
-                    return ArgLabel(name, Trust.UNTRUSTED, (out.provenance_id,), True, tok, False)
+        found_user = False
+        found_trusted: OutputText | None = None
+        for raw in raw_forms(leaf):
+            norm = normalise(raw)
+            if len(norm) < least:
+                continue
+            canon = canonical(norm)
+            if any(norm in u for u in users) or any(canon in u for u in user_canon):
+                found_user = True
+                break
+            for out in untrusted:
+                if out.contains(norm, canon):
+                    return ArgLabel(name, Trust.UNTRUSTED, (out.provenance_id,), True, raw, False)
+            if found_trusted is None:
+                found_trusted = next((o for o in trusted if o.contains(norm, canon)), None)
+        if not found_user and found_trusted is None:
+            # A token of an untrusted output inside a longer value (a URL in a message);
+            # not when the whole value was found in the user's words or a trusted output
+            # (that is where it came from: a hotel's address that a review also names).
+            norm = normalise(leaf)
+            canon = canonical(norm)
+            for out in untrusted:
+                hits = [t for t in out.tokens if t in norm]
+                hits += [t for t, c in out.canon_tokens if c in canon]
+                for tok in hits:
+                    if not any(tok in u for u in users):
+                        return ArgLabel(
+                            name, Trust.UNTRUSTED, (out.provenance_id,), True, tok, False
+                        )
+        if found_user:
+            matched_any = matched_any or leaf
+        elif found_trusted is not None:
+            source = source or found_trusted
+            matched_any = matched_any or leaf
+        else:
+            all_known = False
+    if all_known and matched_any:
+        lineage = (source.provenance_id,) if source is not None else ()
+        return ArgLabel(name, Trust.TRUSTED, lineage, True, matched_any, False)
     return None
 
 

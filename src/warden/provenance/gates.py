@@ -12,8 +12,12 @@ wins, and every finding adds its reason codes, a ``policy_references`` entry
 - ``fides_p_f_violation``: an external sink takes data from a confidential source.
 - ``ibac_intent_mismatch`` (+ ``ibac_scope_mode_strict`` under a strict intent): the
   call's capability is outside the session's parsed intent.
+- ``aarm_argument_taint``: an argument of a consequential call derives from untrusted
+  content that entered the session (AARM ``taint: arguments``, the default).
 - ``aarm_cumulative_taint``: untrusted content entered the session before a
-  consequential call.
+  consequential call (AARM ``taint: session``, the strict opt-in).
+- ``untrusted_destination``: a destination argument (the bundle's ``sinks``: a URL, a
+  recipient, an account, a channel) derives from untrusted content, on any tool.
 - ``camel_dependency_graph_violation`` (+ ``untrusted_into_consequential``): a protected
   argument's dependency graph reaches untrusted data.
 - ``intent_mismatch``: a step tried to set the intent outside its window (only the
@@ -34,7 +38,7 @@ from typing import Any
 
 from warden.core.types import BundleRef, Effect, PolicyReference, Verdict
 from warden.provenance.facts import ArgLabel, ProvenanceView
-from warden.provenance.model import Trust
+from warden.provenance.model import Node, Trust
 
 _CITE_LIMIT = 32
 #: Lineage nodes listed per argument in ``policy_data`` (the rest are counted).
@@ -112,7 +116,9 @@ def fides(view: ProvenanceView) -> list[Finding]:
     spec = view.spec.gates.fides
     found: list[Finding] = []
     if spec.p_t != "off" and view.consequential:
-        bad = [a for a in view.args.values() if view.risky(a)]
+        bad = [
+            a for a in view.args.values() if view.spec.guards(view.tool, a.name) and view.risky(a)
+        ]
         if bad:
             found.append(
                 Finding(
@@ -137,7 +143,7 @@ def fides(view: ProvenanceView) -> list[Finding]:
                     },
                 )
             )
-    if spec.p_f != "off" and view.external_sink:
+    if spec.p_f != "off" and view.external_sink and _destination_in_doubt(view):
         leaks = []
         for a in view.args.values():
             conf = [
@@ -175,6 +181,16 @@ def fides(view: ProvenanceView) -> list[Finding]:
                 )
             )
     return found
+
+
+def _destination_in_doubt(view: ProvenanceView) -> bool:
+    """Whether P-F looks at this external sink: always, unless the bundle's
+    ``argument_scope`` is ``sinks`` and every declared destination argument of the call
+    is trusted (the user chose where the data goes, so sending it there is the task)."""
+    if view.spec.argument_scope != "sinks":
+        return True
+    names = [n for n in view.spec.sink_arguments(view.tool) if n in view.args]
+    return not names or any(view.risky(view.args[n]) for n in names)
 
 
 def ibac(view: ProvenanceView) -> list[Finding]:
@@ -231,26 +247,123 @@ def aarm(view: ProvenanceView) -> list[Finding]:
         entered = [n for n in entered if view.step_index - n.step_index <= spec.lookback_steps]
     if not entered:
         return []
-    first = entered[0]
-    sources = sorted({n.source_id for n in entered if n.source_id})
+    if spec.taint == "session":
+        return [_aarm_session(view, entered)]
+    # Precise taint (issue 20): only the untrusted content the call's arguments derive from.
+    by_id = {n.provenance_id: n for n in entered}
+    tainted: list[tuple[ArgLabel, list[Node]]] = []
+    for a in view.args.values():
+        if not view.spec.guards(view.tool, a.name):
+            continue
+        hit = [by_id[p] for p in a.lineage if p in by_id]
+        if hit:
+            tainted.append((a, hit))
+    if not tainted:
+        return []
+    first = min((n for _, hit in tainted for n in hit), key=lambda n: n.step_index)
+    sources = sorted({n.source_id for _, hit in tainted for n in hit if n.source_id})
     return [
         Finding(
             "aarm",
             _effect(spec.on_taint),
-            ("aarm_cumulative_taint",),
-            f"AARM: untrusted content entered this session before consequential call "
-            f"{view.tool}, first at step {first.step_id} ({first.origin}"
-            + (f" of {first.source_id}" if first.source_id else "")
-            + f", {view.step_index - first.step_index} steps ago)"
-            + (f"; sources: {', '.join(sources)}" if sources else ""),
-            tuple(n.provenance_id for n in entered),
+            ("aarm_argument_taint",),
+            f"AARM: consequential call {view.tool} takes argument(s) derived from untrusted "
+            "content: " + "; ".join(f"`{a.name}`: {_describe(view, a)}" for a, _ in tainted),
+            tuple(dict.fromkeys(n.provenance_id for _, hit in tainted for n in hit)),
             {
+                "taint": "arguments",
                 "earliest_untrusted_step_id": first.step_id,
                 "lookback_distance": view.step_index - first.step_index,
                 "lookback_steps": spec.lookback_steps,
-                "untrusted_step_ids": list(dict.fromkeys(n.step_id for n in entered)),
+                "tainted_arguments": [
+                    {
+                        "argument_path": _path(view, a.name),
+                        "untrusted": [_cite(n) for n in hit[:_LINEAGE_LIMIT]],
+                    }
+                    for a, hit in tainted
+                ],
                 "untrusted_sources": sources,
             },
+        )
+    ]
+
+
+def _cite(node: Node) -> dict[str, Any]:
+    """The untrusted content a decision rests on: which source, step and provenance id."""
+    out: dict[str, Any] = {
+        "provenance_id": node.provenance_id,
+        "origin": node.origin,
+        "step_id": node.step_id,
+    }
+    if node.source_id:
+        out["source_id"] = node.source_id
+    return out
+
+
+def _aarm_session(view: ProvenanceView, entered: list[Node]) -> Finding:
+    """Session-wide (cumulative) taint: the strict, opt-in AARM (``taint: session``)."""
+    spec = view.spec.gates.aarm
+    first = entered[0]
+    sources = sorted({n.source_id for n in entered if n.source_id})
+    return Finding(
+        "aarm",
+        _effect(spec.on_taint),
+        ("aarm_cumulative_taint",),
+        f"AARM: untrusted content entered this session before consequential call "
+        f"{view.tool}, first at step {first.step_id} ({first.origin}"
+        + (f" of {first.source_id}" if first.source_id else "")
+        + f", {view.step_index - first.step_index} steps ago)"
+        + (f"; sources: {', '.join(sources)}" if sources else ""),
+        tuple(n.provenance_id for n in entered),
+        {
+            "taint": "session",
+            "earliest_untrusted_step_id": first.step_id,
+            "lookback_distance": view.step_index - first.step_index,
+            "lookback_steps": spec.lookback_steps,
+            "untrusted_step_ids": list(dict.fromkeys(n.step_id for n in entered)),
+            "untrusted_sources": sources,
+        },
+    )
+
+
+def sinks(view: ProvenanceView) -> list[Finding]:
+    """The destination rule (issue 20): a declared sink argument of untrusted integrity,
+    on any tool call (reads included), is at least ``on_untrusted``."""
+    if view.method not in ("steps/toolCallRequest", "protocols/MCP/tools/call"):
+        return []
+    names = view.spec.sink_arguments(view.tool)
+    if not names:
+        return []
+    bad = [view.args[n] for n in names if n in view.args and view.risky(view.args[n])]
+    if not bad:
+        return []
+    violations = []
+    for a in bad:
+        untrusted = [
+            view.state.nodes[p]
+            for p in a.lineage
+            if p in view.state.nodes
+            and view.state.trust(p, view.spec) is Trust.UNTRUSTED
+            and view.state.nodes[p].origin != "agent_generated"
+        ]
+        violations.append(
+            {
+                "argument_path": _path(view, a.name),
+                "trust": a.trust.value,
+                "inferred": a.inferred,
+                "sources": [_cite(n) for n in untrusted[:_LINEAGE_LIMIT]],
+                **({"matched": a.matched[:200]} if a.inferred and a.matched else {}),
+            }
+        )
+    return [
+        Finding(
+            "sinks",
+            _effect(view.spec.gates.sinks.on_untrusted),
+            ("untrusted_destination",),
+            f"Sink: {view.tool} would send data to or fetch from a destination taken from "
+            "untrusted content: " + "; ".join(f"`{a.name}`: {_describe(view, a)}" for a in bad),
+            tuple(p for a in bad for p in a.lineage),
+            {"violations": violations},
         )
     ]
 
@@ -294,7 +407,7 @@ def camel(view: ProvenanceView) -> list[Finding]:
     ]
 
 
-GATES = {"fides": fides, "ibac": ibac, "aarm": aarm, "camel": camel}
+GATES = {"fides": fides, "ibac": ibac, "aarm": aarm, "camel": camel, "sinks": sinks}
 
 
 def findings(view: ProvenanceView) -> list[Finding]:

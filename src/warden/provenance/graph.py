@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from warden.provenance.config import ProvenanceSpec
+from warden.provenance.forms import canonical
 from warden.provenance.model import (
     INPUT_STEPS,
     ORIGINS,
@@ -108,13 +109,39 @@ def tokens(text: str) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class OutputText:
-    """An earlier tool output, kept for inference mode: its normalised text and tokens."""
+    """An earlier tool output, kept for inference mode: its normalised text and tokens,
+    and the canonical form of the text (:func:`~.forms.canonical`: URLs and e-mail
+    addresses in one spelling)."""
 
     text: str
     provenance_id: str
     source_id: str
     step_id: str
     tokens: frozenset[str] = frozenset()
+    canon: str = ""
+    #: The tokens whose canonical form differs from the token (URLs, e-mail addresses),
+    #: as (token, canonical form).
+    canon_tokens: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, raw: str, provenance_id: str, source_id: str, step_id: str) -> OutputText:
+        text = normalise(raw)
+        canon = canonical(text)
+        toks = tokens(raw)
+        pairs = tuple((t, c) for t in sorted(toks) if (c := canonical(t)) != t and c)
+        return cls(
+            text,
+            provenance_id,
+            source_id,
+            step_id,
+            toks,
+            canon if canon != text else "",
+            pairs,
+        )
+
+    def contains(self, norm: str, canon: str) -> bool:
+        """Whether a normalised value (or its canonical form) occurs in this output."""
+        return norm in self.text or (canon in (self.canon or self.text))
 
 
 @dataclass(frozen=True)
@@ -343,15 +370,11 @@ class SessionProvenance:
                 elif item.kind == "output":
                     pid = taken.refs.get(item.path) or _pid_of(item, step_id)
                     got = nodes.get(pid)
-                    new_outputs.append(
-                        OutputText(
-                            normalise(text),
-                            pid,
-                            got.source_id if got else item.source,
-                            step_id,
-                            tokens(text),
-                        )
+                    recorded = OutputText.of(
+                        text, pid, got.source_id if got else item.source, step_id
                     )
+                    text_chars += len(recorded.canon)
+                    new_outputs.append(recorded)
             user_texts, outputs = tuple(new_users), tuple(new_outputs)
             if self.may_set_intent(method):
                 declared = payload.get("intent")

@@ -84,10 +84,25 @@ def bundle_text(base: dict[str, Any], paradigm: str, mode: str) -> str:
 
 @dataclass
 class Counts:
-    """Decision counts of one configuration in one suite."""
+    """Decision counts of one configuration in one suite. ``stops`` lists, per benign
+    task that needed a human, the first call stopped and the gates that stopped it
+    (issue 20: the precision work made visible); ``benign_stopped_by_<gate>`` counts
+    those tasks per gate (``policy`` when a rule of the bundle, not a gate, stopped it)."""
 
     c: Counter[str] = field(default_factory=Counter)
     asked_reasons: list[str] = field(default_factory=list)
+    stops: list[dict[str, Any]] = field(default_factory=list)
+
+
+def stopping_gates(result: dict[str, Any]) -> list[str]:
+    """The gates behind a verdict (``builtin:<gate>`` policy references), or ``policy``
+    when only the bundle's rules made it."""
+    gates = [
+        str(ref.get("rule_id", ""))[len("builtin:") :]
+        for ref in result.get("policy_references") or ()
+        if str(ref.get("rule_id", "")).startswith("builtin:")
+    ]
+    return list(dict.fromkeys(gates)) or ["policy"]
 
 
 def _leaf_forms(value: Any) -> list[str]:
@@ -129,10 +144,13 @@ def replay_run(
     mode: str,
     counts: Counts,
     trusted: Callable[[str], bool] = lambda source: False,
+    log: list[dict[str, Any]] | None = None,
 ) -> None:
     """One session for ``run``; counts benign (user-task) calls of benign runs and the
     injection task's calls of attacked runs. ``trusted`` says whether the bundle trusts
-    a tool's output (an attack carried by one is counted: the bundle is then wrong)."""
+    a tool's output (an attack carried by one is counted: the bundle is then wrong).
+    ``log``, when given, receives every call's ``{function, injection, decision,
+    reason_codes, policy_data}`` in order."""
     attacked = bool(run.attack)
     with_prov = mode == "client"
     client.hello(HELLO_METHODS, provenance_producer="deterministic" if with_prov else "none")
@@ -172,6 +190,16 @@ def replay_run(
         result = _ok(client.send(env))
         decision = str(result["decision"])
         human = decision not in _NO_HUMAN
+        if log is not None:
+            log.append(
+                {
+                    "function": step.function,
+                    "injection": is_injection,
+                    "decision": decision,
+                    "reason_codes": list(result.get("reason_codes") or ()),
+                    "policy_data": result.get("policy_data") or {},
+                }
+            )
         if is_injection:
             kind = "inj" if is_state_changing(step.function) else "inj_read"
             counts.c[f"{kind}_calls"] += 1
@@ -180,6 +208,24 @@ def replay_run(
             counts.c["benign_calls"] += 1
             counts.c["benign_" + ("allowed" if not human else decision)] += 1
             if human:
+                if task_clean:
+                    gates = stopping_gates(result)
+                    for gate in gates:
+                        counts.c[f"benign_stopped_by_{gate}"] += 1
+                    counts.stops.append(
+                        {
+                            "suite": run.suite,
+                            "user_task": run.user_task,
+                            "tool": step.function,
+                            "decision": decision,
+                            "gates": gates,
+                            "reason_codes": [
+                                c
+                                for c in result.get("reason_codes") or ()
+                                if c != "approval_pending"
+                            ],
+                        }
+                    )
                 task_clean = False
                 if len(counts.asked_reasons) < 400:
                     counts.asked_reasons.append(
@@ -388,13 +434,36 @@ def results_document(results: Results) -> dict[str, Any]:
                 "mode": mode,
                 "suites": {s: dict(sorted(per_suite[s].c.items())) for s in sorted(per_suite)},
                 "all": dict(sorted(total.items())),
+                "benign_stops": [stop for s in sorted(per_suite) for stop in per_suite[s].stops],
             }
         )
     return {"ok": True, "configurations": configurations}
 
 
+def stopped_by(results: Results) -> list[tuple[str, str, str]]:
+    """Per configuration, the benign tasks that needed a human counted by the gate that
+    stopped them: (paradigm, mode, ``"sinks 12, fides 8"``)."""
+    out = []
+    for (paradigm, mode), per_suite in results.items():
+        total = Counter[str]()
+        for counts in per_suite.values():
+            total.update(counts.c)
+        gates = sorted(
+            (
+                (k[len("benign_stopped_by_") :], n)
+                for k, n in total.items()
+                if k.startswith("benign_stopped_by_")
+            ),
+            key=lambda kv: (-kv[1], kv[0]),
+        )
+        out.append((paradigm, mode, ", ".join(f"{g} {n}" for g, n in gates) or "none"))
+    return out
+
+
 def print_report(results: Results, console: Console) -> None:
     print_table(console, table(results))
+    for paradigm, mode, gates in stopped_by(results):
+        console.print(f"benign tasks stopped ({paradigm}, {mode}), by gate: {gates}")
     total = Counter[str]()
     for per_suite in results.values():
         for counts in per_suite.values():
