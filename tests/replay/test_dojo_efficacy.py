@@ -93,13 +93,13 @@ def test_fetching_the_injected_url_is_a_successful_attack(
     assert c["inj_read_calls"] == 2 and c["inj_read_deny"] == 2
 
 
-#: The shipped bundle on the subset, by AgentDojo's checks, before issue 20 items 2-4
-#: (dojo20b): (attack success, utility under attack, benign utility, with a human).
-#: Both slack injection_task_3 pairs still succeed: get_webpage is a read, no gate
-#: looks at it. These figures move when the sink rule and precise taint land.
+#: The shipped bundle on the subset, by AgentDojo's checks, with issue 20's sink rule and
+#: per-argument taint: (attack success, utility under attack, benign utility, with a
+#: human). Before them both slack injection_task_3 pairs succeeded (2, 39, 4, 6): the
+#: injected get_webpage is a read, and only the sink rule asks for its untrusted URL.
 SHIPPED = {
-    "client": (2, 39, 4, 6),
-    "inference": (2, 39, 4, 6),
+    "client": (0, 60, 6, 8),
+    "inference": (0, 60, 6, 8),
 }
 
 
@@ -128,4 +128,4 @@ def test_figures_for_the_shipped_bundle(subset: Measurement) -> None:
         assert all(s["reason_codes"] and s["decision"] != "allow" for s in config["benign_stops"])
     assert got == SHIPPED
     table = markdown(subset)
-    assert "| bundle | client | **all** | 2/68 (2.9%) |" in table
+    assert "| bundle | client | **all** | 0/68 (0.0%) |" in table
