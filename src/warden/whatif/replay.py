@@ -45,6 +45,7 @@ from warden.policy.engine import PolicyEngine
 from warden.provenance.facts import view_for
 from warden.provenance.graph import SessionProvenance
 from warden.whatif.reader import LoggedSession, LogReader
+from warden.whatif.wires import WireStep, WireSteps
 from warden.wire.acs.methods import MethodInfo, route
 from warden.wire.acs.parse import action_request
 
@@ -329,6 +330,7 @@ class Replayer:
         )
         states: dict[str, SessionProvenance] = {}
         self._facts: dict[str, dict[str, Any]] = {}
+        wires = WireSteps()
         bounded = window != Window()
         began = time.perf_counter()
         try:
@@ -339,6 +341,16 @@ class Replayer:
                 )
                 step_type = str(entry.get("step_type", ""))
                 if step_type.startswith("warden/"):
+                    wired = wires.step(step_type, entry)
+                    if isinstance(wired, WireStep):
+                        if not bounded or window.admits(
+                            str(entry.get("timestamp", "")), wired.agent
+                        ):
+                            yield self._replay_wire(logged, entry, wired)
+                        continue
+                    if wired is not None:
+                        self._skip(wired)
+                        continue
                     if step_type == "warden/agents.registered":
                         detail = entry.get("agents") or {}
                         aid = str(detail.get("agent_id", ""))
@@ -406,6 +418,47 @@ class Replayer:
             agent=facts,
             claims={"user_id": user_id_claim(params.get("metadata"))},
         )
+        return self._judged(
+            logged,
+            entry,
+            verdict,
+            request,
+            prior,
+            params,
+            wire="mcp" if info.kind == "mcp" else "acs",
+            tool=request.tool_name or info.method,
+            agent=str(facts.get("id") or session.agent_id),
+        )
+
+    def _replay_wire(self, logged: Any, entry: dict[str, Any], step: WireStep) -> Replayed:
+        """A Warden-chain wire's recorded decision (:mod:`warden.whatif.wires`): no
+        provenance intake runs on these wires, so none is attached on replay either."""
+        return self._judged(
+            logged,
+            entry,
+            step.verdict,
+            step.request,
+            None,
+            {},
+            wire=step.wire,
+            tool=step.request.tool_name or step.request.method,
+            agent=step.agent,
+        )
+
+    def _judged(
+        self,
+        logged: Any,
+        entry: dict[str, Any],
+        verdict: dict[str, Any],
+        request: ActionRequest,
+        prior: SessionProvenance | None,
+        params: dict[str, Any],
+        *,
+        wire: str,
+        tool: str,
+        agent: str,
+    ) -> Replayed:
+        """The recorded bundle and the candidate on one rebuilt request, compared."""
         recorded, mark = recorded_outcome(verdict)
         digest = str((verdict.get("bundle") or {}).get("digest", ""))
         judge = self._judge_for(digest)
@@ -427,9 +480,9 @@ class Replayer:
             seq=logged.seq,
             step_id=str(entry.get("step_id", "")),
             timestamp=str(entry.get("timestamp", "")),
-            wire="mcp" if info.kind == "mcp" else "acs",
-            tool=request.tool_name or info.method,
-            agent=str(facts.get("id") or session.agent_id),
+            wire=wire,
+            tool=tool,
+            agent=agent,
             recorded=recorded,
             mark=mark,
             recorded_digest=digest,

@@ -1,0 +1,200 @@
+"""`warden whatif` over the Warden-chain wires (issue 19 item 2; decisions 600–609): spend
+quotes, KLA action requests and AdCP intent checks, driven through the real REST wires in
+process, are rebuilt from what their entries recorded and replayed. The recorded bundle
+reproduces every one (a human's grant and a full budget marked), and a candidate that
+changes one rule per wire changes exactly those decisions, under the right wire."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DEFAULT_POLICY, ROOT, ensure_agent
+from dojo import valid
+from fastapi.testclient import TestClient
+
+from warden.identity.api_keys import Role
+from warden.policy.bundle import load_bundle
+from warden.runtime import Runtime
+from warden.server.app import create_app
+from warden.whatif import what_if
+from warden.whatif.reader import StoreLogReader
+from warden.whatif.wires import WireStep, WireSteps
+
+for _helpers in ("wire/spend", "wire/kla", "adcp"):
+    sys.path.insert(0, str(ROOT / "tests" / _helpers))
+from adcp_helpers import Rest, intent, plan  # noqa: E402
+from kla_wire_helpers import BASIC, CREDIT, Caller, load  # noqa: E402
+from spend_wire_helpers import Api, assert_error, tree  # noqa: E402
+
+#: One rule per wire, each threshold raised above what the history asked.
+EDITS = (
+    ("when: double(args.amount) > 1000.0", "when: double(args.amount) > 2000.0"),
+    (
+        "when: has(args.amount) && double(args.amount) > 10000.0",
+        "when: has(args.amount) && double(args.amount) > 20000.0",
+    ),
+    (
+        "when: args.amount != null && double(args.amount) > 250000.0",
+        "when: args.amount != null && double(args.amount) > 500000.0",
+    ),
+)
+
+
+def record_history(rt: Runtime) -> dict[str, Any]:
+    """Drive the three wires with one agent key; return what each answered."""
+    ensure_agent(rt, "bot-1")
+    _, token = rt.api_keys.create("bot-1", Role.AGENT, ())
+    alice, _ = rt.api_keys.create("alice", Role.APPROVER, ["finance"])
+    out: dict[str, Any] = {}
+    with TestClient(create_app(rt)) as client:
+        # Spend: the default bundle allows quotes and asks above 1000.
+        api = Api(client, token)
+        bot = tree(rt, org="5000", team="5000", agent="3000")
+        assert api.quote(bot, "40").status == 200  # allow → reserve
+        asked = api.quote(bot, "1500", action="buy_ads")  # ask, pending
+        task = assert_error(asked, "approval:required", 403, resolution="human_approval")
+        rt.desk.approve(task["resolution"]["taskId"], alice, "budgeted")
+        assert api.quote(bot, "1500.00", action="buy_ads").status == 200  # ask, granted
+        assert api.quote(bot, "900").status == 200  # allow → reserve (2440 of 3000 held)
+        full = api.quote(bot, "800")  # allow, but the budget has no room
+        assert full.status == 402 and "budget" in full.body["blockedBy"], full.body
+        # KLA: the basic read is allowed, the 12500 EUR disposition needs finance.
+        kla = Caller(client, token, "bot-1")
+        out["kla"] = [kla.submit(load(p)).data["decision"]["decision"] for p in (BASIC, CREDIT)]
+        # AdCP: an approved intent, one the bundle asks a human about, one the plan denies.
+        adcp = Rest(client, token)
+        synced = adcp.call(
+            "sync_plans",
+            {"idempotency_key": str(uuid.uuid4()), "plans": [plan("p1", total=1_000_000)]},
+        )
+        assert synced.status == 200, synced.body
+        out["adcp"] = [
+            adcp.call("check_governance", intent("p1", amount)).body.get("verdict", "submitted")
+            for amount in (1000, 300_000)
+        ]
+        late = intent("p1", 10)
+        late["payload"]["end_time"] = "2100-01-01T00:00:00Z"  # outside the plan's flight
+        out["adcp"].append(adcp.call("check_governance", late).body["verdict"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+    from conftest import write_key
+
+    from warden.settings import Settings
+
+    data = tmp_path_factory.mktemp("wires") / "data"
+    rt = Runtime.start(
+        Settings(data_dir=data, policy=DEFAULT_POLICY, key_file=write_key(data / "ikm.key"))
+    )
+    answers = record_history(rt)
+    assert answers == {
+        "kla": ["allow", "require_approval"],
+        "adcp": ["approved", "submitted", "denied"],
+    }
+    yield rt
+    rt.close()
+
+
+def candidate(folder: Path) -> Path:
+    text = DEFAULT_POLICY.read_text(encoding="utf-8")
+    for old, new in EDITS:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    out = folder / "candidate.yaml"
+    out.write_text(text, encoding="utf-8")
+    return out
+
+
+def test_the_recorded_bundle_reproduces_every_wire_decision(history: Runtime) -> None:
+    doc = valid(what_if(StoreLogReader(history.store.engine, "test"), load_bundle(DEFAULT_POLICY)))
+    f = doc["faithfulness"]
+    # spend: 40, 1500 (ask), 1500 (ask, granted), 900, 800 (budget); KLA 2; AdCP 2.
+    assert doc["decisions"] == 9
+    assert f["faithful"] and f["reproduced"] == 9 and f["unreproduced"] == 0
+    assert f["marked"] == {"budget": 1, "human": 1}
+    assert doc["changes"]["total"] == 0
+    assert doc["matrix"] == {"allow": {"allow": 5}, "ask": {"ask": 4}}
+    # The plan's own denial asked no rule: not a policy decision, and said so.
+    assert doc["skipped"]["adcp/check_governance:no_policy_decision"] == 1
+    assert not [k for k in doc["skipped"] if k.endswith((":not_recorded", ":unreadable"))]
+    marked = {m["mark"]: m for m in doc["marked"]}
+    assert marked["budget"]["wire"] == "spend" and marked["budget"]["old"]["decision"] == "allow"
+    assert marked["budget"]["recorded"]["decision"] == "deny"
+    assert marked["human"]["tool"] == "buy_ads" and marked["human"]["old"]["decision"] == "ask"
+
+
+def test_a_rule_changed_per_wire_changes_exactly_its_decisions(
+    history: Runtime, tmp_path: Path
+) -> None:
+    doc = valid(
+        what_if(
+            StoreLogReader(history.store.engine, "test"),
+            load_bundle(candidate(tmp_path)),
+            fail_on="loosen",
+        )
+    )
+    assert doc["faithfulness"]["faithful"] and not doc["ok"]
+    assert doc["changes"]["loosened"] == 4 and doc["changes"]["tightened"] == 0
+    assert doc["matrix"] == {"allow": {"allow": 5}, "ask": {"allow": 4}}
+    by_wire = {w: (g["changes"], g["loosened"]) for w, g in doc["by_wire"].items()}
+    assert by_wire == {"spend": (2, 2), "kla": (1, 1), "adcp": (1, 1)}
+    tools = {(ex["wire"], ex["tool"]) for ex in doc["loosened"]}
+    assert tools == {
+        ("spend", "buy_ads"),
+        ("kla", load(CREDIT)["action"]),
+        ("adcp", "create_media_buy"),
+    }
+    assert set(doc["by_rule"]) == {
+        "large-spend-needs-approval",
+        "kla-large-amount-needs-approval",
+        "adcp-large-commitment-needs-approval",
+    }
+    # The agent of each wire decision is the caller the wire decided for.
+    assert set(doc["by_agent"]) == {"bot-1"}
+
+
+def test_entries_recorded_before_decided_are_skipped_with_a_reason() -> None:
+    steps = WireSteps()
+    policy = {"step_type": "warden/spend.policy", "spend": {"decision": "deny"}}
+    assert steps.step("warden/spend.policy", policy) == "spend/quote:not_recorded"
+    hold = {"step_type": "warden/spend.reserve", "spend": {"reservation_id": "r"}}
+    assert steps.step("warden/spend.reserve", hold) is None  # a hold, no quote's decision
+    kla = {"kla": {"record": {"action_request_id": "a"}}}
+    assert steps.step("warden/kla.policy_decision", kla) == "kla/action:not_recorded"
+    check = {"adcp": {"check_id": "c"}}
+    assert steps.step("warden/adcp.check", check) == "adcp/check_governance:not_recorded"
+    assert steps.step("warden/adcp.check", {"adcp": {"decided": None}}) == (
+        "adcp/check_governance:no_policy_decision"
+    )
+    bad = {"spend": {"decided": {"caller": {"role": "nobody"}, "payload": {}}}}
+    assert steps.step("warden/spend.policy", bad) == "spend/quote:unreadable"
+
+
+def test_a_rebuilt_request_is_the_one_the_wire_decided(history: Runtime) -> None:
+    """Each rebuilt request carries the caller's verified facts as CEL ``agent``."""
+    steps = WireSteps()
+    seen: dict[str, WireStep] = {}
+    for rec in history.store.iter_records():
+        if rec["kind"] == "entry" and str(rec["entry"]["step_type"]).startswith("warden/"):
+            got = steps.step(rec["entry"]["step_type"], rec["entry"])
+            if isinstance(got, WireStep):
+                seen.setdefault(got.wire, got)
+    assert set(seen) == {"spend", "kla", "adcp"}
+    for step in seen.values():
+        assert step.request.agent["id"] == "bot-1" and step.request.agent["verified"] is True
+        assert step.request.metadata["principal"] == "bot-1"
+    assert seen["spend"].request.args == {
+        "budgetId": "acme.ops.bot",
+        "amount": "40",
+        "currency": "USD",
+        "action": "buy",
+    }
+    assert seen["kla"].request.session["id"] == load(BASIC)["correlation"]["execution_id"]
+    assert seen["adcp"].request.args["plan_id"] == "p1"
