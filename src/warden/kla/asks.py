@@ -20,8 +20,8 @@ from warden.core.types import ActionRequest, Verdict
 from warden.gates.approval import ask_terms, policy_of
 from warden.gates.desk import DeskAsk
 from warden.identity.api_keys import Identity
-from warden.ledger.decided import caller_record, verdict_record
 from warden.kla.records import SCHEMA_VERSION, KlaDecision
+from warden.ledger.decided import caller_record, verdict_record
 
 #: The policy method an action request is decided under (``hooks: [kla/action]``).
 METHOD = "kla/action"
