@@ -22,6 +22,7 @@ from warden.policy.bundle import load_bundle
 from warden.runtime import Runtime
 from warden.server.app import create_app
 from warden.whatif import what_if
+from warden.whatif.html import render_html
 from warden.whatif.reader import StoreLogReader
 from warden.whatif.wires import WireStep, WireSteps
 
@@ -158,6 +159,12 @@ def test_a_rule_changed_per_wire_changes_exactly_its_decisions(
     }
     # The agent of each wire decision is the caller the wire decided for.
     assert set(doc["by_agent"]) == {"bot-1"}
+    # The HTML page lists each wire's loosened decision as wire:tool.
+    page = render_html(doc)
+    wires = page.partition("<h2>Changes by wire</h2>")[2]
+    assert all(f">{w}<" in wires for w in ("spend", "kla", "adcp")), wires[:2000]
+    loosened = page.partition("<h2>Loosened")[2].partition("<h2>")[0]
+    assert "spend:buy_ads" in loosened and "adcp:create_media_buy" in loosened
 
 
 def test_entries_recorded_before_decided_are_skipped_with_a_reason() -> None:

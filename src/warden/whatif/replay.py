@@ -23,6 +23,11 @@ from state policy does not compute it is *marked* and compared at the policy lev
 
 The policy-level verdict of the recorded bundle is the "old" side of every comparison;
 the candidate's is the "new" one.
+
+The Warden-chain wires' decisions (spend quotes, KLA action requests, AdCP intent
+checks) are rebuilt by :mod:`warden.whatif.wires` from their entries' ``decided`` object
+with each wire's own request builder, and compared the same way (wires ``spend``,
+``kla``, ``adcp``); other Warden-chain entries are counted as skipped by chain.
 """
 
 from __future__ import annotations
@@ -293,7 +298,8 @@ class Replayer:
         if current is not None:
             self._current = self._judges.setdefault(current.ref.digest, _Judge(current, memo=memo))
         self._routes: dict[str, MethodInfo | None] = {}
-        #: Entries not replayed, by reason (``warden/<chain>`` step types, no request …).
+        #: Entries not replayed, by reason (``warden/<chain>`` entries that record no
+        #: decision, ``<method>:not_recorded``, no request …).
         self.skipped: dict[str, int] = {}
         #: Seconds spent in :meth:`run`'s loop and the decisions it replayed.
         self.seconds = 0.0
