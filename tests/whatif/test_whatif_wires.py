@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -235,3 +235,59 @@ def test_an_export_replays_the_wires_like_the_database(history: Runtime, tmp_pat
 
     for group in ("by_wire", "by_rule", "by_tool"):
         assert counts(from_export, group) == counts(from_db, group), group
+
+
+CALLER_POLICY = """\
+warden_bundle: 1
+id: caller-policy
+version: "1"
+rules:
+  - id: quotes
+    hooks: [spend/quote]
+    effect: allow
+  - id: no-interns
+    hooks: [spend/quote]
+    when: '"interns" in agent.groups'
+    effect: deny
+    reasoning: Interns do not spend.
+    reason_codes: [intern_spend]
+  - id: long-holds-ask
+    hooks: [spend/quote]
+    when: has(payload.holdSeconds) && payload.holdSeconds != null && payload.holdSeconds > 3600
+    effect: ask
+    reasoning: A hold this long needs a human.
+    ask:
+      question: Hold this long?
+      approver: {type: human, id: finance}
+      timeout_seconds: 600
+"""
+
+
+def test_the_callers_facts_and_the_quote_body_are_what_policy_saw(
+    make_runtime: Callable[..., Runtime], tmp_path: Path
+) -> None:
+    """Rules on the caller's groups and on the quote body as received are reproduced:
+    replay gives them the recorded caller and body, not the registry's or the parsed
+    args."""
+    policy = tmp_path / "caller.yaml"
+    policy.write_text(CALLER_POLICY, encoding="utf-8")
+    rt = make_runtime(policy)
+    tokens = {}
+    for name, groups in (("bot-1", ()), ("bot-2", ("interns",))):
+        ensure_agent(rt, name)
+        tokens[name] = rt.api_keys.create(name, Role.AGENT, groups)[1]
+    with TestClient(create_app(rt)) as client:
+        bot = tree(rt, principals=("admin", "bot-1", "bot-2"))
+        one, two = Api(client, tokens["bot-1"]), Api(client, tokens["bot-2"])
+        assert one.quote(bot, "5").status == 200
+        assert two.quote(bot, "5").status == 403  # policy:no_interns
+        asked = one.quote(bot, "5", extra={"holdSeconds": 7200})
+        assert asked.body["blockedBy"] == "approval:required", asked.body
+    doc = what_if(StoreLogReader(rt.store.engine, "test"), load_bundle(policy))
+    assert doc["faithfulness"]["faithful"] and doc["faithfulness"]["reproduced"] == 3
+    assert doc["matrix"] == {"allow": {"allow": 1}, "ask": {"ask": 1}, "deny": {"deny": 1}}
+    # Without the interns rule only bot-2's quote changes, under its own name.
+    loose = tmp_path / "loose.yaml"
+    loose.write_text(CALLER_POLICY.replace('"interns" in agent.groups', "false"), "utf-8")
+    changed = what_if(StoreLogReader(rt.store.engine, "test"), load_bundle(loose))
+    assert changed["changes"]["loosened"] == 1 and set(changed["by_agent"]) == {"bot-2"}
