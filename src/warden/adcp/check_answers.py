@@ -176,7 +176,12 @@ class CheckAnswers:
         extra: dict[str, Any],
         *,
         task_id: str | None = None,
+        decided: dict[str, Any] | None = None,
     ) -> None:
+        """The check's row and its ``warden/adcp.check`` entry, in ``tx``. ``decided``:
+        what the entry records of the bundle's decision for ``warden whatif``
+        (:func:`warden.adcp.checks.decided_record`); null on a check policy was not
+        asked about (an execution check, a plan's own denial)."""
         st = self.st
         verdict = body.get("verdict")
         st.rows(tx).insert_check(
@@ -194,7 +199,9 @@ class CheckAnswers:
                 created_at=record["created_at"],
             )
         )
-        st.audit(tx, plan_row.principal, plan_row.plan_id, "check", audit_detail(record, body))
+        detail = audit_detail(record, body)
+        detail["decided"] = decided
+        st.audit(tx, plan_row.principal, plan_row.plan_id, "check", detail)
 
 
 def check_type_of(phase: str) -> str:

@@ -34,8 +34,10 @@ from warden.adcp.reviews import Reviews
 from warden.adcp.state import Answer, Call, new_id, wire_number
 from warden.adcp.verdicts import CheckInput, Evaluation, commitment_of, evaluate
 from warden.core.pipeline import Pipeline
-from warden.core.types import ActionRequest
+from warden.core.types import ActionRequest, Verdict
 from warden.errors import CouldNotDecide, StoreUnavailable
+from warden.identity.api_keys import Identity
+from warden.ledger.decided import caller_record, verdict_record
 from warden.store.adcp_sql import PlanRow
 
 
@@ -72,28 +74,19 @@ class Checks(Reviews, Executions):
                     f"no consultation {consult!r}",
                     field="consultation_context",
                 )
-        amount, currency = commitment_of(req)
         _, _, remaining = st.budget_state(tx, plan_row.budget_id)
-        raw_payload = req.get("payload")
-        payload: dict[str, Any] = raw_payload if isinstance(raw_payload, dict) else {}
-        check = CheckInput(
-            check_type="intent",
-            tool=req.get("tool"),
-            payload=payload,
-            amount=amount,
-            currency=currency or plan.currency,
-            target_agent=req.get("target_agent"),
-            phase=str(req.get("phase") or "purchase"),
-            payload_amount=commitment_of({"payload": payload})[0],
-        )
+        check = intent_input(req, plan.currency)
         ev = evaluate(plan, check, remaining, call.now)
         check_id = new_id("chk")
         modern = "proposed_commitment" in req
         held: str | None = None
-        if ev.kind != "denied":  # a plan denial is final and asks no rule
-            ev, review, hold = self._decide(tx, call, plan_row, plan, check, check_id, ev)
+        decided: dict[str, Any] | None = None  # a plan denial is final and asks no rule
+        if ev.kind != "denied":
+            ev, review, hold, decided = self._decide(tx, call, plan_row, plan, check, check_id, ev)
             if review.task is not None:
-                return self._escalate(tx, call, plan_row, check, check_id, ev, review.task)
+                return self._escalate(
+                    tx, call, plan_row, check, check_id, ev, review.task, decided=decided
+                )
             held = hold.reservation_id
         record = self._record(call, check, check_id, sub=new_id("act"))
         if ev.kind == "approved" or (ev.kind == "conditions" and not modern):
@@ -114,7 +107,7 @@ class Checks(Reviews, Executions):
         else:
             body, extra = self._refuse(check_id, plan.plan_id, "intent", ev, modern=modern), {}
         record.update(extra, response=body)
-        self._store(tx, plan_row, check_id, "intent", body, record, extra)
+        self._store(tx, plan_row, check_id, "intent", body, record, extra, decided=decided)
         return Answer(body)
 
     def _decide(
@@ -126,37 +119,15 @@ class Checks(Reviews, Executions):
         check: CheckInput,
         check_id: str,
         ev: Evaluation,
-    ) -> tuple[Evaluation, PlanReview, PlanHold]:
+    ) -> tuple[Evaluation, PlanReview, PlanHold, dict[str, Any]]:
         """The pipeline on ``adcp/check_governance`` with the check's gates
         (:mod:`warden.adcp.check_gates`) on the call's transaction ``tx``: the review
         task or the plan money is taken there, before the check's row and audit entry
         join it. Returns the check's evaluation (the plan's joined to the bundle's
-        verdict, or ``denied`` when the ledger had no room) and the gates."""
+        verdict, or ``denied`` when the ledger had no room), the gates, and what the
+        check's entry records of the decision (:func:`decided_record`)."""
         st, req, who = self.st, call.request, call.who
-        request = ActionRequest(
-            method=METHOD,
-            payload=dict(req),
-            metadata={"principal": who.principal},
-            tool={
-                "name": check.tool or "check_governance",
-                "version": "",
-                "provider": "adcp",
-                "operation": "",
-                "capability": "governance",
-            },
-            args={
-                "plan_id": plan.plan_id,
-                "check_type": check.check_type,
-                "tool": check.tool or "",
-                "amount": None if check.amount is None else wire_number(check.amount),
-                "currency": check.currency or plan.currency,
-                "target_agent": check.target_agent or "",
-                "purchase_type": str(req.get("purchase_type") or "media_buy"),
-                "caller": str(req.get("caller") or ""),
-            },
-            raw_command="",
-            session={"id": "", "agent_id": who.principal, "step_count": 0},
-        )
+        request = check_request(who, req, plan.plan_id, plan.currency, check)
         judge = Judgement(ev, {r.id: r.effect for r in st.guardian.engine.bundle.rules})
         review = PlanReview(st, tx, who, plan_row, check, check_id, judge)
         hold = PlanHold(
@@ -172,9 +143,81 @@ class Checks(Reviews, Executions):
                 "GOVERNANCE_UNAVAILABLE", "the governance agent could not decide", retry_after=5
             ) from exc
         pipeline.finished_after(tx, "adcp", decided)
+        record = decided_record(who, req, plan, decided.verdict, refused=hold.refused is not None)
         if hold.refused is not None:
-            return hold.refused, review, hold
-        return judge(decided.verdict), review, hold
+            return hold.refused, review, hold, record
+        return judge(decided.verdict), review, hold, record
 
 
-__all__ = ["Checks"]
+def intent_input(req: dict[str, Any], plan_currency: str) -> CheckInput:
+    """What an intent check asks (its commitment, in the plan's currency when the
+    request names none), from the check's request."""
+    amount, currency = commitment_of(req)
+    raw_payload = req.get("payload")
+    payload: dict[str, Any] = raw_payload if isinstance(raw_payload, dict) else {}
+    return CheckInput(
+        check_type="intent",
+        tool=req.get("tool"),
+        payload=payload,
+        amount=amount,
+        currency=currency or plan_currency,
+        target_agent=req.get("target_agent"),
+        phase=str(req.get("phase") or "purchase"),
+        payload_amount=commitment_of({"payload": payload})[0],
+    )
+
+
+def check_request(
+    who: Identity,
+    req: dict[str, Any],
+    plan_id: str,
+    plan_currency: str,
+    check: CheckInput | None = None,
+) -> ActionRequest:
+    """The ``adcp/check_governance`` request the Guardian decides for an intent check
+    ``req`` on plan ``plan_id`` (``check``: :func:`intent_input` of it, computed when
+    not given): ``payload`` the request as received, ``args`` the check's vocabulary
+    (docs/policy-bundles.md)."""
+    check = check if check is not None else intent_input(req, plan_currency)
+    return ActionRequest(
+        method=METHOD,
+        payload=dict(req),
+        metadata={"principal": who.principal},
+        tool={
+            "name": check.tool or "check_governance",
+            "version": "",
+            "provider": "adcp",
+            "operation": "",
+            "capability": "governance",
+        },
+        args={
+            "plan_id": plan_id,
+            "check_type": check.check_type,
+            "tool": check.tool or "",
+            "amount": None if check.amount is None else wire_number(check.amount),
+            "currency": check.currency or plan_currency,
+            "target_agent": check.target_agent or "",
+            "purchase_type": str(req.get("purchase_type") or "media_buy"),
+            "caller": str(req.get("caller") or ""),
+        },
+        raw_command="",
+        session={"id": "", "agent_id": who.principal, "step_count": 0},
+    )
+
+
+def decided_record(
+    who: Identity, req: dict[str, Any], plan: Plan, verdict: Verdict, *, refused: bool
+) -> dict[str, Any]:
+    """The additive ``decided`` object of an intent check's ``warden/adcp.check`` entry
+    (docs/decisions.md 600): the caller, the request as received, the plan's id and
+    currency (what :func:`check_request` reads of the plan), and the pipeline's verdict
+    (``spend.refused`` when the plan's budget had no room for what policy allowed)."""
+    return {
+        "caller": caller_record(who),
+        "request": dict(req),
+        "plan": {"plan_id": plan.plan_id, "currency": plan.currency},
+        "verdict": verdict_record(verdict, refused="budget_exceeded" if refused else None),
+    }
+
+
+__all__ = ["Checks", "check_request", "decided_record", "intent_input"]

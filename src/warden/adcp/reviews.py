@@ -34,6 +34,8 @@ class Reviews(CheckAnswers):
         check_id: str,
         ev: Evaluation,
         task: Task,
+        *,
+        decided: dict[str, Any] | None = None,
     ) -> Answer:
         """Record a check that waits for its review: ``task`` was filed in ``tx`` by the
         :class:`~warden.adcp.check_gates.PlanReview` gate; the check row and its audit
@@ -49,7 +51,9 @@ class Reviews(CheckAnswers):
             },
         )
         body = {"check_id": check_id, "plan_id": plan_row.plan_id}
-        self._store(tx, plan_row, check_id, "intent", body, record, {}, task_id=task.id)
+        self._store(
+            tx, plan_row, check_id, "intent", body, record, {}, task_id=task.id, decided=decided
+        )
         return Answer(
             {"check_id": check_id},
             status="submitted",

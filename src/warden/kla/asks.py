@@ -21,6 +21,7 @@ from warden.gates.approval import ask_terms, policy_of
 from warden.gates.desk import DeskAsk
 from warden.identity.api_keys import Identity
 from warden.kla.records import SCHEMA_VERSION, KlaDecision
+from warden.ledger.decided import caller_record, verdict_record
 
 #: The policy method an action request is decided under (``hooks: [kla/action]``).
 METHOD = "kla/action"
@@ -146,6 +147,15 @@ def decide(
     )
     decided = pipeline.run(who.as_principal(), action_request(record, who), gates=[gate])
     return decided, gate.task
+
+
+def decided_record(who: Identity, verdict: Verdict) -> dict[str, Any]:
+    """The additive ``decided`` object of the ``warden/kla.policy_decision`` entry
+    (docs/decisions.md 600): the caller :func:`action_request` was built for and the
+    Guardian's verdict (its effect: the record's KLA decision folds ask and defer, allow
+    with a warning and modify). The request is the ``warden/kla.action_request`` entry
+    before it, which carries the record."""
+    return {"caller": caller_record(who), "verdict": verdict_record(verdict)}
 
 
 #: The longest ``reasoning`` a policy decision record carries (characters).

@@ -116,9 +116,19 @@ class Recorder:
             signatures=sealed.signatures_json(),
         )
 
-    def append(self, tx: KlaTx, row: KlaRow, value: Any, *, event: str) -> None:
+    def append(
+        self,
+        tx: KlaTx,
+        row: KlaRow,
+        value: Any,
+        *,
+        event: str,
+        decided: dict[str, Any] | None = None,
+    ) -> None:
         """Append ``warden/kla.<event>`` carrying the record to its execution's chain
-        (records held for review without a usable execution_id: the review chain ``""``)."""
+        (records held for review without a usable execution_id: the review chain ``""``).
+        ``decided``: what a policy decision's entry records for ``warden whatif``
+        (:func:`warden.kla.asks.decided_record`), beside the signed record."""
         detail: dict[str, Any] = {
             "record_id": row.record_id,
             "kind": row.kind,
@@ -132,6 +142,8 @@ class Recorder:
             detail["kid"] = row.kid
         if row.signatures is not None:
             detail["signatures"] = json.loads(row.signatures)
+        if decided is not None:
+            detail["decided"] = decided
         self.chain.append(tx, row.execution_id or "", event, f"{event}:{row.record_id}", detail)
 
     @staticmethod

@@ -30,6 +30,7 @@ from warden.core.types import ActionRequest, Effect, Verdict
 from warden.gates.approval import ask_terms, policy_of
 from warden.gates.desk import DeskAsk
 from warden.identity.api_keys import Identity
+from warden.ledger.decided import caller_record, verdict_record
 from warden.spend.budgets import Budget
 from warden.spend.engine import SpendEngine
 from warden.spend.money import to_wire
@@ -146,10 +147,21 @@ class QuoteDecision:
     """What the policy, and the desk when the policy asks, said about one quote.
 
     ``resolution`` is the desk's answer to an ``ask``/``defer`` (None: the verdict
-    needed no human, or no desk is configured)."""
+    needed no human, or no desk is configured). ``decided`` is what the spend chain
+    records so that ``warden whatif`` can rebuild the request (:func:`decided_record`):
+    on the ``warden/spend.policy`` entry of a decision that is not ``allow``, else on the
+    hold's ``warden/spend.reserve`` (or the budget's ``warden/spend.refused``) entry."""
 
     verdict: Verdict
     resolution: Resolution | None
+    decided: dict[str, Any] | None = None
+
+
+def decided_record(who: Identity, payload: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
+    """The additive ``decided`` object of a quote's decision entry (docs/decisions.md
+    600): the caller, the quote body as received (the request's ``payload``, from which
+    :func:`quote_request`'s other arguments are parsed again) and the verdict."""
+    return {"caller": caller_record(who), "payload": payload, "verdict": verdict_record(verdict)}
 
 
 def decide_quote(
@@ -166,7 +178,8 @@ def decide_quote(
 ) -> QuoteDecision:
     """Decide a quote in ``tx`` (``engine`` joined to it): the pipeline with the desk
     ask as its gate, then the ``warden/spend.policy`` entry of a decision that is not
-    ``allow``. The task, its desk entry and that entry commit together; the verdict
+    ``allow`` (with :attr:`QuoteDecision.decided`, which the caller puts on the hold's
+    entry of an ``allow``). The task, its desk entry and that entry commit together; the verdict
     reaches the observers once ``tx`` has committed. Store failures propagate (the
     caller's transaction rolls back)."""
     request = quote_request(who, payload, budget_id, amount, currency, action)
@@ -184,12 +197,12 @@ def decide_quote(
     decided = pipeline.run(who.as_principal(), request, gates=gates)
     pipeline.finished_after(tx, "spend", decided)
     verdict = decided.verdict
+    record = decided_record(who, payload, verdict)
     if verdict.decision is not Effect.ALLOW:
-        engine.record_decision(
-            budget_id, decision_detail(who, verdict, budget_id, amount, currency, action)
-        )
+        detail = decision_detail(who, verdict, budget_id, amount, currency, action)
+        engine.record_decision(budget_id, {**detail, "decided": record})
     resolution = ask.resolution if ask is not None else None
-    return QuoteDecision(verdict, resolution)
+    return QuoteDecision(verdict, resolution, record)
 
 
 def budget_increase_ask(

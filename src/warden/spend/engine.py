@@ -199,12 +199,15 @@ class SpendEngine:
         hold_seconds: int = DEFAULT_HOLD_SECONDS,
         meta: dict[str, Any] | None = None,
         principal: str | None = None,
+        decided: dict[str, Any] | None = None,
     ) -> Reservation:
         """Hold ``amount`` against every budget on the path, atomically, or raise.
 
         ``principal`` owns the hold and its receipt (None: nobody; see
         :class:`~warden.spend.records.Reservation`). Whether the principal may spend the
         budget is the caller's check (the spend wire's binding), not the engine's.
+        ``decided`` (a quote's policy decision, :func:`warden.spend.asks.decided_record`)
+        is recorded as is on the ``reserve`` or ``refused`` entry.
         Raises :class:`BudgetExceeded` (naming the tightest budget, its cap, what is
         left and what was asked), :class:`UnknownBudget`, ``MoneyError``.
         """
@@ -253,6 +256,7 @@ class SpendEngine:
                         "action": action,
                         "gate": refusal.gate,
                         **refusal.data,
+                        **({"decided": decided} if decided is not None else {}),
                     },
                 )
             else:
@@ -273,7 +277,10 @@ class SpendEngine:
                     principal=principal,
                 )
                 tx.put_reservation(res)
-                self._audit(tx, root, "reserve", f"reserve:{res.id}", _hold_detail(res))
+                detail = _hold_detail(res)
+                if decided is not None:
+                    detail["decided"] = decided
+                self._audit(tx, root, "reserve", f"reserve:{res.id}", detail)
         if refusal is not None:
             raise refusal
         return res

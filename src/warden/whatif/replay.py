@@ -23,6 +23,11 @@ from state policy does not compute it is *marked* and compared at the policy lev
 
 The policy-level verdict of the recorded bundle is the "old" side of every comparison;
 the candidate's is the "new" one.
+
+The Warden-chain wires' decisions (spend quotes, KLA action requests, AdCP intent
+checks) are rebuilt by :mod:`warden.whatif.wires` from their entries' ``decided`` object
+with each wire's own request builder, and compared the same way (wires ``spend``,
+``kla``, ``adcp``); other Warden-chain entries are counted as skipped by chain.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from warden.policy.engine import PolicyEngine
 from warden.provenance.facts import view_for
 from warden.provenance.graph import SessionProvenance
 from warden.whatif.reader import LoggedSession, LogReader
+from warden.whatif.wires import WireStep, WireSteps
 from warden.wire.acs.methods import MethodInfo, route
 from warden.wire.acs.parse import action_request
 
@@ -292,7 +298,8 @@ class Replayer:
         if current is not None:
             self._current = self._judges.setdefault(current.ref.digest, _Judge(current, memo=memo))
         self._routes: dict[str, MethodInfo | None] = {}
-        #: Entries not replayed, by reason (``warden/<chain>`` step types, no request …).
+        #: Entries not replayed, by reason (``warden/<chain>`` entries that record no
+        #: decision, ``<method>:not_recorded``, no request …).
         self.skipped: dict[str, int] = {}
         #: Seconds spent in :meth:`run`'s loop and the decisions it replayed.
         self.seconds = 0.0
@@ -329,6 +336,7 @@ class Replayer:
         )
         states: dict[str, SessionProvenance] = {}
         self._facts: dict[str, dict[str, Any]] = {}
+        wires = WireSteps()
         bounded = window != Window()
         began = time.perf_counter()
         try:
@@ -339,6 +347,16 @@ class Replayer:
                 )
                 step_type = str(entry.get("step_type", ""))
                 if step_type.startswith("warden/"):
+                    wired = wires.step(step_type, entry)
+                    if isinstance(wired, WireStep):
+                        if not bounded or window.admits(
+                            str(entry.get("timestamp", "")), wired.agent
+                        ):
+                            yield self._replay_wire(logged, entry, wired)
+                        continue
+                    if wired is not None:
+                        self._skip(wired)
+                        continue
                     if step_type == "warden/agents.registered":
                         detail = entry.get("agents") or {}
                         aid = str(detail.get("agent_id", ""))
@@ -406,6 +424,47 @@ class Replayer:
             agent=facts,
             claims={"user_id": user_id_claim(params.get("metadata"))},
         )
+        return self._judged(
+            logged,
+            entry,
+            verdict,
+            request,
+            prior,
+            params,
+            wire="mcp" if info.kind == "mcp" else "acs",
+            tool=request.tool_name or info.method,
+            agent=str(facts.get("id") or session.agent_id),
+        )
+
+    def _replay_wire(self, logged: Any, entry: dict[str, Any], step: WireStep) -> Replayed:
+        """A Warden-chain wire's recorded decision (:mod:`warden.whatif.wires`): no
+        provenance intake runs on these wires, so none is attached on replay either."""
+        return self._judged(
+            logged,
+            entry,
+            step.verdict,
+            step.request,
+            None,
+            {},
+            wire=step.wire,
+            tool=step.request.tool_name or step.request.method,
+            agent=step.agent,
+        )
+
+    def _judged(
+        self,
+        logged: Any,
+        entry: dict[str, Any],
+        verdict: dict[str, Any],
+        request: ActionRequest,
+        prior: SessionProvenance | None,
+        params: dict[str, Any],
+        *,
+        wire: str,
+        tool: str,
+        agent: str,
+    ) -> Replayed:
+        """The recorded bundle and the candidate on one rebuilt request, compared."""
         recorded, mark = recorded_outcome(verdict)
         digest = str((verdict.get("bundle") or {}).get("digest", ""))
         judge = self._judge_for(digest)
@@ -427,9 +486,9 @@ class Replayer:
             seq=logged.seq,
             step_id=str(entry.get("step_id", "")),
             timestamp=str(entry.get("timestamp", "")),
-            wire="mcp" if info.kind == "mcp" else "acs",
-            tool=request.tool_name or info.method,
-            agent=str(facts.get("id") or session.agent_id),
+            wire=wire,
+            tool=tool,
+            agent=agent,
             recorded=recorded,
             mark=mark,
             recorded_digest=digest,

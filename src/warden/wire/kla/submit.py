@@ -30,7 +30,7 @@ from warden.approvals.tasks import Task
 from warden.core.observe import TraceParent
 from warden.errors import WardenError
 from warden.identity.api_keys import Identity
-from warden.kla.asks import decide, policy_decision_record
+from warden.kla.asks import decide, decided_record, policy_decision_record
 from warden.kla.digest import record_digest
 from warden.kla.evidence import HELD, PROCESSED, now_stamp
 from warden.kla.recorder import Recorder, canonical_text, new_id
@@ -221,9 +221,16 @@ def _process(
             created_at=stamp,
         )
         decision_row = rec.row(sealed, rid, execution, who.principal, stamp)
-        for row, value in ((request_row, record), (decision_row, decision_record)):
-            tx.kla.insert(row)
-            rec.append(tx, row, value, event=row.kind)
+        tx.kla.insert(request_row)
+        rec.append(tx, request_row, record, event=request_row.kind)
+        tx.kla.insert(decision_row)
+        rec.append(
+            tx,
+            decision_row,
+            decision_record,
+            event=decision_row.kind,
+            decided=decided_record(who, verdict),
+        )
         # Stage 7, once the records are durable: a rolled-back transaction reports nothing.
         rec.pipeline.finished_after(
             tx, "kla", decided, audit={"action_request_id": rid}, parent=_trace_parent(record)

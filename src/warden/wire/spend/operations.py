@@ -208,7 +208,7 @@ class SpendWire:
         self.usd_only(f"budget {body.budgetId}", path[0].currency)
         if body.currency != CURRENCY:
             raise currency_not_supported("the amount", body.currency, fixable=True)
-        stopped, grant = self.policy(tx, eng, body, amount)
+        stopped, grant, decided = self.policy(tx, eng, body, amount)
         if stopped is not None:
             return stopped
         who = caller()
@@ -224,6 +224,7 @@ class SpendWire:
                 hold_seconds=body.holdSeconds or DEFAULT_HOLD_SECONDS,
                 meta=meta,
                 principal=who.principal,
+                decided=decided,
             )
         except BudgetExceeded as exc:
             tight = next(b for b in path if b.id == exc.budget_id)
@@ -266,18 +267,20 @@ class SpendWire:
 
     def policy(
         self, tx: WireTx, eng: SpendEngine, body: QuoteRequest, amount: Decimal
-    ) -> tuple[Answer | None, str | None]:
+    ) -> tuple[Answer | None, str | None, dict[str, Any] | None]:
         """The quote's policy check (``spend/quote``, :func:`decide_quote`), rendered.
 
-        Returns ``(None, None)`` to go on; ``(None, task_id)`` to go on under an approval
-        granted for this exact quote (consumed now); ``(answer, None)`` with a task and
+        Returns ``(None, None, decided)`` to go on after an ``allow`` (``decided``: what
+        the hold's entry records of it); ``(None, task_id, None)`` to go on under an
+        approval granted for this exact quote (consumed now; its ``ask`` is recorded on
+        the ``warden/spend.policy`` entry); ``(answer, None, None)`` with a task and
         ``approval:required`` while a human decides (an answer that changed state, so it
         is cached). Raises ``policy:<rule>`` for deny and modify, ``approval:denied`` /
         ``approval:expired`` / ``approval:unavailable`` when the human said no, did not
         answer, or no desk is configured.
         """
         if self.guardian is None or self.pipeline is None:
-            return None, None
+            return None, None, None
         who = caller()
         decision = decide_quote(
             self.pipeline,
@@ -293,9 +296,9 @@ class SpendWire:
         )
         verdict = decision.verdict
         if verdict.decision is VerdictEffect.ALLOW:
-            return None, None
+            return None, None, decision.decided
         if verdict.decision in (VerdictEffect.ASK, VerdictEffect.DEFER):
-            return self.human_answer(decision, amount)
+            return (*self.human_answer(decision, amount), None)
         gate = winning_gate(self.guardian, verdict)
         if verdict.decision is VerdictEffect.MODIFY:
             raise Refusal(
