@@ -42,6 +42,8 @@ class LogProblem(Exception):
     reason: str
     message: str
     index: int | None = None
+    #: Every row found wrong (``state_mismatch``: table, row, message, log_index).
+    details: list[dict[str, Any]] | None = None
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.message}"
