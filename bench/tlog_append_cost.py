@@ -162,8 +162,7 @@ def main() -> None:
             "p99": round(stats["log"]["p99_us"] / stats["nolog"]["p99_us"], 4),
             "paired_median": round(
                 statistics.median(
-                    a / b
-                    for a, b in zip(chunk_medians["log"], chunk_medians["nolog"], strict=True)
+                    a / b for a, b in zip(chunk_medians["log"], chunk_medians["nolog"], strict=True)
                 ),
                 4,
             ),

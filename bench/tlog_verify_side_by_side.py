@@ -66,7 +66,9 @@ def build_warden(url: str, entries: int, leaf_bytes: int) -> tuple[Any, list[str
     for start in range(0, entries, 5000):
         with store.transaction() as tx:
             for i in range(start, min(start + 5000, entries)):
-                tx.log_event("bench.decision", base | {"i": i, "rule": f"r{i % 20}", "pad": "x" * pad})
+                tx.log_event(
+                    "bench.decision", base | {"i": i, "rule": f"r{i % 20}", "pad": "x" * pad}
+                )
     signer = NoteSigner("bench.invalid/log", Ed25519PrivateKey.generate())
     TransparencyLog(store.engine, signer).checkpoint()
     notes = [c.note for c in tlog_sql.all_checkpoints(store.engine)]

@@ -582,7 +582,7 @@ def test_a_restart_keeps_holds(make_runtime: Callable[..., Runtime]) -> None:
         assert left(second) == 70
         report = verify_records(second.store.iter_records(), ikm=TEST_IKM)
         # The agent's session, the shop's spend chain and the agent's registration chain.
-    assert report.sessions == 3
+        assert report.sessions == 3
     finally:
         second.close()
 
