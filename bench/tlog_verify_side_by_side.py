@@ -114,7 +114,10 @@ def main() -> None:
                     if case == "warden":
                         began = time.perf_counter()
                         report = check_log(
-                            tlog_sql.iter_leaves(store.engine), notes, verifier=verifier
+                            tlog_sql.iter_leaf_pages(store.engine),
+                            notes,
+                            verifier=verifier,
+                            paged=True,
                         )
                         seconds = time.perf_counter() - began
                         assert report.leaves == ns.entries and report.checkpoints_checked == 1

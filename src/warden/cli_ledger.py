@@ -196,11 +196,12 @@ def _check_log(
         # a counter; SQLite numbers from the largest index: decision 362).
         expected = tlog_sql.next_index(engine) if engine.dialect.name == "postgresql" else None
         report = check_log(
-            tlog_sql.iter_leaves(engine),
+            tlog_sql.iter_leaf_pages(engine),
             [c.note for c in tlog_sql.all_checkpoints(engine)],
             verifier=verifier,
             trusted=trusted,
             unindexed=len(tlog_sql.unindexed_entries(engine)),
+            paged=True,
         )
         if expected is not None and report.leaves < expected:
             raise LogProblem(
