@@ -347,7 +347,7 @@ def test_untouched_database_verifies(closed_db: tuple[Path, str, str]) -> None:
         report = verify_records(store.iter_records(), ikm=TEST_IKM)
     finally:
         store.close()
-    assert report.session_signatures_checked == 2  # every session row is signed
+    assert report.session_signatures_checked == 4  # every session row is signed
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
