@@ -147,7 +147,7 @@ def main() -> None:
             }
             for case, v in rates.items()
         },
-        "warden_hash_and_tree_only_median": round(statistics.median(tree_only)),
+        "warden_read_hash_tree_only_median": round(statistics.median(tree_only)),
         "ratios": {
             f"warden ÷ {peer}": {
                 "of_medians": round(
