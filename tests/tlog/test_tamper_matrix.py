@@ -65,6 +65,7 @@ def _state_history(rt: Runtime) -> dict[str, Any]:
         ("approved", 1),
         ("denied", 1),
         ("rerouted", 2),
+        ("revote", 3),
     ):
         ask = AskRequest(
             kind=TaskKind.ACTION,
@@ -80,6 +81,13 @@ def _state_history(rt: Runtime) -> dict[str, Any]:
         with rt.store.transaction() as tx:
             tasks[name] = rt.desk.file(tx, ask).id
     rt.desk.approve(tasks["half"], alice, "fine by me")
+    # Carol's key is revoked and she votes again with a new one: the table keeps only the
+    # new vote, the record both (the old one void).
+    carol, _ = rt.api_keys.create("carol", Role.APPROVER, ["ops"])
+    rt.desk.approve(tasks["revote"], carol, "yes, then revoked")
+    rt.api_keys.revoke(carol.key_id)
+    carol2, _ = rt.api_keys.create("carol", Role.APPROVER, ["ops"])
+    assert rt.desk.approve(tasks["revote"], carol2, "again").state.value == "pending"
     rt.desk.approve(tasks["approved"], alice)
     rt.desk.deny(tasks["denied"], bob, "no")
     rt.desk.approve(tasks["rerouted"], alice)
