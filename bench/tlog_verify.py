@@ -45,9 +45,10 @@ def main() -> None:
         notes = [c.note for c in tlog_sql.all_checkpoints(store.engine)]
         began = time.perf_counter()
         report = check_log(
-            tlog_sql.iter_leaves(store.engine),
+            tlog_sql.iter_leaf_pages(store.engine),
             notes,
             verifier=NoteVerifier(signer.name, signer.public),
+            paged=True,
         )
         total = time.perf_counter() - began
         store.close()

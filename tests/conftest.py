@@ -170,20 +170,31 @@ def _credential(registry: AgentRegistry, agent_id: str, owner: str | None) -> Ag
 
 
 def agent_credential(
-    target: Runtime | str, agent_id: str = "observed-agent", owner: str | None = None
+    target: Runtime | str,
+    agent_id: str = "observed-agent",
+    owner: str | None = None,
+    *,
+    audited: bool = True,
 ) -> AgentCredential:
-    """The ACS credential of ``agent_id`` (registered on first use, without an audit
-    event; owner ``<agent_id>.owner`` unless given) on a runtime or on the database at a URL (a
-    ``warden serve`` subprocess or replicas started with TEST_IKM)."""
+    """The ACS credential of ``agent_id`` (registered on first use, with its audit entry
+    as production writes it; owner ``<agent_id>.owner`` unless given) on a runtime or on
+    the database at a URL (a ``warden serve`` subprocess or replicas started with
+    TEST_IKM). The registration is a ``warden-agents:<id>`` chain of one entry: ``warden
+    verify`` rebuilds the agent table from it (issue 17), so an agent registered without
+    it would be a row no leaf explains. ``audited=False`` leaves the chain out, for tests
+    of exported chains that want only their own sessions (never verify such a database)."""
+    from warden.ledger.ledger import Ledger
+
     if isinstance(target, Runtime):
-        # Test set-up: registered without its audit event, so tests that count sessions
-        # and entries see only their own (tests/identity/test_agents.py covers the audit).
-        return _credential(AgentRegistry(target.store, TEST_IKM), agent_id, owner)
+        if not audited:
+            return _credential(AgentRegistry(target.store, TEST_IKM), agent_id, owner)
+        return _credential(target.agents or AgentRegistry(target.store, TEST_IKM), agent_id, owner)
     from warden.store import open_store
 
     store = open_store(target, migrate=False)
     try:
-        return _credential(AgentRegistry(store, TEST_IKM), agent_id, owner)
+        ledger = Ledger(store, SessionKeys(TEST_IKM), "warden")
+        return _credential(AgentRegistry(store, TEST_IKM, ledger), agent_id, owner)
     finally:
         store.close()
 
@@ -198,12 +209,13 @@ def agent_client(
     ``agent_id`` (what the older tests meant by "another key on this session")."""
     signer = kw.pop("key_id", None)
     claimed = kw.pop("agent_id", "observed-agent")
-    cred = agent_credential(target, signer or claimed, kw.pop("owner", None))
+    audited = kw.pop("audited", True)
+    cred = agent_credential(target, signer or claimed, kw.pop("owner", None), audited=audited)
     return AcsClient.for_agent(transport, cred, agent_id=claimed, **kw)
 
 
 def ensure_agent(target: Runtime | str | Path, principal: str, role: str = "agent") -> None:
-    """Register ``principal`` as an agent (test set-up, no audit event) when ``role`` is
+    """Register ``principal`` as an agent (test set-up, audited) when ``role`` is
     ``agent``: an agent API key belongs to a registered agent (issue 15). ``target`` is a
     runtime, a database URL, or a data directory holding ``warden.db``."""
     if role != "agent":

@@ -220,11 +220,12 @@ def _check_log(
         # a counter; SQLite numbers from the largest index: decision 362).
         expected = tlog_sql.next_index(engine) if engine.dialect.name == "postgresql" else None
         report = check_log(
-            tlog_sql.iter_leaves(engine),
+            tlog_sql.iter_leaf_pages(engine),
             [c.note for c in tlog_sql.all_checkpoints(engine)],
             verifier=verifier,
             trusted=trusted,
             unindexed=len(tlog_sql.unindexed_entries(engine)),
+            paged=True,
         )
         if expected is not None and report.leaves < expected:
             raise LogProblem(
@@ -235,7 +236,11 @@ def _check_log(
             )
         from warden.tlog.state import check_state
 
-        check_state(engine)
+        state_rows = check_state(engine)
+        return report.as_dict() | {
+            "checkpoint_signatures": verifier is not None,
+            "state_rows": state_rows,
+        }
     return report.as_dict() | {"checkpoint_signatures": verifier is not None}
 
 
@@ -264,13 +269,16 @@ def _export_log(store: Any, data_dir: Path, session: str | None) -> Any:
 
 
 def _log_failure(exc: LogProblem) -> dict[str, Any]:
-    return {
+    failure: dict[str, Any] = {
         "reason": exc.reason,
         "message": exc.message,
         "session_id": None,
         "seq": None,
         "log_index": exc.index,
     }
+    if exc.details is not None:
+        failure["rows"] = exc.details  # state_mismatch: every row that disagrees
+    return failure
 
 
 def print_check(check: ChainCheck) -> None:
@@ -282,6 +290,8 @@ def print_check(check: ChainCheck) -> None:
         print_line(
             err_console, f"[red]FAILED[/red] {failure['reason']}: {escape(failure['message'])}"
         )
+        for row in failure.get("rows", [])[1:]:
+            print_line(err_console, f"  {escape(row['message'])}")
         return
     print_line(
         console,
@@ -307,6 +317,13 @@ def print_check(check: ChainCheck) -> None:
                 else " (no checkpoint key: signatures not checked)"
             ),
         )
+        state = log.get("state_rows")
+        if state is not None:
+            print_line(
+                console,
+                f"[green]OK[/green] state rebuilt from the log: {sum(state.values())} rows "
+                "agree (" + ", ".join(f"{t} {n}" for t, n in state.items() if n) + ")",
+            )
     heads: dict[str, str] = doc["heads"]
     if not heads:
         return

@@ -322,7 +322,8 @@ def test_every_transition_is_chained_with_who_and_why(rt: Runtime, agent: AcsCli
     assert [h["event"] for h in task.history] == ["requested", "rerouted", "approved", "consumed"]
     # warden verify covers the desk chain with everything else.
     report = verify_records(rt.store.iter_records(), ikm=TEST_IKM)
-    assert report.sessions == 2 and report.signatures_checked > 0
+    # The agent's session, the desk's chain and the agent's registration chain.
+    assert report.sessions == 3 and report.signatures_checked > 0
 
 
 def test_a_restart_keeps_pending_tasks(make_runtime: Callable[..., Runtime]) -> None:

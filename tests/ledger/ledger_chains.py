@@ -43,17 +43,19 @@ EXTRA_SESSION_ID = "00000000-0000-4000-8000-00000000dead"
 # -- producing and serialising chains ----------------------------------------------------
 
 
-def produce_chain(rt: Runtime) -> tuple[str, str]:
+def produce_chain(rt: Runtime, *, audited: bool = True) -> tuple[str, str]:
     """Drive two real sessions through ``rt`` in process; return their session ids (A, B).
 
     Without the approval desk: the ask (delete_file) is answered as the bundle says and
     files no task, so the export holds exactly these two agent sessions (the desk's own
-    chain is covered by tests/approvals)."""
+    chain is covered by tests/approvals) — and, ``audited`` (the default, what a database
+    `warden verify` needs), the two agents' registration chains; ``audited=False`` leaves
+    them out, for the tests of exported chains and their assets."""
     from conftest import service_client
 
     rt.acs.approval_gate = None
 
-    a = service_client(rt, agent_id="agent-a")
+    a = service_client(rt, agent_id="agent-a", audited=audited)
     steps_a = [
         a.hello(),
         a.call("steps/sessionStart", {}),
@@ -63,7 +65,7 @@ def produce_chain(rt: Runtime) -> tuple[str, str]:
         a.tool_call("login", {"user": "u", "password": "hunter2"}),
         a.call("steps/sessionEnd", {"reason": "completed"}),
     ]
-    b = service_client(rt, agent_id="agent-b")
+    b = service_client(rt, agent_id="agent-b", audited=audited)
     steps_b = [
         b.hello(),
         b.call("steps/sessionStart", {}),
@@ -724,7 +726,7 @@ def write_assets() -> None:  # pragma: no cover - maintenance entry point
             Settings(data_dir=data, policy=DEFAULT_POLICY, key_file=write_key(data / "ikm.key"))
         )
         try:
-            produce_chain(rt)
+            produce_chain(rt, audited=False)
             clean: list[Line] = list(export_records(rt.store, TEST_IKM))
         finally:
             rt.close()

@@ -339,14 +339,15 @@ def test_untouched_database_verifies(closed_db: tuple[Path, str, str]) -> None:
     proc = _verify_cli(data_dir, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert (doc["sessions"], doc["entries"], doc["signatures_checked"]) == (2, 9, 11)
-    assert sorted(doc["heads"]) == sorted([sid_a, sid_b])
+    # The two agent sessions and the two agents' registration chains (one entry each).
+    assert (doc["sessions"], doc["entries"], doc["signatures_checked"]) == (4, 11, 13)
+    assert {sid_a, sid_b} <= set(doc["heads"]) and len(doc["heads"]) == 4
     store = open_store(f"sqlite:///{data_dir / 'warden.db'}", migrate=False)
     try:
         report = verify_records(store.iter_records(), ikm=TEST_IKM)
     finally:
         store.close()
-    assert report.session_signatures_checked == 2  # every session row is signed
+    assert report.session_signatures_checked == 4  # every session row is signed
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

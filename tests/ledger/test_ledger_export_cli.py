@@ -61,26 +61,30 @@ def test_export_then_verify(runtime: Runtime, tmp_path: Path) -> None:
 
     proc = warden("export", "--data-dir", data, "--out", out)
     assert proc.returncode == 0, proc.stderr
-    assert len(expected) == len(stored) + 1 == 14
+    # Sessions A and B, and the two agents' registration chains (session, entry, head).
+    assert len(expected) == len(stored) + 1 == 14 + 6
     # The CLI adds the transparency log's record before the manifest (issue 17).
-    assert f"wrote 15 records to {out}" in proc.stderr
+    assert f"wrote 21 records to {out}" in proc.stderr
     records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert records[-2]["kind"] == "log"
     records = _without_log(records)
     assert records == expected
     assert records[:-1] == stored
-    assert [r["kind"] for r in records] == (
-        ["session"] + ["entry"] * 6 + ["head", "session"] + ["entry"] * 3 + ["head", "manifest"]
+    ours = [r for r in records[:-1] if r["session_id"] in (sid_a, sid_b)]
+    assert [r["kind"] for r in ours] == (
+        ["session"] + ["entry"] * 6 + ["head", "session"] + ["entry"] * 3 + ["head"]
     )
     heads = _heads(stored)
-    assert records[-1]["sessions"] == [
+    listed = [s for s in records[-1]["sessions"] if s["session_id"] in (sid_a, sid_b)]
+    assert listed == [
         {"session_id": sid_a, "seq": 5, "chain_hash": heads[sid_a]},
         {"session_id": sid_b, "seq": 2, "chain_hash": heads[sid_b]},
     ]
+    assert len(records[-1]["sessions"]) == 4
 
     doc = verified(out, data / "ikm.key")
-    assert (doc["ok"], doc["source"], doc["sessions"], doc["entries"]) == (True, str(out), 2, 9)
-    assert (doc["signatures_checked"], doc["heads"]) == (12, heads)
+    assert (doc["ok"], doc["source"], doc["sessions"], doc["entries"]) == (True, str(out), 4, 11)
+    assert (doc["signatures_checked"], doc["heads"]) == (14, heads)
 
     one = tmp_path / "b.jsonl"
     proc = warden("export", "--data-dir", data, "--session", sid_b, "-o", one)
@@ -240,11 +244,12 @@ def test_verify_no_signatures_needs_no_key(runtime: Runtime) -> None:
     (data / "ikm.key").unlink()
     proc = warden("verify", "--data-dir", data, "--no-signatures")
     assert proc.returncode == 0, proc.stderr
-    assert "9 entries, 0 signatures checked (signatures not checked: --no-signatures)" in (
+    # 9 entries of the two sessions and the two agents' registration entries
+    assert "11 entries, 0 signatures checked (signatures not checked: --no-signatures)" in (
         proc.stdout
     )
     doc = json.loads(warden("verify", "--data-dir", data, "--no-signatures", "--json").stdout)
-    assert (doc["signatures"], doc["entries"], doc["signatures_checked"]) == (False, 9, 0)
+    assert (doc["signatures"], doc["entries"], doc["signatures_checked"]) == (False, 11, 0)
 
 
 def test_verify_database_needs_no_manifest(runtime: Runtime) -> None:
@@ -255,5 +260,6 @@ def test_verify_database_needs_no_manifest(runtime: Runtime) -> None:
     proc = warden("verify", "--data-dir", data, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert (doc["source"], doc["sessions"], doc["entries"]) == (str(data / "warden.db"), 2, 9)
-    assert doc["signatures_checked"] == 11
+    # The two sessions and the two agents' registration chains (one entry, one head each).
+    assert (doc["source"], doc["sessions"], doc["entries"]) == (str(data / "warden.db"), 4, 11)
+    assert doc["signatures_checked"] == 13

@@ -74,7 +74,7 @@ def clean_records() -> list[Line]:
 @pytest.fixture
 def live(runtime: Runtime, tmp_path: Path) -> tuple[list[Line], list[str], Path]:
     """A chain produced now, exported with export_records (manifest last) to JSONL."""
-    sid_a, sid_b = produce_chain(runtime)
+    sid_a, sid_b = produce_chain(runtime, audited=False)
     records: list[Line] = list(export_records(runtime.store, TEST_IKM))
     assert session_ids(records) == [sid_a, sid_b]
     path = tmp_path / "export.jsonl"
@@ -276,7 +276,7 @@ def test_manifest_signature_is_hmac_under_the_export_manifest_key(
 
 def test_store_records_verify_without_manifest(runtime: Runtime) -> None:
     """The database path (``warden verify --data-dir``) has no manifest and needs none."""
-    sid_a, sid_b = produce_chain(runtime)
+    sid_a, sid_b = produce_chain(runtime, audited=False)
     records = list(runtime.store.iter_records())
     assert [r["kind"] for r in records].count("manifest") == 0
     report = verify_records(records, ikm=TEST_IKM)
@@ -293,7 +293,7 @@ def test_store_records_verify_without_manifest(runtime: Runtime) -> None:
 
 
 def test_export_records_end_with_the_manifest_and_nothing_else_changes(runtime: Runtime) -> None:
-    produce_chain(runtime)
+    produce_chain(runtime, audited=False)
     stored = list(runtime.store.iter_records())
     exported = list(export_records(runtime.store, TEST_IKM))
     assert exported[:-1] == stored
@@ -343,8 +343,8 @@ def test_session_without_entries_is_listed_and_its_deletion_detected(
     as seq -1 / null, and deleting its lone session record is detected."""
     from conftest import service_client
 
-    sid_a, sid_b = produce_chain(runtime)
-    c = service_client(runtime, agent_id="agent-c")
+    sid_a, sid_b = produce_chain(runtime, audited=False)
+    c = service_client(runtime, agent_id="agent-c", audited=False)
     assert "result" in c.hello()
     records: list[Line] = list(export_records(runtime.store, TEST_IKM))
     assert session_ids(records) == [sid_a, sid_b, c.session_id]

@@ -48,7 +48,8 @@ def test_condition_error_is_a_signed_deny(make_runtime: Callable[..., Runtime]) 
     assert "rule transfer-limit" in failure_entry["failure"]
     assert "failure" not in entries[2]["entry"]
     report = verify_records(rt.store.iter_records(), ikm=TEST_IKM)
-    assert (report.sessions, report.entries) == (1, 4)
+    # The session, and the agent's registration chain (one entry).
+    assert (report.sessions, report.entries) == (2, 5)
 
 
 def test_default_allow_names_itself_and_the_bundle(

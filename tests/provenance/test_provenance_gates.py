@@ -412,7 +412,7 @@ def test_cel_sees_provenance_facts_across_replicas(
     assert summary["entry_count_by_origin"] == {"agent_generated": 2, "tool_output": 1}
     assert summary["earliest_step_id_by_origin"]["tool_output"] == entries[-2]["entry"]["step_id"]
     report = verify_records(a.store.iter_records(), ikm=TEST_IKM)
-    assert report.entries == len(entries)
+    assert report.entries == len(entries) + 1  # and the agent's registration entry
 
 
 def test_bundle_section_is_validated() -> None:

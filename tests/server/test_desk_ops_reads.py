@@ -44,8 +44,8 @@ def seeded(make_backend_runtime: Callable[..., Runtime]) -> tuple[Runtime, str]:
 def test_pages_newest_first_without_gaps(seeded: tuple[Runtime, str]) -> None:
     rt, _ = seeded
     everything = activity_sql.entries_page(rt.store, limit=100)
-    # 6 ACS entries, and the desk chain's "requested" for the ask.
-    assert len(everything) == 7
+    # 6 ACS entries, the desk chain's "requested" for the ask, and the agent's registration.
+    assert len(everything) == 8
     keys = [(e.created_at, e.session_id, e.seq) for e in everything]
     assert keys == sorted(keys, reverse=True)
     walked: list[tuple[str, str, int]] = []
@@ -77,12 +77,13 @@ def test_filters_are_exact(seeded: tuple[Runtime, str]) -> None:
     assert rows(tool="read_1%") == []
     assert like_pattern("a%b_c!") == "%a!%b!_c!!%"
     assert {r.agent for r in rows(agent="ops-bot")} == {"ops-bot"}
-    assert len(rows(agent="ops-bot")) == 7  # the desk chain's event names the requester
+    # the desk chain's event names the requester; the agents chain's registration too
+    assert len(rows(agent="ops-bot")) == 8
     assert rows(agent="nobody") == []
     assert {r.wire for r in rows(wire="approval")} == {"approval"}
     future = (datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
     assert rows(since=future) == []
-    assert len(rows(until=future)) == 7
+    assert len(rows(until=future)) == 8  # with the agent's registration entry
     one = ops_view.activity(rt.store, ops_view.Filters(), None, session_id=session).rows
     assert len(one) == 6 and {r.session_id for r in one} == {session}
 
@@ -101,7 +102,7 @@ def test_filters_are_exact(seeded: tuple[Runtime, str]) -> None:
             )
     finally:
         engine.dispose()
-    assert len(rows(agent="ops-bot")) == 7
+    assert len(rows(agent="ops-bot")) == 8
     assert [(r.seq, r.agent) for r in rows(decision="unreadable")] == [(1, "ops-bot")]
 
 

@@ -74,7 +74,7 @@ def test_concurrent_sessions_and_a_shared_session(server: Server) -> None:
     assert sum(len(v) for v in answered.values()) == 8 * 40
     server.stop()
     report = _verify_db(server.data_dir)
-    assert report.sessions == 7
+    assert report.sessions == 8  # 7 sessions and the agent's registration chain
     # Every hash a client was given is an entry of its session's chain: none was lost.
     con = sqlite3.connect(server.data_dir / "warden.db")
     stored = {(sid, h) for sid, h in con.execute("SELECT session_id, entry_hash FROM entries")}
@@ -111,7 +111,8 @@ def test_concurrent_replays_of_one_request_admit_exactly_one(server: Server) -> 
     replays = [r for r in results if r.get("error", {}).get("code") == -32005]
     assert len(decided) == 1 and len(replays) == 9, results
     server.stop()
-    assert _verify_db(server.data_dir).entries == 2  # sessionStart + the one decision
+    # sessionStart, the one decision and the agent's registration entry
+    assert _verify_db(server.data_dir).entries == 3
 
 
 @pytest.mark.parametrize("sync", ["FULL", "NORMAL"])

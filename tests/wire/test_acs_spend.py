@@ -581,7 +581,8 @@ def test_a_restart_keeps_holds(make_runtime: Callable[..., Runtime]) -> None:
         assert second.spend.reservation(hold).status is HoldStatus.SETTLED
         assert left(second) == 70
         report = verify_records(second.store.iter_records(), ikm=TEST_IKM)
-        assert report.sessions == 2  # the agent's session and the shop's spend chain
+        # The agent's session, the shop's spend chain and the agent's registration chain.
+        assert report.sessions == 3
     finally:
         second.close()
 
@@ -678,7 +679,8 @@ def test_verify_is_clean_after_every_spend_path(rt: Runtime) -> None:
     tool_result(c, ref, "blocked", tool="buy")
     c.call("steps/sessionEnd", {"reason": "completed"})
     report = verify_records(rt.store.iter_records(), ikm=TEST_IKM)
-    assert report.sessions == 2  # the agent's session and the shop's spend chain
+    # The agent's session, the shop's spend chain and the agent's registration chain.
+    assert report.sessions == 3
     assert spend_events(rt).count("reserve") == 3
     assert left(rt) == 92
 

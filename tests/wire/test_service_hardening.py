@@ -67,7 +67,7 @@ def test_unrepresentable_timestamp_on_hello_is_signed(runtime: Runtime) -> None:
     )
     assert resp["error"]["code"] == -32600
     assert _signed(resp, c)
-    assert runtime.store.counts()["sessions"] == 0
+    assert runtime.store.counts()["sessions"] == 1  # only the agent's registration chain
 
 
 def test_step_with_another_major_version_is_refused(runtime: Runtime) -> None:
@@ -81,7 +81,7 @@ def test_step_with_another_major_version_is_refused(runtime: Runtime) -> None:
     assert resp["error"]["code"] == -32001
     assert resp["error"]["data"]["supported_versions"] == ["0.1.0"]
     assert _signed(resp, c)
-    assert runtime.store.counts()["entries"] == 0
+    assert runtime.store.counts()["entries"] == 1  # only the agent's registration entry
 
 
 def test_store_failure_is_a_signed_deny_with_fixed_text(

@@ -674,6 +674,10 @@ class ApprovalDesk:
                 correlation=task.correlation,
                 approvals_required=task.approvals_required,
                 question=task.question,
+                # What `warden verify` needs to rebuild the task row (issue 17): a
+                # disposition flipped to allow, or a budget increase's cap, is caught.
+                timeout_disposition=task.timeout_disposition,
+                detail=task.detail,
             )
         entry = self._chain.append(tx, DESK_CHAIN, event.value, str(uuid.uuid4()), detail)
         return {

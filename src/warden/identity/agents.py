@@ -434,7 +434,9 @@ class AgentRegistry:
             keys = [k[0] for k in table.keys_of(agent_id) if k[3] is None]
             table.revoke_agent(agent_id, now)
             api_keys = table.revoke_api_keys(agent_id, now)
-            if row[5] is None:
+            # Chained when anything changed: the agent, or agent API keys created for
+            # the principal after it was revoked (the log explains every revocation).
+            if row[5] is None or api_keys:
                 self._audit(
                     tx,
                     agent_id,

@@ -152,6 +152,8 @@ class SpendEngine:
                     "cap": to_wire(budget.cap),
                     "period": budget.period.value,
                     "principals": list(budget.principals),
+                    # The whole row, so `warden verify` can rebuild it (issue 17).
+                    "name": budget.name,
                     "updated": existing is not None,
                 },
             )

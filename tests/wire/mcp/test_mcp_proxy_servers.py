@@ -57,7 +57,7 @@ def test_an_allowed_call_returns_the_time_servers_real_result(tmp_path: Path) ->
     anyio.run(run)
     done = verify(data)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 sessions" in done.stdout
+    assert "2 sessions" in done.stdout  # the MCP connection's and the agent's registration
 
 
 def test_git_status_is_allowed_and_returns_the_real_output(tmp_path: Path) -> None:
@@ -177,4 +177,5 @@ def test_filesystem_writes_are_confined_and_a_move_asks_then_runs_once(
     assert not outside.exists() and not (tmp_path / "escaped.txt").exists()
     done = verify(data)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "2 sessions" in done.stdout  # the MCP connection's and the desk's
+    # the MCP connection's, the desk's and the agent's registration chain
+    assert "3 sessions" in done.stdout
