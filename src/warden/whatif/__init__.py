@@ -22,13 +22,16 @@ def what_if(
     current: Bundle | None = None,
     window: Window | None = None,
     fail_on: str | None = None,
+    allow_unfaithful: bool = False,
     warn: Callable[[str], None] | None = None,
     memo: bool = True,
 ) -> dict[str, Any]:
     """Replay ``reader``'s recorded decisions through ``candidate`` and return the report
     document (:mod:`warden.whatif.report`). The recorded bundles are the ones the reader's
     database stored, plus ``current``. Pure: reads only. ``memo`` off evaluates every
-    step (the benchmark's worst case); the document's ``evaluations`` counts those run."""
+    step (the benchmark's worst case); the document's ``evaluations`` counts those run.
+    ``fail_on`` also fails an unfaithful replay unless ``allow_unfaithful``
+    (:meth:`WhatIfReport.document`)."""
     problems: list[str] = []
     stored = load_bundles(
         reader.bundle_sources(), lambda d, m: problems.append(f"stored bundle {d}: {m}")
@@ -51,6 +54,7 @@ def what_if(
         skipped=replayer.skipped,
         seconds=replayer.seconds,
         fail_on=fail_on,
+        allow_unfaithful=allow_unfaithful,
     )
     doc["evaluations"] = replayer.evaluations
     return doc

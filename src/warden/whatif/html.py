@@ -126,14 +126,22 @@ def render_html(doc: dict[str, Any]) -> str:
         + (f" at {doc['decisions_per_second']} decisions/s" if doc["decisions_per_second"] else "")
         + ".</p>",
     ]
-    verdict = '<span class="bad">FAILED</span>' if not doc["ok"] else '<span class="good">ok</span>'
+    if doc["fail_on"] is None:
+        gate = "No gate (--fail-on not given)"
+    else:
+        verdict = (
+            '<span class="bad">FAILED</span>' if not doc["ok"] else '<span class="good">ok</span>'
+        )
+        gate = f"Gate (--fail-on {escape(doc['fail_on'])}): {verdict}"
     out.append(
-        f"<p id=summary>Gate (--fail-on {escape(str(doc['fail_on']))}): {verdict}. "
+        f"<p id=summary>{gate}. "
         f"<span id=loosened>{ch['loosened']}</span> loosened, "
         f"<span id=tightened>{ch['tightened']}</span> tightened, {ch['rules_only']} with "
         "other rules only.</p>"
     )
-    if not shadow:
+    for warning in doc.get("warnings") or ():
+        out.append(f'<p class="bad">Warning: {escape(warning)}</p>')
+    if f is not None:
         faithful = (
             '<span class="good">faithful</span>'
             if f["faithful"]

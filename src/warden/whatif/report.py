@@ -132,15 +132,52 @@ class WhatIfReport:
         skipped: dict[str, int],
         seconds: float,
         fail_on: str | None,
+        allow_unfaithful: bool = False,
+        faithfulness_applies: bool = True,
     ) -> dict[str, Any]:
         """The report (see the module docstring); ``ok`` is False when ``fail_on``
-        (``loosen`` or ``any``) found what it fails on."""
+        (``loosen`` or ``any``) found what it fails on, or when ``fail_on`` is given and
+        the replay is not faithful (a decision not reproduced or not checked: the
+        comparison then rests on guesses) unless ``allow_unfaithful``.
+        ``faithfulness_applies`` False (shadow divergences: nothing was replayed) gives
+        ``faithfulness: null``. ``warnings`` lists what the reader should know (the gate
+        failed for want of faithfulness, …); callers append theirs."""
         loosened = sorted(self.lists["loosened"], key=_loosened_order)[:LIST_EXAMPLES]
         changed = self.kinds["loosened"] + self.kinds["tightened"]
         failed = (fail_on == "loosen" and self.kinds["loosened"] > 0) or (
             fail_on == "any" and changed > 0
         )
         checked = self.faith["reproduced"] + self.faith["unreproduced"]
+        faithful = self.faith["unreproduced"] == 0 and self.faith["not_checked"] == 0
+        warnings: list[str] = []
+        if faithfulness_applies and fail_on is not None and not faithful:
+            why = (
+                f"the replay is not faithful ({self.faith['unreproduced']} decisions not "
+                f"reproduced, {self.faith['not_checked']} not checked for want of their "
+                "bundle: pass --current)"
+            )
+            if allow_unfaithful:
+                warnings.append(f"{why}; the gate ignores it (--allow-unfaithful)")
+            else:
+                failed = True
+                warnings.append(
+                    f"{why}: --fail-on {fail_on} fails (pass --allow-unfaithful to gate on "
+                    "the changes alone)"
+                )
+        faithfulness: dict[str, Any] | None = (
+            {
+                "faithful": faithful,
+                "checked": checked,
+                "reproduced": self.faith["reproduced"],
+                "unreproduced": self.faith["unreproduced"],
+                "preempted": self.faith["preempted"],
+                "not_checked": self.faith["not_checked"],
+                "marked": dict(sorted(self.marks.items())),
+                "examples": self.unreproduced,
+            }
+            if faithfulness_applies
+            else None
+        )
         return {
             "ok": not failed,
             "fail_on": fail_on,
@@ -152,16 +189,7 @@ class WhatIfReport:
             "seconds": round(seconds, 3),
             "decisions_per_second": round(self.total / seconds) if seconds > 0 else None,
             "recorded_bundles": dict(self.bundles.most_common()),
-            "faithfulness": {
-                "faithful": self.faith["unreproduced"] == 0 and self.faith["not_checked"] == 0,
-                "checked": checked,
-                "reproduced": self.faith["reproduced"],
-                "unreproduced": self.faith["unreproduced"],
-                "preempted": self.faith["preempted"],
-                "not_checked": self.faith["not_checked"],
-                "marked": dict(sorted(self.marks.items())),
-                "examples": self.unreproduced,
-            },
+            "faithfulness": faithfulness,
             "matrix": {
                 old: {new: n for (o, new), n in sorted(self.matrix.items()) if o == old}
                 for old in sorted({o for o, _ in self.matrix})
@@ -182,6 +210,7 @@ class WhatIfReport:
             "by_wire": _groups(self.groups["wire"]),
             "never_fired": [r for r in self.candidate_rules if r not in self.fired],
             "marked": self.marked,
+            "warnings": warnings,
         }
 
 
@@ -189,6 +218,12 @@ def _groups(groups: dict[str, _Group]) -> dict[str, Any]:
     """Groups by most loosened, then most changes, then name."""
     ordered = sorted(groups.items(), key=lambda kv: (-kv[1].loosened, -kv[1].changes, kv[0]))
     return {k: g.as_dict() for k, g in ordered}
+
+
+def counts(by_key: dict[str, int]) -> str:
+    """``{"warden/agents": 1, "warden/approval": 4}`` as ``warden/agents 1, warden/approval
+    4`` (``none`` when empty): counts for people, not a Python dict's repr."""
+    return ", ".join(f"{k} {n}" for k, n in by_key.items()) or "none"
 
 
 def _line(ex: dict[str, Any]) -> str:
@@ -213,7 +248,7 @@ def print_report(doc: dict[str, Any], out: Console) -> None:
             f"{doc['source']['where']} ({doc['decisions_per_second'] or '-'} decisions/s)"
         )
     )
-    if "shadow_candidates" not in doc:  # shadow divergences: nothing was replayed
+    if doc["faithfulness"] is not None:  # None: shadow divergences, nothing was replayed
         _print_faithfulness(doc["faithfulness"], out)
         for ex in doc["marked"][:EXAMPLES]:
             out.print(
@@ -229,7 +264,7 @@ def _print_faithfulness(f: dict[str, Any], out: Console) -> None:
         f"replay of the recorded bundles: {verdict}: {f['reproduced']} reproduced, "
         f"{f['unreproduced']} not reproduced, {f['not_checked']} not checked (bundle not "
         f"available: pass --current), {f['preempted']} preempted; marked (state policy does "
-        + escape(f"not compute): {f['marked'] or 'none'}")
+        + escape(f"not compute): {counts(f['marked'])}")
     )
     for ex in f["examples"]:
         rep = ex.get("replayed") or {}
@@ -272,4 +307,4 @@ def _print_changes(doc: dict[str, Any], out: Console) -> None:
     never = doc["never_fired"]
     out.print(escape(f"candidate rules that never fired: {', '.join(never) if never else 'none'}"))
     if doc["skipped"]:
-        out.print(escape(f"not replayed: {doc['skipped']}"))
+        out.print(escape(f"not replayed: {counts(doc['skipped'])}"))

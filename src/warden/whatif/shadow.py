@@ -41,7 +41,7 @@ from warden.policy.bundle import Bundle
 from warden.policy.engine import PolicyEngine
 from warden.whatif.reader import LogReader
 from warden.whatif.replay import Outcome, Replayed, Window, change_kind, outcome_of
-from warden.whatif.report import WhatIfReport, print_report
+from warden.whatif.report import WhatIfReport, counts, print_report
 
 if TYPE_CHECKING:
     from warden.store.sql import SqlStore
@@ -249,6 +249,7 @@ def shadow_summary(
         skipped={},
         seconds=0.0,
         fail_on=fail_on,
+        faithfulness_applies=False,
     )
     doc["shadow_candidates"] = dict(candidates.most_common())
     return doc
@@ -277,7 +278,7 @@ def print_shadow(doc: dict[str, Any], out: Console) -> None:
     out.print(
         escape(
             f"shadow divergences recorded: {doc['decisions']} "
-            f"(candidates: {doc['shadow_candidates'] or 'none'})"
+            f"(candidates: {counts(doc['shadow_candidates'])})"
         )
     )
     if doc["decisions"]:
