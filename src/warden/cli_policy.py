@@ -146,13 +146,13 @@ def policy_check(
                     console,
                     f"  [yellow]warning[/yellow] {escape(f'[{f.code}]')} {escape(f.message)}",
                 )
-    ok = all(r["ok"] for r in results)
+    valid = all(r["ok"] for r in results)
+    code = EXIT_BAD_INPUT if not valid else EXIT_FAILURE_FOUND if strict and warnings else 0
     if as_json:
-        print_json({"ok": ok, "warnings": warnings, "files": results})
-    if not ok:
-        raise typer.Exit(EXIT_BAD_INPUT)
-    if strict and warnings:
-        raise typer.Exit(EXIT_FAILURE_FOUND)
+        # ok is false whenever the exit is not 0 (docs/cli-json.md; decision 630).
+        print_json({"ok": code == 0, "warnings": warnings, "files": results})
+    if code:
+        raise typer.Exit(code)
 
 
 def _checked_request(body: bytes) -> ActionRequest:
@@ -373,7 +373,7 @@ def policy_test(
     failed = [r for r in report.results if not r.passed]
     uncovered = require_coverage and bool(report.unfired)
     if as_json:
-        print_json(report_json(report))
+        print_json(report_json(report, require_coverage=require_coverage))
     else:
         t = table("result", "case", "decision", "rules fired")
         for r in report.results:
