@@ -349,16 +349,20 @@ def policy_test(
                 f"{escape(bundle_file.stem)}.yaml"
             )
             raise typer.Exit(EXIT_BAD_INPUT)
+        tester = PolicyTester(bundle)
         files, problems = [], []
         for path in paths:
             try:
                 files.append(load_tests(path))
             except WardenError as exc:
                 problems.append(exc.message)
+        # Every file's problems at once: what the parse found, then what the bundle does
+        # not have (an expected rule it lacks, another bundle's id).
+        problems += [p for tf in files for p in tester.problems(tf)]
         if problems:
             err_console.print(f"[red]invalid tests[/red]\n{escape(chr(10).join(problems))}")
             raise typer.Exit(EXIT_BAD_INPUT)
-        report = PolicyTester(bundle).run(files)
+        report = tester.run(files)
     except WardenError as exc:
         raise _fail(exc) from exc
     if junit is not None:
