@@ -110,10 +110,11 @@ def policy_check(
     invalid (every problem is printed), else 1 with --strict and any warning, else 0.
     """
     from warden.policy import load_bundle
-    from warden.policytools.lint import lint, load_tool_list
+    from warden.policytools.lint import lint, read_tool_list
 
     try:
-        tool_names = load_tool_list(tools) if tools is not None else None
+        tool_list = read_tool_list(tools) if tools is not None else None
+        tool_names = tool_list.names if tool_list is not None else None
         budget_ids = None
         if budgets is not None:
             from warden.spend.config import load_budgets
@@ -121,6 +122,16 @@ def policy_check(
             budget_ids = [b.id for b in load_budgets(budgets)]
     except WardenError as exc:
         raise _fail(exc) from exc
+    if tool_list is not None and tool_list.next_cursor is not None:
+        # One page only: patterns matching tools of later pages would be flagged falsely.
+        print_line(
+            err_console,
+            f"[yellow]warning:[/yellow] {escape(str(tools))} is one page of a paginated "
+            f"tools/list (nextCursor {escape(json.dumps(tool_list.next_cursor))}): its "
+            f"{len(tool_list.names)} tools are not all the server's, so unmatched_tool_pattern "
+            "may flag patterns that match tools of later pages; fetch every page "
+            "(tools/list with each nextCursor) and merge their tools",
+        )
     results: list[dict[str, Any]] = []
     warnings = 0
     for file in files:
