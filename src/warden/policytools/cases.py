@@ -235,8 +235,7 @@ def _duplicate_names(doc: dict[str, Any], source: str) -> list[str]:
             continue
         if name in first:
             out.append(
-                f"{source}: file: {_DUPLICATE}{name!r} "
-                f"(cases #{first[name] + 1} and #{i + 1})"
+                f"{source}: file: {_DUPLICATE}{name!r} (cases #{first[name] + 1} and #{i + 1})"
             )
         else:
             first[name] = i
