@@ -130,19 +130,21 @@ def test_check_reports_findings_as_documents_and_names_bad_input(data: dict[str,
     base = json.loads(inc.stdout)
     cases: list[tuple[str, str]] = [
         ("{not json", "not JSON (Expecting property name"),
-        (json.dumps({**base, "proof": "notalist"}), 'proof: a list of base64 hashes, got "notalist"'),
+        (json.dumps({**base, "proof": "notalist"}),
+         'proof: a list of base64 hashes, got "notalist"'),
         (json.dumps({**base, "proof": ["@@@@"]}), "proof[0]: not standard base64"),
-        (json.dumps({**base, "proof": ["AAAA"]}), "proof[0]: a SHA-256 hash is 32 bytes, this is 3"),
+        (json.dumps({**base, "proof": ["AAAA"]}),
+         "proof[0]: a SHA-256 hash is 32 bytes, this is 3"),
         (json.dumps({k: v for k, v in base.items() if k != "size"}), "size: missing"),
         (json.dumps({**base, "index": "2"}), 'index: a non-negative integer, got "2"'),
         (json.dumps([1]), "a proof document is an object"),
     ]  # fmt: skip
     bad = root / "check-bad.json"
-    for text, why in cases:
-        bad.write_text(text)
+    for body, why in cases:
+        bad.write_text(body)
         got = check(bad)
-        assert (got.returncode, got.stdout) == (2, ""), (text, got.stdout)
-        assert f"the proof {bad}: {why}" in got.stderr, (text, got.stderr)
+        assert (got.returncode, got.stdout) == (2, ""), (body, got.stdout)
+        assert f"the proof {bad}: {why}" in got.stderr, (body, got.stderr)
     missing = check(proof, good, "--leaf", str(root / "no-such-leaf"))
     assert (
         missing.returncode == 2
