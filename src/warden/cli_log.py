@@ -11,7 +11,9 @@
   fetches each new checkpoint, checks it extends the last one, cosigns it and posts the
   cosignature back (:mod:`warden.tlog.witness`); ``--once`` for one round.
 
-Exit codes: 0 fine; 1 a proof fails, or (witness) a fork or rollback; 2 bad input.
+Exit codes: 0 fine; 1 a proof or a checkpoint's signature fails (``log check --json``
+prints ``ok: false`` and a ``reason``), or (witness) a fork or rollback; 2 bad input,
+each message naming the file or option and the field at fault (decisions 631–632).
 """
 
 from __future__ import annotations
@@ -121,7 +123,8 @@ def prove_cmd(
     database_url: DbUrl = None,
 ) -> None:
     """Compute an inclusion (--index, --size) or consistency (--from, --to) proof from the
-    database; prints the proof document (JSON)."""
+    database; prints the proof document (JSON). Options out of range are refused naming
+    them and the log's size (exit 2)."""
     from warden.store import open_store
     from warden.store.tlog_sql import iter_leaves
     from warden.tlog.merkle import MerkleTree, ProofError, leaf_hash
@@ -130,6 +133,10 @@ def prove_cmd(
     consistency = first is not None or second is not None
     if inclusion == consistency:
         raise _bad("give --index and --size (inclusion), or --from and --to (consistency)")
+    if inclusion and (index is None or size is None):
+        raise _bad("an inclusion proof needs both --index and --size")
+    if consistency and (first is None or second is None):
+        raise _bad("a consistency proof needs both --from and --to")
     try:
         store = open_store(existing_database_url(data_dir, database_url), migrate=False)
     except WardenError as exc:
@@ -138,10 +145,9 @@ def prove_cmd(
         tree = MerkleTree(leaf_hash(bytes(t)) for _, t in iter_leaves(store.engine))
     finally:
         store.close()
+    where = f"--index {index} --size {size}" if inclusion else f"--from {first} --to {second}"
     try:
-        if inclusion:
-            if index is None or size is None:
-                raise _bad("an inclusion proof needs both --index and --size")
+        if index is not None and size is not None:
             doc: dict[str, Any] = {
                 "index": index,
                 "size": size,
@@ -150,8 +156,7 @@ def prove_cmd(
                 "proof": [b64(p) for p in tree.inclusion_proof(index, size)],
             }
         else:
-            if first is None or second is None:
-                raise _bad("a consistency proof needs both --from and --to")
+            assert first is not None and second is not None
             doc = {
                 "from": first,
                 "to": second,
@@ -160,8 +165,111 @@ def prove_cmd(
                 "proof": [b64(p) for p in tree.consistency_proof(first, second)],
             }
     except ProofError as exc:
-        raise _bad(str(exc)) from exc
+        raise _bad(f"{where}: {exc}") from exc
     print_json(doc)
+
+
+class _Finding(Exception):
+    """A proof or checkpoint that does not verify: reported as ``ok: false`` (exit 1)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+#: The fields of each proof document: (integer fields, hash fields).
+_PROOF_FIELDS = {
+    "inclusion": (("index", "size"), ("leaf_hash", "root_hash")),
+    "consistency": (("from", "to"), ("from_root", "to_root")),
+}
+
+
+def _hash(value: Any, where: str) -> bytes:
+    """A base64 SHA-256 hash; ConfigError naming ``where`` otherwise."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: a base64 string, got {json.dumps(value)[:40]}")
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: not standard base64 ({value[:40]!r})") from exc
+    if len(raw) != 32:
+        raise ConfigError(f"{where}: a SHA-256 hash is 32 bytes, this is {len(raw)}")
+    return raw
+
+
+def _proof_document(path: Path) -> tuple[str, dict[str, int], dict[str, bytes], list[bytes]]:
+    """The proof document in ``path``: its kind, integer fields, hash fields and path.
+    ConfigError naming the file and the field for anything malformed."""
+    text = _read_text(path, "the proof")
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"the proof {path}: not JSON ({exc})") from exc
+    if not isinstance(doc, dict) or ("index" in doc) == ("from" in doc):
+        raise ConfigError(
+            f"the proof {path}: a proof document is an object, {{index, size, leaf_hash, "
+            "root_hash, proof}} (inclusion) or {from, to, from_root, to_root, proof} "
+            "(consistency), as warden log prove and /v1/log print it"
+        )
+    kind = "inclusion" if "index" in doc else "consistency"
+    ints, hashes = _PROOF_FIELDS[kind]
+    numbers: dict[str, int] = {}
+    for name in ints:
+        value = doc.get(name)
+        if name not in doc:
+            raise ConfigError(f"the proof {path}: {name}: missing (an {kind} proof needs it)")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(
+                f"the proof {path}: {name}: a non-negative integer, got {json.dumps(value)[:40]}"
+            )
+        numbers[name] = value
+    hashed: dict[str, bytes] = {}
+    for name in hashes:
+        if name in doc:  # root hashes are informative: the checkpoints give the roots
+            hashed[name] = _hash(doc[name], f"the proof {path}: {name}")
+    if kind == "inclusion" and "leaf_hash" not in hashed:
+        raise ConfigError(f"the proof {path}: leaf_hash: missing (an inclusion proof needs it)")
+    steps = doc.get("proof")
+    if not isinstance(steps, list):
+        raise ConfigError(
+            f"the proof {path}: proof: a list of base64 hashes, got "
+            + ("nothing" if "proof" not in doc else json.dumps(steps)[:40])
+        )
+    return (
+        kind,
+        numbers,
+        hashed,
+        [_hash(p, f"the proof {path}: proof[{i}]") for i, p in enumerate(steps)],
+    )
+
+
+def _checkpoint(path: Path, option: str, verifier: Any) -> Any:
+    """The checkpoint signed in ``path``. ConfigError (bad input) when unreadable,
+    malformed, or carrying no signature line of the key (the wrong --log-key, or another
+    log's checkpoint); :class:`_Finding` when the key's signature does not verify."""
+    from warden.tlog.note import NoteError, parse_checkpoint, parse_note, verify_note
+
+    text = _read_text(path, f"the {option}")
+    try:
+        note = parse_note(text)
+    except NoteError as exc:
+        raise ConfigError(f"{option} {path}: not a signed note: {exc}") from exc
+    if not note.by(verifier):
+        raise ConfigError(
+            f"{option} {path}: not signed by {verifier.name} (key id "
+            f"{verifier.key_id.hex()}): the wrong --log-key, or another log's checkpoint"
+        )
+    try:
+        verify_note(note, verifier)
+    except NoteError as exc:
+        raise _Finding(
+            "checkpoint_signature", f"{option} {path}: {exc} (the checkpoint was altered)"
+        ) from exc
+    try:
+        return parse_checkpoint(note.text)
+    except NoteError as exc:
+        raise ConfigError(f"{option} {path}: not a checkpoint: {exc}") from exc
 
 
 @log_app.command("check")
@@ -179,54 +287,73 @@ def check_cmd(
     ] = None,
     as_json: AsJson = False,
 ) -> None:
-    """Check a proof against signed checkpoints, offline."""
-    from warden.tlog.merkle import leaf_hash, verify_consistency, verify_inclusion
-    from warden.tlog.note import NoteError, open_checkpoint
+    """Check a proof against signed checkpoints, offline.
 
+    Exit 0 the proof verifies; 1 it does not, or a checkpoint's signature does not
+    verify (with --json: ``ok`` false and a ``reason``); 2 unusable input (an unreadable
+    or malformed file, named with the field at fault; a checkpoint not signed by the
+    key at all; a missing option), nothing on stdout.
+    """
+    from warden.tlog.merkle import leaf_hash, verify_consistency, verify_inclusion
+
+    result: dict[str, Any] = {"ok": False, "kind": "", "size": None}
     try:
         verifier = read_log_key(log_key)
-        doc = json.loads(_read_text(proof, "the proof"))
-        new = open_checkpoint(_read_text(checkpoint, "the checkpoint"), verifier)
+        kind, numbers, hashed, path = _proof_document(proof)
+        result["kind"] = kind
+        if kind == "consistency" and old_checkpoint is None:
+            raise ConfigError("a consistency proof needs --old-checkpoint")
+        if kind == "inclusion" and old_checkpoint is not None:
+            raise ConfigError("--old-checkpoint is for a consistency proof; this is inclusion")
+        if kind == "consistency" and leaf is not None:
+            raise ConfigError("--leaf is for an inclusion proof; this is consistency")
+        leaf_bytes = None
+        if leaf is not None:
+            try:
+                leaf_bytes = leaf.read_bytes()
+            except OSError as exc:
+                raise ConfigError(f"cannot read the --leaf {leaf}: {exc.strerror or exc}") from exc
+        new = _checkpoint(checkpoint, "--checkpoint", verifier)
+        result["size"] = new.size
         old = (
-            open_checkpoint(_read_text(old_checkpoint, "the old checkpoint"), verifier)
+            _checkpoint(old_checkpoint, "--old-checkpoint", verifier)
             if old_checkpoint is not None
             else None
         )
-        path = [base64.b64decode(p, validate=True) for p in doc["proof"]]
-    except (WardenError, NoteError, ValueError, KeyError, TypeError) as exc:
-        raise _bad(getattr(exc, "message", None) or str(exc)) from exc
-    result: dict[str, Any] = {"ok": False, "kind": "", "size": new.size}
-    try:
-        if "index" in doc:
-            result["kind"] = "inclusion"
-            hashed = base64.b64decode(doc["leaf_hash"], validate=True)
-            if leaf is not None and leaf_hash(leaf.read_bytes()) != hashed:
-                result["message"] = "the leaf file does not hash to the proof's leaf_hash"
-            elif int(doc["size"]) != new.size:
-                result["message"] = (
-                    f"the proof is for size {doc['size']}, the checkpoint {new.size}"
+        if kind == "inclusion":
+            if leaf_bytes is not None and leaf_hash(leaf_bytes) != hashed["leaf_hash"]:
+                raise _Finding(
+                    "leaf_mismatch", f"the --leaf {leaf} does not hash to the proof's leaf_hash"
                 )
-            else:
-                result["ok"] = verify_inclusion(int(doc["index"]), new.size, hashed, path, new.root)
-                result["index"] = int(doc["index"])
+            if numbers["size"] != new.size:
+                raise _Finding(
+                    "size_mismatch",
+                    f"the proof is for size {numbers['size']}, the checkpoint is size {new.size}",
+                )
+            result["index"] = numbers["index"]
+            ok = verify_inclusion(numbers["index"], new.size, hashed["leaf_hash"], path, new.root)
         else:
-            result["kind"] = "consistency"
-            if old is None:
-                raise _bad("a consistency proof needs --old-checkpoint")
-            if (int(doc["from"]), int(doc["to"])) != (old.size, new.size):
-                result["message"] = "the proof's sizes are not the checkpoints' sizes"
-            else:
-                result["ok"] = verify_consistency(old.size, new.size, old.root, new.root, path)
-                result["from"] = old.size
-    except (KeyError, TypeError, ValueError) as exc:
-        raise _bad(f"malformed proof document: {exc}") from exc
-    if not result["ok"]:
-        result.setdefault("message", f"the {result['kind']} proof does not verify")
+            assert old is not None
+            if (numbers["from"], numbers["to"]) != (old.size, new.size):
+                raise _Finding(
+                    "size_mismatch",
+                    f"the proof is from size {numbers['from']} to {numbers['to']}, the "
+                    f"checkpoints are sizes {old.size} and {new.size}",
+                )
+            result["from"] = old.size
+            ok = verify_consistency(old.size, new.size, old.root, new.root, path)
+        if not ok:
+            raise _Finding("proof_invalid", f"the {kind} proof does not verify")
+        result["ok"] = True
+    except _Finding as finding:
+        result.update(reason=finding.reason, message=finding.message)
+    except WardenError as exc:
+        raise _bad(exc.message) from exc
     if as_json:
         print_json(result)
     elif result["ok"]:
         print_line(
-            console, f"[green]OK[/green] {result['kind']} proof verifies ({new.size} leaves)"
+            console, f"[green]OK[/green] {result['kind']} proof verifies ({result['size']} leaves)"
         )
     else:
         print_line(err_console, f"[red]FAILED[/red] {escape(result['message'])}")

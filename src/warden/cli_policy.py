@@ -110,10 +110,11 @@ def policy_check(
     invalid (every problem is printed), else 1 with --strict and any warning, else 0.
     """
     from warden.policy import load_bundle
-    from warden.policytools.lint import lint, load_tool_list
+    from warden.policytools.lint import lint, read_tool_list
 
     try:
-        tool_names = load_tool_list(tools) if tools is not None else None
+        tool_list = read_tool_list(tools) if tools is not None else None
+        tool_names = tool_list.names if tool_list is not None else None
         budget_ids = None
         if budgets is not None:
             from warden.spend.config import load_budgets
@@ -121,6 +122,16 @@ def policy_check(
             budget_ids = [b.id for b in load_budgets(budgets)]
     except WardenError as exc:
         raise _fail(exc) from exc
+    if tool_list is not None and tool_list.next_cursor is not None:
+        # One page only: patterns matching tools of later pages would be flagged falsely.
+        print_line(
+            err_console,
+            f"[yellow]warning:[/yellow] {escape(str(tools))} is one page of a paginated "
+            f"tools/list (nextCursor {escape(json.dumps(tool_list.next_cursor))}): its "
+            f"{len(tool_list.names)} tools are not all the server's, so unmatched_tool_pattern "
+            "may flag patterns that match tools of later pages; fetch every page "
+            "(tools/list with each nextCursor) and merge their tools",
+        )
     results: list[dict[str, Any]] = []
     warnings = 0
     for file in files:
@@ -146,13 +157,13 @@ def policy_check(
                     console,
                     f"  [yellow]warning[/yellow] {escape(f'[{f.code}]')} {escape(f.message)}",
                 )
-    ok = all(r["ok"] for r in results)
+    valid = all(r["ok"] for r in results)
+    code = EXIT_BAD_INPUT if not valid else EXIT_FAILURE_FOUND if strict and warnings else 0
     if as_json:
-        print_json({"ok": ok, "warnings": warnings, "files": results})
-    if not ok:
-        raise typer.Exit(EXIT_BAD_INPUT)
-    if strict and warnings:
-        raise typer.Exit(EXIT_FAILURE_FOUND)
+        # ok is false whenever the exit is not 0 (docs/cli-json.md; decision 630).
+        print_json({"ok": code == 0, "warnings": warnings, "files": results})
+    if code:
+        raise typer.Exit(code)
 
 
 def _checked_request(body: bytes) -> ActionRequest:
@@ -349,16 +360,20 @@ def policy_test(
                 f"{escape(bundle_file.stem)}.yaml"
             )
             raise typer.Exit(EXIT_BAD_INPUT)
+        tester = PolicyTester(bundle)
         files, problems = [], []
         for path in paths:
             try:
                 files.append(load_tests(path))
             except WardenError as exc:
                 problems.append(exc.message)
+        # Every file's problems at once: what the parse found, then what the bundle does
+        # not have (an expected rule it lacks, another bundle's id).
+        problems += [p for tf in files for p in tester.problems(tf)]
         if problems:
             err_console.print(f"[red]invalid tests[/red]\n{escape(chr(10).join(problems))}")
             raise typer.Exit(EXIT_BAD_INPUT)
-        report = PolicyTester(bundle).run(files)
+        report = tester.run(files)
     except WardenError as exc:
         raise _fail(exc) from exc
     if junit is not None:
@@ -373,7 +388,7 @@ def policy_test(
     failed = [r for r in report.results if not r.passed]
     uncovered = require_coverage and bool(report.unfired)
     if as_json:
-        print_json(report_json(report))
+        print_json(report_json(report, require_coverage=require_coverage))
     else:
         t = table("result", "case", "decision", "rules fired")
         for r in report.results:

@@ -282,7 +282,11 @@ def test_policy_check_json_lint_findings(tmp_path: Path) -> None:
     proc = warden("policy", "check", bundle, "--json", "--strict")
     assert proc.returncode == 1, proc.stderr
     doc = json_of(proc, "policy-check")
-    assert (doc["ok"], doc["warnings"]) == (True, 1)
+    # ok goes with the exit code: a warning under --strict is exit 1, so ok is false.
+    assert (doc["ok"], doc["warnings"], doc["files"][0]["ok"]) == (False, 1, True)
+    lenient = warden("policy", "check", bundle, "--json")
+    assert lenient.returncode == 0, lenient.stderr
+    assert json_of(lenient, "policy-check")["ok"] is True
     assert [(f["code"], f["kind"], f["id"]) for f in doc["files"][0]["lint"]] == [
         ("shadowed", "rule", "reads")
     ]
@@ -311,6 +315,29 @@ def test_policy_test_json_pass_and_fail(tmp_path: Path) -> None:
     assert refused["got"]["decision"] is None
     assert refused["got"]["error"]["name"] == "invalid_params"
     assert "ask-before-delete" in doc["coverage"]["unfired"]
+
+
+def test_policy_test_json_ok_false_when_coverage_is_required(tmp_path: Path) -> None:
+    bundle = tmp_path / "b.yaml"
+    bundle.write_text(
+        "warden_bundle: 1\nid: b\nversion: '1'\nrules:\n"
+        "  - {id: reads, tools: [read_file], effect: allow}\n"
+        "  - {id: writes, tools: [write_file], effect: deny, reasoning: never}\n",
+        encoding="utf-8",
+    )
+    tests = tmp_path / "t.yaml"
+    tests.write_text(
+        "warden_policy_tests: 1\ncases:\n"
+        "  - {name: read, tool: read_file, args: {path: /x}, expect: {decision: allow}}\n",
+        encoding="utf-8",
+    )
+    proc = warden("policy", "test", bundle, tests, "--json", "--require-coverage")
+    assert proc.returncode == 1, proc.stderr
+    doc = json_of(proc, "policy-test")
+    assert (doc["ok"], doc["failed"], doc["coverage"]["unfired"]) == (False, 0, ["writes"])
+    lenient = warden("policy", "test", bundle, tests, "--json")
+    assert lenient.returncode == 0, lenient.stderr
+    assert json_of(lenient, "policy-test")["ok"] is True
 
 
 def test_policy_explain_json_fired_rules_and_verdict() -> None:

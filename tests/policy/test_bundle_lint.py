@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from warden.cli import app
 from warden.errors import ConfigError
 from warden.policy import parse_bundle
-from warden.policytools.lint import lint, load_tool_list
+from warden.policytools.lint import lint, load_tool_list, read_tool_list
 
 runner = CliRunner()
 HEAD = "warden_bundle: 1\nid: lint\nversion: '1'\n"
@@ -203,3 +203,49 @@ def test_cli_check_prints_warnings_and_strict_fails(tmp_path: Path) -> None:
     assert res.exit_code == 1
     res = runner.invoke(app, ["policy", "check", str(bundle), "--tools", str(tmp_path / "no.json")])
     assert res.exit_code == 2 and "cannot read tool list" in res.output
+
+
+def test_tool_list_names_count_once(tmp_path: Path) -> None:
+    path = tmp_path / "tools.json"
+    path.write_text('{"tools": [{"name": "a"}, {"name": "b"}, {"name": "a"}]}')
+    assert load_tool_list(path) == ["a", "b"]
+    bundle = parse_bundle(HEAD + "rules:\n  - {id: w, tools: [write_file], effect: allow}\n")
+    (finding,) = lint(bundle, tools=["a", "b", "a"])
+    assert finding.message.endswith("matches none of the 2 listed tools")
+
+
+def test_error_responses_and_empty_lists_refused(tmp_path: Path) -> None:
+    path = tmp_path / "tools.json"
+    for doc, why in [
+        (
+            {"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "no such method"}},
+            f"{path}: a JSON-RPC error response, not a tool list (error -32601: no such method)",
+        ),
+        ([], f"{path}: the tool list is empty"),
+        ({"tools": []}, f"{path}: the tool list is empty"),
+        ({"result": {"tools": []}}, f"{path}: the tool list is empty"),
+    ]:
+        path.write_text(json.dumps(doc))
+        with pytest.raises(ConfigError, match=re.escape(why)):
+            load_tool_list(path)
+    bundle = tmp_path / "b.yaml"
+    bundle.write_text(HEAD + "rules:\n  - {id: w, tools: [write_file], effect: allow}\n")
+    res = runner.invoke(app, ["policy", "check", str(bundle), "--tools", str(path)])
+    assert res.exit_code == 2 and "the tool list is empty" in res.output
+
+
+def test_a_page_of_tools_is_warned_about(tmp_path: Path) -> None:
+    path = tmp_path / "tools.json"
+    page = {"tools": [{"name": "read_file"}], "nextCursor": "page-2"}
+    path.write_text(json.dumps({"jsonrpc": "2.0", "id": 1, "result": page}))
+    listed = read_tool_list(path)
+    assert (listed.names, listed.next_cursor) == (["read_file"], "page-2")
+    bundle = tmp_path / "b.yaml"
+    bundle.write_text(HEAD + "rules:\n  - {id: w, tools: [write_file], effect: allow}\n")
+    res = runner.invoke(app, ["policy", "check", str(bundle), "--tools", str(path)])
+    assert res.exit_code == 0, res.output
+    out = res.output.replace("\n", " ")
+    assert 'is one page of a paginated tools/list (nextCursor "page-2")' in out
+    path.write_text(json.dumps({"tools": [{"name": "read_file"}]}))
+    res = runner.invoke(app, ["policy", "check", str(bundle), "--tools", str(path)])
+    assert res.exit_code == 0 and "nextCursor" not in res.output

@@ -81,6 +81,54 @@ def test_every_problem_reported_at_once() -> None:
     assert "case 'a'" in msg and "case 'b'" in msg and len(msg.splitlines()) == 2
 
 
+def test_duplicate_names_reported_beside_the_other_problems() -> None:
+    msg = refused(
+        HEAD + "  - {name: a, tool: x, expect: {decision: maybe}}\n"
+        "  - {name: a, tool: y, expect: {decision: allow}, extra: 1}\n"
+        "  - {name: b, tool: z, expect: {decision: allow}}\n"
+        "  - {name: a, tool: z, expect: {decision: allow}}\n"
+    )
+    lines = msg.splitlines()
+    assert "t.yaml: case 'a': expect.decision: Input should be" in lines[0]
+    assert "t.yaml: case 'a': extra: Extra inputs are not permitted" in lines
+    assert "t.yaml: file: duplicate case name 'a' (cases #1 and #2)" in lines
+    assert "t.yaml: file: duplicate case name 'a' (cases #1 and #4)" in lines
+    assert len(lines) == 4
+
+
+def test_expected_error_names_are_known_codes() -> None:
+    msg = refused(HEAD + "  - {name: a, tool: x, expect: {error: not_a_code}}\n")
+    assert msg.startswith("t.yaml: case 'a': expect.error: unknown error 'not_a_code'; one of ")
+    assert "invalid_params" in msg
+    parse_tests(HEAD + "  - {name: a, tool: x, expect: {error: invalid_params}}\n")
+
+
+def test_expected_rules_must_be_the_bundles() -> None:
+    with pytest.raises(ConfigError) as info:
+        run(
+            HEAD + "  - {name: a, tool: delete_file, expect: {decision: ask, rules: [nope]}}\n"
+            "  - {name: b, tool: x, expect: {decision: allow, rules: [tool-calls, x1, x2]}}\n"
+            "  - {name: c, tool: x, expect: {decision: allow, rules: ['builtin:fides']}}\n"
+        )
+    lines = info.value.message.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("t.yaml: case 'a': expect.rules: 'nope' is not a rule of bundle "
+                               "'warden-default' (nor a built-in gate: builtin:fides")  # fmt: skip
+    assert lines[1].startswith("t.yaml: case 'b': expect.rules: 'x1', 'x2' are not rules")
+
+
+def test_cli_reports_parse_and_bundle_problems_of_every_file_at_once(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(HEAD + "  - {name: a, tool: x, expect: {error: nope}}\n")
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(HEAD + "  - {name: w, tool: x, expect: {decision: deny, rules: [nope]}}\n")
+    res = runner.invoke(app, ["policy", "test", str(DEFAULT_POLICY), str(broken), str(wrong)])
+    assert res.exit_code == 2, res.output
+    out = res.output.replace("\n", "")
+    assert f"{broken}: case 'a': expect.error: unknown error 'nope'" in out
+    assert f"{wrong}: case 'w': expect.rules: 'nope' is not a rule" in out
+
+
 def test_repeated_key_and_bad_top_level_refused() -> None:
     assert "found duplicate key 'tool'" in refused(
         HEAD + "  - name: a\n    tool: x\n    tool: y\n    expect: {decision: allow}\n"

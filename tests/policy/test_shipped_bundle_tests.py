@@ -142,11 +142,20 @@ def test_a_removed_rule_fails_the_tests_and_coverage_names_an_unfired_rule(
     start = text.index("  - id: time\n")
     end = text.index("  - id: git-read\n")
     bundle.write_text(text[:start] + text[end:], encoding="utf-8")
+    # The case still names the rule: the test file no longer fits the bundle (exit 2).
+    code, out = warden("policy", "test", bundle)
+    assert code == 2, out
+    assert "case 'the time server is allowed': expect.rules: 'time' is not a rule" in out.replace(
+        "\n", ""
+    )
+    # Without the rule expectation, the case runs and fails on the decision.
+    _edit(tests, "expect: {decision: allow, rules: [time]}", "expect: {decision: allow}")
     code, out = warden("policy", "test", bundle)
     assert code == 1
     assert "FAIL" in out and "the time server is allowed" in out
     assert re.search(r"decision: expected allow, got deny \(no rule fired\)", out), out
     # And a rule no case fires is reported (and fails --require-coverage).
+    _edit(tests, "expect: {decision: allow}", "expect: {decision: allow, rules: [time]}")
     _edit(tests, "    tool: git_status\n", "    tool: get_current_time\n")
     bundle.write_text(text, encoding="utf-8")
     code, out = warden("policy", "test", bundle, "--json")

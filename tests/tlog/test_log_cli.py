@@ -3,6 +3,7 @@ checkpoint key (and fail on any change), through the real CLI on a SQLite data d
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -89,6 +90,77 @@ def test_prove_and_check_offline(data: dict[str, Any]) -> None:
     assert _warden("log", "check", str(root / "inc.json"), "--checkpoint", str(root / "new.cp"),
                    "--log-key", other).returncode == 2  # fmt: skip
     assert _warden("log", "prove", "--index", "1", "--data-dir", str(d)).returncode == 2
+
+
+def test_check_reports_findings_as_documents_and_names_bad_input(data: dict[str, Any]) -> None:
+    root, d, size = data["root"], data["dir"], data["sizes"][-1]
+    schema = Draft202012Validator(cli_schema("log-check"))
+    good = root / "check-new.cp"
+    good.write_text(data["notes"][-1])
+    inc = _warden("log", "prove", "--index", "1", "--size", str(size), "--data-dir", str(d))
+    assert inc.returncode == 0, inc.stderr
+    proof = root / "check-inc.json"
+    proof.write_text(inc.stdout)
+
+    def check(doc: Path, cp: Path = good, *extra: str) -> subprocess.CompletedProcess[str]:
+        return _warden("log", "check", str(doc), "--checkpoint", str(cp),
+                       "--log-key", data["vkey"], "--json", *extra)  # fmt: skip
+
+    # A checkpoint whose body was altered under its signature: a finding, in the document.
+    lines = data["notes"][-1].split("\n")
+    lines[2] = base64.b64encode(b"\x00" * 32).decode()
+    tampered = root / "check-tampered.cp"
+    tampered.write_text("\n".join(lines))
+    got = check(proof, tampered)
+    assert got.returncode == 1, got.stderr
+    doc = json.loads(got.stdout)
+    schema.validate(doc)
+    assert (doc["ok"], doc["kind"], doc["reason"], doc["size"]) == (
+        False, "inclusion", "checkpoint_signature", None,
+    )  # fmt: skip
+    assert str(tampered) in doc["message"] and "does not verify" in doc["message"]
+    # A leaf file that is not the proven leaf: a finding too.
+    other = root / "check-leaf.json"
+    other.write_bytes(b"{}")
+    got = check(proof, good, "--leaf", str(other))
+    assert got.returncode == 1 and json.loads(got.stdout)["reason"] == "leaf_mismatch"
+    schema.validate(json.loads(got.stdout))
+
+    # Unusable input: exit 2, nothing on stdout, the file and the field named.
+    base = json.loads(inc.stdout)
+    cases: list[tuple[str, str]] = [
+        ("{not json", "not JSON (Expecting property name"),
+        (json.dumps({**base, "proof": "notalist"}),
+         'proof: a list of base64 hashes, got "notalist"'),
+        (json.dumps({**base, "proof": ["@@@@"]}), "proof[0]: not standard base64"),
+        (json.dumps({**base, "proof": ["AAAA"]}),
+         "proof[0]: a SHA-256 hash is 32 bytes, this is 3"),
+        (json.dumps({k: v for k, v in base.items() if k != "size"}), "size: missing"),
+        (json.dumps({**base, "index": "2"}), 'index: a non-negative integer, got "2"'),
+        (json.dumps([1]), "a proof document is an object"),
+    ]  # fmt: skip
+    bad = root / "check-bad.json"
+    for body, why in cases:
+        bad.write_text(body)
+        got = check(bad)
+        assert (got.returncode, got.stdout) == (2, ""), (body, got.stdout)
+        assert f"the proof {bad}: {why}" in got.stderr, (body, got.stderr)
+    missing = check(proof, good, "--leaf", str(root / "no-such-leaf"))
+    assert (
+        missing.returncode == 2
+        and f"cannot read the --leaf {root / 'no-such-leaf'}" in missing.stderr
+    )
+    broken = root / "check-broken.cp"
+    broken.write_text("not a note")
+    got = check(proof, broken)
+    assert got.returncode == 2 and f"--checkpoint {broken}: not a signed note" in got.stderr
+    # prove names the options out of range and the log's size.
+    got = _warden("log", "prove", "--index", "5000", "--size", "5001", "--data-dir", str(d))
+    assert got.returncode == 2
+    assert "--index 5000 --size 5001: leaf index 5000 is outside the tree of size" in got.stderr
+    got = _warden("log", "prove", "--from", "3", "--to", "2", "--data-dir", str(d))
+    assert got.returncode == 2
+    assert "--from 3 --to 2: no consistency proof from size 3 to size 2" in got.stderr
 
 
 def _export(data: dict[str, Any], name: str, *extra: str) -> list[dict[str, Any]]:

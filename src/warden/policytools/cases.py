@@ -14,16 +14,27 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from warden.core.hooks import WARDEN_METHODS
 from warden.core.types import Effect
-from warden.errors import ConfigError
+from warden.errors import AcsErrorCode, ConfigError
 from warden.strict_yaml import UniqueKeyLoader
 
 FORMAT_VERSION = 1
 #: Hooks the ``tool:`` shorthand builds a request for.
 TOOL_HOOKS = ("steps/toolCallRequest", "protocols/MCP/tools/call", *WARDEN_METHODS)
+#: The names ``expect.error`` may give: the JSON-RPC errors the server answers
+#: (``AcsErrorCode`` names, lower case, as ``got.error.name`` reports them).
+ERROR_NAMES = tuple(code.name.lower() for code in AcsErrorCode)
 Origin = Literal[
     "user_input", "system", "tool_output", "retrieved", "agent_generated", "a2a_inbound", "external"
 ]
@@ -154,6 +165,14 @@ class Expect(_Strict):
     approver_group: str | None = None
     warn: StrictBool | None = None
 
+    @field_validator("error")
+    @classmethod
+    def _known_error(cls, value: str | None) -> str | None:
+        # A misspelt name could never match, so the case would fail for the wrong reason.
+        if value is not None and value not in ERROR_NAMES:
+            raise ValueError(f"unknown error {value!r}; one of {', '.join(ERROR_NAMES)}")
+        return value
+
     @model_validator(mode="after")
     def _decision_or_error(self) -> Expect:
         if (self.decision is None) == (self.error is None):
@@ -201,6 +220,28 @@ class TestFile(_Strict):
         return self
 
 
+_DUPLICATE = "duplicate case name "
+
+
+def _duplicate_names(doc: dict[str, Any], source: str) -> list[str]:
+    """Repeated case names, read from the raw document so they are reported beside the
+    other problems (the model's own check runs only once every case has validated)."""
+    cases = doc.get("cases")
+    first: dict[str, int] = {}
+    out: list[str] = []
+    for i, raw in enumerate(cases if isinstance(cases, list) else []):
+        name = raw.get("name") if isinstance(raw, dict) else None
+        if not isinstance(name, str) or not name:
+            continue
+        if name in first:
+            out.append(
+                f"{source}: file: {_DUPLICATE}{name!r} (cases #{first[name] + 1} and #{i + 1})"
+            )
+        else:
+            first[name] = i
+    return out
+
+
 def _where(doc: dict[str, Any], loc: list[Any]) -> tuple[str, list[Any]]:
     cases = doc.get("cases")
     if len(loc) >= 2 and loc[0] == "cases" and isinstance(loc[1], int):
@@ -221,6 +262,7 @@ def parse_tests(text: str, *, source: str = "<tests>") -> TestFile:
         raise ConfigError(f"{source}: top level: must be a mapping", reason="tests_invalid")
     if "source" in doc:
         raise ConfigError(f"{source}: file: source: unknown field", reason="tests_invalid")
+    duplicates = _duplicate_names(doc, source)
     try:
         return TestFile.model_validate({**doc, "source": source})
     except ValidationError as exc:
@@ -230,7 +272,10 @@ def parse_tests(text: str, *, source: str = "<tests>") -> TestFile:
             # Pydantic reports a union/literal failure once per branch; keep the field.
             field = ".".join(str(p) for p in loc if not str(p).startswith("function-"))
             msg = str(err["msg"]).removeprefix("Value error, ")
+            if msg.startswith(_DUPLICATE):
+                continue  # reported by _duplicate_names, with the case and both positions
             problems.append(f"{source}: {where}: {field + ': ' if field else ''}{msg}")
+        problems += duplicates
         raise ConfigError("\n".join(dict.fromkeys(problems)), reason="tests_invalid") from exc
 
 
@@ -254,6 +299,7 @@ def discover_tests(bundle: Path) -> list[Path]:
 
 
 __all__ = [
+    "ERROR_NAMES",
     "AgentSpec",
     "ArgProvenance",
     "Case",

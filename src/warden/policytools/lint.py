@@ -262,7 +262,8 @@ def lint(
     list to match the patterns against; ``budgets`` the budget ids a budgets file defines."""
     found = _shadowed(bundle.rules) + _hook_findings(bundle.rules)
     if tools is not None:
-        found += _tool_findings(bundle, list(tools))
+        # Distinct names: "matches none of the N listed tools" counts tools, not lines.
+        found += _tool_findings(bundle, list(dict.fromkeys(tools)))
     found += _budget_findings(bundle, set(budgets) if budgets is not None else None)
     order = {r.id: r.order for r in bundle.rules}
     return sorted(
@@ -271,14 +272,39 @@ def lint(
     )
 
 
-def load_tool_list(path: Path) -> list[str]:
-    """Tool names from ``path``: an MCP ``tools/list`` result (``{"tools": [{"name": …}]}``),
-    the whole JSON-RPC response (``{"result": {"tools": …}}``), or a bare list of names
-    or ``{"name": …}`` objects. Raises :class:`ConfigError` naming the file."""
+@dataclass(frozen=True)
+class ToolList:
+    """A ``--tools`` file: its distinct tool names (first-seen order) and, when the file
+    is one page of a paginated ``tools/list`` result, the ``nextCursor`` of the next."""
+
+    names: list[str]
+    next_cursor: str | None = None
+
+
+def read_tool_list(path: Path) -> ToolList:
+    """The tool list in ``path``: an MCP ``tools/list`` result (``{"tools": [{"name": …}]}``,
+    possibly with ``nextCursor``), the whole JSON-RPC response (``{"result": {"tools": …}}``),
+    or a bare list of names or ``{"name": …}`` objects. Repeated names count once.
+
+    Raises :class:`ConfigError` naming the file for an unreadable file, a JSON-RPC error
+    response (its code and message shown), another shape, a nameless tool, or an empty
+    list (every pattern would be reported as matching nothing)."""
     try:
         doc: Any = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ConfigError(f"{path}: cannot read tool list: {exc}", reason="tools_invalid") from exc
+    if isinstance(doc, dict) and "error" in doc and "result" not in doc:
+        err = doc["error"]
+        said = (
+            f"error {err.get('code')}: {err.get('message')}"
+            if isinstance(err, dict)
+            else json.dumps(err)
+        )
+        raise ConfigError(
+            f"{path}: a JSON-RPC error response, not a tool list ({said}); give the "
+            "result of a tools/list call that succeeded",
+            reason="tools_invalid",
+        )
     if isinstance(doc, dict) and isinstance(doc.get("result"), dict):
         doc = doc["result"]
     items = doc.get("tools") if isinstance(doc, dict) else doc
@@ -288,7 +314,7 @@ def load_tool_list(path: Path) -> list[str]:
             "JSON list of names",
             reason="tools_invalid",
         )
-    names: list[str] = []
+    names: dict[str, None] = {}
     for i, item in enumerate(items):
         name = item.get("name") if isinstance(item, dict) else item
         if not isinstance(name, str) or not name:
@@ -296,8 +322,20 @@ def load_tool_list(path: Path) -> list[str]:
                 f"{path}: tools[{i}]: a tool needs a non-empty string name",
                 reason="tools_invalid",
             )
-        names.append(name)
-    return names
+        names[name] = None
+    if not names:
+        raise ConfigError(
+            f"{path}: the tool list is empty: every tool pattern would match none of it; "
+            "give the tools/list result of the server the bundle governs",
+            reason="tools_invalid",
+        )
+    cursor = doc.get("nextCursor") if isinstance(doc, dict) else None
+    return ToolList(list(names), cursor if isinstance(cursor, str) and cursor else None)
 
 
-__all__ = ["Finding", "lint", "load_tool_list"]
+def load_tool_list(path: Path) -> list[str]:
+    """The distinct tool names of ``path`` (see :func:`read_tool_list`)."""
+    return read_tool_list(path).names
+
+
+__all__ = ["Finding", "ToolList", "lint", "load_tool_list", "read_tool_list"]

@@ -15,12 +15,14 @@ from typing import Any
 from warden.policytools.run import RunReport
 
 
-def report_json(report: RunReport) -> dict[str, Any]:
-    """The run as one JSON document (policy-test.json)."""
+def report_json(report: RunReport, *, require_coverage: bool = False) -> dict[str, Any]:
+    """The run as one JSON document (policy-test.json). ``ok`` is false when a case
+    failed or, with ``require_coverage``, a rule is fired by no case: exactly when
+    ``warden policy test`` exits 1 (decision 630)."""
     b = report.bundle
     failed = sum(1 for r in report.results if not r.passed)
     return {
-        "ok": report.passed,
+        "ok": report.passed and not (require_coverage and report.unfired),
         "bundle": {"id": b.ref.id, "version": b.ref.version, "digest": b.ref.digest},
         "bundle_file": b.source,
         "files": report.files,

@@ -145,6 +145,10 @@ def _rejection(exc: ProtocolError) -> Outcome:
     )
 
 
+#: The provenance gates a verdict can cite as ``builtin:<gate>`` (provenance/gates.py).
+BUILTIN_GATES = ("fides", "ibac", "aarm", "camel", "sinks", "intent")
+
+
 class PolicyTester:
     """Decides test cases against one bundle. Stateless between cases."""
 
@@ -306,17 +310,38 @@ class PolicyTester:
             tests.source, case.name, tuple(mismatches(case, got)), got, time.perf_counter() - t0
         )
 
-    def run(self, files: Iterable[TestFile]) -> RunReport:
-        """Every case of ``files`` in order, with rule coverage. Raises ConfigError for
-        a file written for another bundle (its ``bundle`` id)."""
-        files = list(files)
-        for tf in files:
-            if tf.bundle is not None and tf.bundle != self.bundle.ref.id:
-                raise ConfigError(
-                    f"{tf.source}: file: bundle: the cases are for bundle {tf.bundle!r}, "
-                    f"not {self.bundle.ref.id!r}",
-                    reason="tests_invalid",
+    def problems(self, tests: TestFile) -> list[str]:
+        """What makes ``tests`` unfit for this bundle, one line each
+        (``file: case 'name': field: reason``): a file written for another bundle (its
+        ``bundle`` id), and ``expect.rules`` naming a rule the bundle does not have (nor
+        a built-in gate, ``builtin:<gate>``) — such a case could never pass."""
+        out: list[str] = []
+        if tests.bundle is not None and tests.bundle != self.bundle.ref.id:
+            out.append(
+                f"{tests.source}: file: bundle: the cases are for bundle {tests.bundle!r}, "
+                f"not {self.bundle.ref.id!r}"
+            )
+        known = {r.id for r in self.bundle.rules} | {f"builtin:{g}" for g in BUILTIN_GATES}
+        for case in tests.cases:
+            unknown = [r for r in dict.fromkeys(case.expect.rules or ()) if r not in known]
+            if unknown:
+                out.append(
+                    f"{tests.source}: case {case.name!r}: expect.rules: "
+                    f"{', '.join(map(repr, unknown))} "
+                    f"{'is not a rule' if len(unknown) == 1 else 'are not rules'} of bundle "
+                    f"{self.bundle.ref.id!r} (nor a built-in gate: "
+                    f"{', '.join(f'builtin:{g}' for g in BUILTIN_GATES)})"
                 )
+        return out
+
+    def run(self, files: Iterable[TestFile]) -> RunReport:
+        """Every case of ``files`` in order, with rule coverage. Raises ConfigError
+        listing every :meth:`problems` line of every file (a file written for another
+        bundle, an expected rule the bundle does not have)."""
+        files = list(files)
+        problems = [p for tf in files for p in self.problems(tf)]
+        if problems:
+            raise ConfigError("\n".join(problems), reason="tests_invalid")
         report = RunReport(self.bundle, [tf.source for tf in files])
         report.fired = {r.id: 0 for r in self.bundle.rules}
         for tf in files:
