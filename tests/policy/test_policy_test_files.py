@@ -221,7 +221,10 @@ def test_shorthand_and_full_form_decide_alike_and_agent_facts_reach_cel() -> Non
 
 
 def test_history_decision_override_changes_what_entered() -> None:
-    bundle = load_bundle(Path(DEFAULT_POLICY).parent / "agentdojo-provenance.yaml")
+    # Issue 8's bundle (session-wide taint): any untrusted output that entered taints.
+    bundle = load_bundle(
+        Path(__file__).resolve().parents[1] / "replay" / "agentdojo-provenance-strict.yaml"
+    )
     base = (
         HEAD + "  - name: c\n    agent: {id: a}\n    session:\n      history:\n"
         "        - {tool: read_channel_messages, result: 'evil text'%s}\n"

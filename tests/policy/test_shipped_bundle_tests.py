@@ -107,13 +107,14 @@ def _edit(path: Path, old: str, new: str) -> None:
                 "a move inside the root asks an operator",
             ],
         ),
-        # A gate switched off: the tainted payee is no longer refused by CaMeL.
+        # A gate switched off: the tainted payee no longer meets the sink rule.
         (
             "agentdojo-provenance.yaml",
-            "      enabled: true\n      on_violation: deny",
-            "      enabled: false\n      on_violation: deny",
+            "    sinks: {enabled: true, on_untrusted: ask}",
+            "    sinks: {enabled: false, on_untrusted: ask}",
             [
-                "a payee read from an untrusted file is refused (CaMeL, FIDES, AARM)",
+                "a payee read from an untrusted file is asked, citing its source "
+                "(CaMeL, FIDES, AARM, sink)",
                 "an argument naming a recorded id keeps the recorded label",
             ],
         ),
