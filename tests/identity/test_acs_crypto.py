@@ -270,13 +270,14 @@ def test_agents_add_public_key_cli(runtime: Runtime, tmp_path: Path) -> None:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
+    second = mldsa.MLDSA65PrivateKey.generate()
     jwk = tmp_path / "agent.jwk"
     jwk.write_text(
         json.dumps(
             {
                 "kty": "AKP",
                 "alg": "ML-DSA-65",
-                "pub": base64.urlsafe_b64encode(private.public_key().public_bytes_raw())
+                "pub": base64.urlsafe_b64encode(second.public_key().public_bytes_raw())
                 .decode()
                 .rstrip("="),
             }
@@ -299,6 +300,16 @@ def test_agents_add_public_key_cli(runtime: Runtime, tmp_path: Path) -> None:
     shown = runner.invoke(app, ["agents", "show", "cli-pq", "--json", *data])
     assert shown.exit_code == 0, shown.output
     assert [k["algorithm"] for k in json.loads(shown.stdout)["keys"]] == ["ML-DSA-65"] * 2
+    # One key, one registration: the same key (as PEM or as JWK) is refused for this
+    # agent again and for another agent, exit 2, and nothing is written.
+    again = runner.invoke(app, ["agents", "add-key", "cli-pq", "--public-key", str(jwk), *data])
+    assert again.exit_code == 2 and "already registered" in again.output
+    other = runner.invoke(
+        app, ["agents", "add", "cli-pq2", "--owner", "bob", "--public-key", str(pem), *data]
+    )
+    assert other.exit_code == 2 and "already registered" in other.output
+    assert runtime.agents.get("cli-pq2") is None
+    assert len(runtime.agents.keys("cli-pq")) == 2
     private_file = tmp_path / "private.pem"
     private_file.write_bytes(
         private.private_bytes(
