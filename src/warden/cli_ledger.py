@@ -97,8 +97,8 @@ def _published_jwks(path: Path) -> dict[str, Any] | None:
     ``/.well-known/jwks.json``, whose AdCP keys (those with ``adcp_use``: the governance
     token and webhook keys) sign no ACS response and are skipped (decision 622).
     Raises :class:`~warden.errors.ConfigError` as :meth:`KeyRegistry.load` does."""
-    from warden.kla.keys import public_key_from_jwk
     from warden.crypto.canonical import parse_strict_json
+    from warden.kla.keys import public_key_from_jwk
 
     if not path.is_file():
         return None
