@@ -9,7 +9,8 @@ change is an audit event on the agent's ``agents`` chain.
 ikm}`` (with the agent for ``add``), ``--key-out FILE`` writes it to a new 0600 file.
 Every reporting command takes ``--json`` (one JSON document on stdout).
 
-Exit codes: 0 success, 1 unknown agent, 2 bad input or configuration.
+Exit codes: 0 success, 1 unknown agent (or signing key), 2 bad input or configuration
+(a revoked agent, a key registered already).
 """
 
 from __future__ import annotations
@@ -252,7 +253,8 @@ def add_key(
     key_file: KeyFile = None,
 ) -> None:
     """Register a public key for ACS-Crypto beside the agent's other keys (none is
-    revoked). Exit 1 if the agent is unknown."""
+    revoked). Exit 1 if the agent is unknown, 2 if it is revoked or the key is refused
+    (bad, or registered already: a key is registered once)."""
     try:
         from warden.crypto.asymmetric import load_public_key
 
@@ -338,6 +340,8 @@ def show(
         console.print(f"key {k.key_id} ({algorithms[k.key_id]}): {status}")
     for sk_ in signing:
         status = "active" if sk_.revoked_at is None else f"revoked {sk_.revoked_at}"
+        if sk_.revoked_with_agent:
+            status += " (with the agent)"
         console.print(f"signing key {escape(sk_.kid)} ({sk_.jwk.get('crv')}): {status}")
 
 
@@ -400,7 +404,9 @@ def add_signing_key(
     database_url: DbUrl = None,
     key_file: KeyFile = None,
 ) -> None:
-    """Register a public key the agent signs AdCP requests with (RFC 9421)."""
+    """Register a public key the agent signs AdCP requests with (RFC 9421). Exit 1 if
+    the agent is unknown, 2 if it is revoked or the key is refused (bad, or registered
+    already: a key is registered once)."""
     from warden.identity.signing_keys import SigningKeyNotFound, load_public_key_file
 
     try:
@@ -430,6 +436,7 @@ def revoke_signing_key(
 
     try:
         with _signing_keys(data_dir, database_url, key_file) as sk:
+            before = sk.get(kid)
             revoked = sk.revoke(kid)
     except SigningKeyNotFound as exc:
         raise _fail(exc, EXIT_NOT_FOUND) from exc
@@ -437,5 +444,10 @@ def revoke_signing_key(
         raise _fail(exc) from exc
     if as_json:
         print_json(revoked.as_dict())
+        return
+    if before is not None and before.revoked_at is not None:
+        console.print(
+            f"signing key {escape(revoked.kid)} was already revoked at {revoked.revoked_at}"
+        )
         return
     console.print(f"revoked signing key {escape(revoked.kid)} at {revoked.revoked_at}")

@@ -71,11 +71,14 @@ def _trusted_public_keys(
     path: Path | None, data_dir: Path, no_signatures: bool
 ) -> dict[str, Any] | None:
     """The public keys ACS-Crypto responses are checked with (issue 21): ``path`` (a JWKS
-    such as ``GET /v1/keys`` saved, a PEM, or a directory), else the data directory's
-    ML-DSA key when it has one (and signatures are checked)."""
+    such as ``/.well-known/jwks.json`` or ``GET /v1/keys`` saved, a PEM, or a directory),
+    else the data directory's ML-DSA key when it has one (and signatures are checked)."""
     from warden.kla.keys import KeyRegistry
 
     if path is not None:
+        published = _published_jwks(path)
+        if published is not None:
+            return published
         registry = KeyRegistry.load(path)
         return {kid: registry.get_key(kid) for kid in registry}
     mldsa_file = data_dir / "mldsa.key"
@@ -85,6 +88,49 @@ def _trusted_public_keys(
 
     signer = load_mldsa_key(mldsa_file)
     return {signer.kid: signer.public_key}
+
+
+def _published_jwks(path: Path) -> dict[str, Any] | None:
+    """The keys of a JWKS file as Warden serves it, or None for anything else (a PEM, a
+    directory: :meth:`KeyRegistry.load` reads those). Accepts ``GET /v1/keys`` saved
+    whole — the ``{"data": {"keys": [...]}}`` envelope is unwrapped — and
+    ``/.well-known/jwks.json``, whose AdCP keys (those with ``adcp_use``: the governance
+    token and webhook keys) sign no ACS response and are skipped (decision 622).
+    Raises :class:`~warden.errors.ConfigError` as :meth:`KeyRegistry.load` does."""
+    from warden.crypto.canonical import parse_strict_json
+    from warden.kla.keys import public_key_from_jwk
+
+    if not path.is_file():
+        return None
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    if data.lstrip().startswith(b"-----BEGIN"):
+        return None
+    try:
+        doc = parse_strict_json(data)
+    except WardenError as exc:
+        raise ConfigError(f"{path} is not strict JSON: {exc.message}") from exc
+    if isinstance(doc, dict) and "keys" not in doc and isinstance(doc.get("data"), dict):
+        doc = doc["data"]  # GET /v1/keys saved with its /v1 envelope
+    keys = doc.get("keys") if isinstance(doc, dict) else None
+    if not isinstance(keys, list):
+        raise ConfigError(
+            f'{path} is not a JWKS (expected {{"keys": [...]}}, or GET /v1/keys\'s '
+            '{"data": {"keys": [...]}})'
+        )
+    out: dict[str, Any] = {}
+    for i, jwk in enumerate(keys):
+        if isinstance(jwk, dict) and "adcp_use" in jwk:
+            continue
+        kid, key = public_key_from_jwk(jwk, f"{path} keys[{i}]")
+        if kid in out:
+            raise ConfigError(f"key registry {path} names kid {kid!r} twice")
+        out[kid] = key
+    if not out:
+        raise ConfigError(f"{path} holds no Warden signing key (Ed25519 or ML-DSA-65)")
+    return out
 
 
 def verify_chains(
@@ -363,7 +409,8 @@ def verify_cmd(
         Path | None,
         typer.Option(
             "--public-keys",
-            help="Warden's published keys (GET /v1/keys saved as a file): check ACS-Crypto "
+            help="Warden's published keys (/.well-known/jwks.json or GET /v1/keys saved as a "
+            "file, envelope and all): check ACS-Crypto "
             "responses with them (default: <data-dir>/mldsa.key). Works with --no-signatures.",
         ),
     ] = None,

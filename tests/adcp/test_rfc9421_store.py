@@ -18,7 +18,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from warden.adcp.rfc9421.keys import public_jwk
 from warden.crypto.hmac_keys import SessionKeys
 from warden.errors import ConfigError
-from warden.identity.agents import AgentRegistry
+from warden.identity.agents import AgentRegistry, AgentRevoked
+from warden.identity.key_reuse import KeyAlreadyRegistered
 from warden.identity.signing_keys import (
     AgentSigningKeys,
     SigningKeyNotFound,
@@ -124,7 +125,7 @@ def test_signing_keys_register_revoke_and_audit(database_url: str) -> None:
         ]
         assert events == ["warden/agents.signing_key_added", "warden/agents.signing_key_revoked"]
         agents.revoke("buyer")
-        with pytest.raises(SigningKeyNotFound):
+        with pytest.raises(AgentRevoked):
             keys.add("buyer", _ed25519_jwk("k3"))
     finally:
         store.close()
@@ -160,3 +161,69 @@ def test_only_usable_public_keys_are_registered(tmp_path: Path) -> None:
     two.write_text(json.dumps({"keys": [jwk, jwk]}))
     with pytest.raises(ConfigError, match="2 keys"):
         load_public_key_file(two)
+
+
+def test_one_public_key_is_registered_once_whatever_its_kid_or_agent(database_url: str) -> None:
+    """A key registered to one agent is refused for another agent, under another kid of
+    the same agent, after its revocation, as a PEM, and as an ACS-Crypto key; nothing is
+    written by a refusal (decision 620)."""
+    store = open_store(database_url)
+    try:
+        agents = AgentRegistry(store, TEST_IKM)
+        agents.add("buyer-bot", "alice")
+        agents.add("demo-agent", "bob")
+        keys = AgentSigningKeys(store, Ledger(store, SessionKeys(TEST_IKM), "warden"))
+        private = Ed25519PrivateKey.generate()
+        keys.add("buyer-bot", public_jwk(private, "buyer-bot-2026"))
+        for agent_id, kid in (("demo-agent", "other"), ("buyer-bot", "buyer-bot-2")):
+            with pytest.raises(KeyAlreadyRegistered, match="already registered"):
+                keys.add(agent_id, public_jwk(private, kid))
+        keys.revoke("buyer-bot-2026")
+        with pytest.raises(KeyAlreadyRegistered):
+            keys.add("demo-agent", public_jwk(private, "other"))
+        assert keys.get("other") is None and keys.of("demo-agent") == []
+        # The same key across the two registries (both take P-256).
+        p256 = ec.generate_private_key(ec.SECP256R1())
+        agents.add_public_key("buyer-bot", ("ECDSA-P256", p256.public_key()))
+        with pytest.raises(KeyAlreadyRegistered):
+            keys.add("demo-agent", public_jwk(p256, "p256"))
+        with pytest.raises(KeyAlreadyRegistered):
+            agents.add_with_public_key("pq-bot2", "bob", ("ECDSA-P256", p256.public_key()))
+        assert agents.get("pq-bot2") is None
+        fresh = ec.generate_private_key(ec.SECP256R1())
+        keys.add("demo-agent", public_jwk(fresh, "fresh"))
+        with pytest.raises(KeyAlreadyRegistered):
+            agents.add_public_key("buyer-bot", ("ECDSA-P256", fresh.public_key()))
+    finally:
+        store.close()
+
+
+def test_a_revoked_agents_signing_keys_show_as_revoked(database_url: str) -> None:
+    store = open_store(database_url)
+    try:
+        agents = AgentRegistry(store, TEST_IKM)
+        agents.add("buyer", "alice")
+        keys = AgentSigningKeys(store)
+        keys.add("buyer", _ed25519_jwk("k1"))
+        keys.add("buyer", _ed25519_jwk("k2"))
+        keys.revoke("k1")
+        first = keys.get("k1")
+        assert first is not None and first.revoked_at is not None
+        agent = agents.revoke("buyer")
+        shown = {k.kid: k for k in keys.of("buyer")}
+        assert shown["k2"].revoked_at == agent.revoked_at and shown["k2"].revoked_with_agent
+        assert shown["k1"].revoked_at == first.revoked_at and not shown["k1"].revoked_with_agent
+        assert shown["k2"].as_dict()["revoked_with_agent"] is True
+    finally:
+        store.close()
+
+
+def test_a_jwk_refused_for_adcp_names_its_file(tmp_path: Path) -> None:
+    akp = tmp_path / "pq.jwk"
+    akp.write_text(json.dumps({"kty": "AKP", "alg": "ML-DSA-65", "pub": "AAAA", "kid": "pq"}))
+    with pytest.raises(ConfigError, match="pq.jwk.*AKP.*add-key"):
+        load_public_key_file(akp)
+    bad = tmp_path / "bad.jwk"
+    bad.write_text(json.dumps({"kty": "RSA", "n": "AAAA", "e": "AQAB", "kid": "r"}))
+    with pytest.raises(ConfigError, match="bad.jwk.*unusable"):
+        load_public_key_file(bad)

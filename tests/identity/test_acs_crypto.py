@@ -262,6 +262,51 @@ def test_warden_verify_checks_ml_dsa_responses_with_the_published_keys(
         verify_records(records, public_keys=keys)
 
 
+def test_verify_takes_the_keys_as_served_envelope_and_well_known(
+    pq: tuple[Runtime, str, mldsa.MLDSA65PrivateKey], tmp_path: Path
+) -> None:
+    """`--public-keys` takes ``GET /v1/keys`` saved whole (its ``{"data": ...}``
+    envelope) and the public ``/.well-known/jwks.json`` (its AdCP keys skipped)."""
+    from fastapi.testclient import TestClient
+
+    from warden.server.app import create_app
+
+    rt, key_id, private = pq
+    client = _client(rt, "pq-agent", key_id, private, "ML-DSA-65")
+    client.hello(profiles=("acs-crypto",))
+    client.tool_call("read_file", {"path": "/x"})
+    with TestClient(create_app(rt)) as http:
+        envelope = http.get("/v1/keys", headers={"authorization": f"Bearer {rt.api_token}"})
+        well_known = http.get("/.well-known/jwks.json")
+    assert envelope.status_code == 200 and "data" in envelope.json()
+    assert well_known.status_code == 200, well_known.text
+    assert any("adcp_use" in k for k in well_known.json()["keys"])
+    data_dir = rt.settings.data_dir
+    rt.close()
+    runner = CliRunner()
+    for name, body in (("envelope.json", envelope.text), ("well-known.json", well_known.text)):
+        saved = tmp_path / name
+        saved.write_text(body)
+        ok = runner.invoke(
+            app,
+            ["verify", "--data-dir", str(data_dir), "--no-signatures", "--public-keys", str(saved)],
+        )
+        assert ok.exit_code == 0, (name, ok.output)
+    # Another ML-DSA key under the published kid, in the envelope: refused.
+    doc = envelope.json()
+    for jwk in doc["data"]["keys"]:
+        if jwk["kty"] == "AKP":
+            other = mldsa.MLDSA65PrivateKey.generate().public_key().public_bytes_raw()
+            jwk["pub"] = base64.urlsafe_b64encode(other).decode().rstrip("=")
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps(doc))
+    bad = runner.invoke(
+        app,
+        ["verify", "--data-dir", str(data_dir), "--no-signatures", "--public-keys", str(forged)],
+    )
+    assert bad.exit_code == 1, bad.output
+
+
 def test_agents_add_public_key_cli(runtime: Runtime, tmp_path: Path) -> None:
     private = mldsa.MLDSA65PrivateKey.generate()
     pem = tmp_path / "agent.pub.pem"
@@ -270,13 +315,14 @@ def test_agents_add_public_key_cli(runtime: Runtime, tmp_path: Path) -> None:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
+    second = mldsa.MLDSA65PrivateKey.generate()
     jwk = tmp_path / "agent.jwk"
     jwk.write_text(
         json.dumps(
             {
                 "kty": "AKP",
                 "alg": "ML-DSA-65",
-                "pub": base64.urlsafe_b64encode(private.public_key().public_bytes_raw())
+                "pub": base64.urlsafe_b64encode(second.public_key().public_bytes_raw())
                 .decode()
                 .rstrip("="),
             }
@@ -299,6 +345,16 @@ def test_agents_add_public_key_cli(runtime: Runtime, tmp_path: Path) -> None:
     shown = runner.invoke(app, ["agents", "show", "cli-pq", "--json", *data])
     assert shown.exit_code == 0, shown.output
     assert [k["algorithm"] for k in json.loads(shown.stdout)["keys"]] == ["ML-DSA-65"] * 2
+    # One key, one registration: the same key (as PEM or as JWK) is refused for this
+    # agent again and for another agent, exit 2, and nothing is written.
+    again = runner.invoke(app, ["agents", "add-key", "cli-pq", "--public-key", str(jwk), *data])
+    assert again.exit_code == 2 and "already registered" in again.output
+    other = runner.invoke(
+        app, ["agents", "add", "cli-pq2", "--owner", "bob", "--public-key", str(pem), *data]
+    )
+    assert other.exit_code == 2 and "already registered" in other.output
+    assert runtime.agents.get("cli-pq2") is None
+    assert len(runtime.agents.keys("cli-pq")) == 2
     private_file = tmp_path / "private.pem"
     private_file.write_bytes(
         private.private_bytes(

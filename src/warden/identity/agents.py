@@ -45,6 +45,7 @@ from warden.crypto.asymmetric import PublicKey, key_from_spki_b64, spki_b64
 from warden.crypto.hmac_keys import derive_agent_ikm
 from warden.errors import ConfigError, StoreUnavailable, WardenError
 from warden.identity.api_keys import check_groups, check_principal, stored_strings
+from warden.identity.key_reuse import refuse_registered, spki_der
 from warden.spend.budgets import budget_id_problem
 from warden.store.agents_sql import AgentKeyRow, AgentRow, SqlAgents
 from warden.store.api_keys_sql import read_cursor
@@ -299,7 +300,9 @@ class AgentRegistry:
     ) -> tuple[Agent, str, AgentCredential | None]:
         """Register an agent whose key is ``public_key`` = ``(algorithm, key)`` (ACS-Crypto,
         issue 21) instead of an HMAC key, or beside one with ``hmac``: ``(agent, public
-        key_id, HMAC credential or None)``. Raises as :meth:`add`."""
+        key_id, HMAC credential or None)``. Raises as :meth:`add`, and
+        :class:`~warden.identity.key_reuse.KeyAlreadyRegistered` (a :class:`ConfigError`;
+        nothing is written) if the key is registered already, to anyone, revoked or not."""
         agent, hmac_key, public_id = self._add(
             agent_id, owner, groups, budgets, by, None, public_key, hmac
         )
@@ -316,7 +319,8 @@ class AgentRegistry:
     ) -> str:
         """Register ``public_key`` = ``(algorithm, key)`` for an active agent, beside its
         other keys (none is revoked): its new key id. Raises :class:`AgentNotFound` or
-        :class:`AgentRevoked`."""
+        :class:`AgentRevoked`, and :class:`~warden.identity.key_reuse.KeyAlreadyRegistered`
+        (a :class:`ConfigError`) if the key is registered already, to anyone."""
         now = self._clock()
         with self._store.transaction() as tx:
             table = tx.agents
@@ -325,6 +329,7 @@ class AgentRegistry:
                 raise AgentNotFound(f"no agent {agent_id!r}")
             if row[5] is not None:
                 raise AgentRevoked(f"agent {agent_id!r} is revoked; {REVOKED_HINT}")
+            self._refuse_reuse(tx, public_key)
             key_id = self._new_key(table, agent_id, now, public_key)
             self._audit(
                 tx,
@@ -357,6 +362,8 @@ class AgentRegistry:
         public_id: str | None = None
         with self._store.transaction() as tx:
             table = tx.agents
+            if public_key is not None:
+                self._refuse_reuse(tx, public_key)
             if not table.insert_agent(
                 agent_id,
                 owner,
@@ -470,6 +477,14 @@ class AgentRegistry:
                 table.insert_key(key_id, agent_id, now, stored)
                 return key_id
         raise StoreUnavailable("could not allocate an unused agent key id")  # pragma: no cover
+
+    def _refuse_reuse(self, tx: Any, public_key: tuple[str, PublicKey]) -> None:
+        refuse_registered(
+            tx.cursor,
+            self._store._q,
+            spki_der(public_key[1]),
+            postgres=not self._store._qmark,
+        )
 
     def _drop(self, key_ids: Iterable[str]) -> None:
         with self._lock:

@@ -31,6 +31,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from warden.adcp.rfc9421.keys import KeyUnusable, public_jwk, public_key
 from warden.errors import ConfigError, WardenError
+from warden.identity.agents import REVOKED_HINT, AgentRevoked
+from warden.identity.key_reuse import refuse_registered, spki_der
+from warden.store.agents_sql import SqlAgents
 from warden.store.api_keys_sql import read_cursor
 from warden.store.rfc9421_sql import SigningKeyRow, SqlSigningKeys
 
@@ -50,13 +53,15 @@ class SigningKeyNotFound(WardenError):
 
 @dataclass(frozen=True)
 class SigningKey:
-    """One registered JWK; ``revoked_at`` None while usable."""
+    """One registered JWK; ``revoked_at`` None while usable. ``revoked_with_agent``:
+    the key was revoked by revoking its agent (``revoked_at`` is then the agent's)."""
 
     kid: str
     agent_id: str
     jwk: dict[str, Any]
     created_at: str
     revoked_at: str | None = None
+    revoked_with_agent: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +70,7 @@ class SigningKey:
             "jwk": self.jwk,
             "created_at": self.created_at,
             "revoked_at": self.revoked_at,
+            "revoked_with_agent": self.revoked_with_agent,
         }
 
 
@@ -72,9 +78,15 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def _key(row: SigningKeyRow) -> SigningKey:
+def _key(row: SigningKeyRow, agent_revoked_at: str | None = None) -> SigningKey:
+    """``agent_revoked_at``: when the key's agent was revoked. A key is revoked with its
+    agent (:meth:`warden.store.agents_sql.SqlAgents.revoke_agent` stamps it; rows
+    written before that did are shown revoked here all the same)."""
     kid, agent_id, jwk, created_at, revoked_at = row
-    return SigningKey(kid, agent_id, json.loads(jwk), created_at, revoked_at)
+    with_agent = agent_revoked_at is not None and revoked_at in (None, agent_revoked_at)
+    if with_agent:
+        revoked_at = agent_revoked_at
+    return SigningKey(kid, agent_id, json.loads(jwk), created_at, revoked_at, with_agent)
 
 
 def check_jwk(jwk: Mapping[str, Any], kid: str | None = None) -> dict[str, Any]:
@@ -132,7 +144,16 @@ def load_public_key_file(path: Path, kid: str | None = None) -> dict[str, Any]:
         if len(doc["keys"]) != 1:
             raise ConfigError(f"{path} is a JWKS with {len(doc['keys'])} keys; give one")
         doc = doc["keys"][0]
-    return check_jwk(doc, kid)
+    if isinstance(doc, Mapping) and doc.get("kty") == "AKP":
+        raise ConfigError(
+            f"{path}: an AKP (ML-DSA) key signs ACS-Crypto requests, not AdCP ones; AdCP "
+            "request signing takes Ed25519 or P-256 (register ML-DSA keys with "
+            "`warden agents add-key AGENT --public-key FILE`)"
+        )
+    try:
+        return check_jwk(doc, kid)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 class AgentSigningKeys:
@@ -157,21 +178,33 @@ class AgentSigningKeys:
         return _key(row) if row is not None else None
 
     def of(self, agent_id: str) -> list[SigningKey]:
+        """The keys of ``agent_id``, oldest first; all revoked if the agent is."""
         with read_cursor(self._store) as cur:
             rows = SqlSigningKeys(cur, self._store._q).keys_of(agent_id)
-        return [_key(r) for r in rows]
+            agent = SqlAgents(cur, self._store._q).agent(agent_id)
+        agent_revoked_at = agent[5] if agent is not None else None
+        return [_key(r, agent_revoked_at) for r in rows]
 
     def add(self, agent_id: str, jwk: Mapping[str, Any], *, by: str = "cli") -> SigningKey:
         """Register ``jwk`` (see :func:`check_jwk`) for the active agent ``agent_id``.
-        Raises :class:`SigningKeyNotFound` for an unknown or revoked agent,
-        :class:`ConfigError` for a bad key or a kid already used (by anyone)."""
+        Raises :class:`SigningKeyNotFound` for an unknown agent,
+        :class:`~warden.identity.agents.AgentRevoked` for a revoked one, and
+        :class:`ConfigError` for a bad key, a kid already used (by anyone) or key
+        material already registered (:class:`~warden.identity.key_reuse.KeyAlreadyRegistered`:
+        to any agent, under any kid, revoked or not). Nothing is written on a refusal."""
         stored = check_jwk(jwk)
+        der = spki_der(public_key(stored))
         now = self._clock()
         with self._store.transaction() as tx:
             agent = tx.agents.agent(agent_id)
-            if agent is None or agent[5] is not None:
-                raise SigningKeyNotFound(f"no active agent {agent_id!r}")
+            if agent is None:
+                raise SigningKeyNotFound(f"no agent {agent_id!r}")
+            if agent[5] is not None:
+                raise AgentRevoked(f"agent {agent_id!r} is revoked; {REVOKED_HINT}")
             table = SqlSigningKeys(tx.cursor, self._store._q)
+            if table.key(stored["kid"]) is not None:
+                raise ConfigError(f"signing key id {stored['kid']!r} is already registered")
+            refuse_registered(tx.cursor, self._store._q, der, postgres=not self._store._qmark)
             if not table.insert(stored["kid"], agent_id, json.dumps(stored), now):
                 raise ConfigError(f"signing key id {stored['kid']!r} is already registered")
             self._audit(

@@ -61,8 +61,9 @@ class SqlAgents:
         return [_agent(r) for r in self._cur.fetchall()]
 
     def revoke_agent(self, agent_id: str, revoked_at: str) -> None:
-        """Revoke the agent and every key of it (an earlier ``revoked_at`` is kept)."""
-        for table in ("agents", "agent_keys"):
+        """Revoke the agent and every key of it — ACS keys and AdCP RFC 9421 signing keys
+        (migration 0013) — (an earlier ``revoked_at`` is kept)."""
+        for table in ("agents", "agent_keys", "adcp_signing_keys"):
             self._cur.execute(
                 self._q(
                     f"UPDATE {table} SET revoked_at = COALESCE(revoked_at, ?) WHERE agent_id = ?"
