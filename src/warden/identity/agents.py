@@ -324,11 +324,7 @@ class AgentRegistry:
         now = self._clock()
         with self._store.transaction() as tx:
             table = tx.agents
-            row = table.agent(agent_id)
-            if row is None:
-                raise AgentNotFound(f"no agent {agent_id!r}")
-            if row[5] is not None:
-                raise AgentRevoked(f"agent {agent_id!r} is revoked; {REVOKED_HINT}")
+            _active_row(table, agent_id)
             self._refuse_reuse(tx, public_key)
             key_id = self._new_key(table, agent_id, now, public_key)
             self._audit(
@@ -411,11 +407,7 @@ class AgentRegistry:
         now = self._clock()
         with self._store.transaction() as tx:
             table = tx.agents
-            row = table.agent(agent_id)
-            if row is None:
-                raise AgentNotFound(f"no agent {agent_id!r}")
-            if row[5] is not None:
-                raise AgentRevoked(f"agent {agent_id!r} is revoked; {REVOKED_HINT}")
+            _active_row(table, agent_id)
             old = [k[0] for k in table.keys_of(agent_id) if k[3] is None]
             key_id = self._new_key(table, agent_id, now)
             table.revoke_keys(agent_id, now, keep=key_id)
@@ -494,3 +486,14 @@ class AgentRegistry:
     def _audit(self, tx: Any, agent_id: str, event: str, detail: dict[str, Any]) -> None:
         if self._chain is not None:
             self._chain.append(tx, agent_id, event, f"{event}:{secrets.token_hex(8)}", detail)
+
+
+def _active_row(table: Any, agent_id: str) -> Any:
+    """The agent's row in ``table`` (inside the caller's transaction), if it exists and is
+    not revoked; :class:`AgentNotFound` or :class:`AgentRevoked` otherwise."""
+    row = table.agent(agent_id)
+    if row is None:
+        raise AgentNotFound(f"no agent {agent_id!r}")
+    if row[5] is not None:
+        raise AgentRevoked(f"agent {agent_id!r} is revoked; {REVOKED_HINT}")
+    return row

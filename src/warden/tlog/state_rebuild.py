@@ -219,6 +219,16 @@ def _agents_event(st: _State, index: int, name: str, sid: str, d: dict[str, Any]
                 "revoked": False,
             },
         )
+        # An agent registered with a public key only has no HMAC key (issue 21).
+        if isinstance(d.get("key_id"), str):
+            st.agent_keys[d["key_id"]] = _Implied(index, {"agent_id": agent_id, "revoked": False})
+        public = d.get("public_key")
+        if isinstance(public, dict) and isinstance(public.get("key_id"), str):
+            st.agent_keys[public["key_id"]] = _Implied(
+                index, {"agent_id": agent_id, "revoked": False}
+            )
+    elif name == "key_added" and isinstance(d.get("key_id"), str):
+        # A public key added beside the agent's other keys (issue 21).
         st.agent_keys[d["key_id"]] = _Implied(index, {"agent_id": agent_id, "revoked": False})
     elif name == "rotated":
         for old in d.get("revoked_keys", ()):
