@@ -405,5 +405,6 @@ def test_a_cached_pending_answer_never_outlives_its_task(
     task = rt.desk.get(tid)
     assert task is not None
     assert task.state is (ApprovalState.CONSUMED if decide == "approve" else ApprovalState.DENIED)
-    # The chain recorded exactly what was answered: the step entries verify (it raises).
-    assert verify_records(rt.store.iter_records(), ikm=TEST_IKM).sessions == 2
+    # The chain recorded exactly what was answered: every chain verifies (it raises):
+    # the agent's session, the desk's and the agent registration's.
+    assert verify_records(rt.store.iter_records(), ikm=TEST_IKM).sessions == 3

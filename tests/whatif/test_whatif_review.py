@@ -219,7 +219,8 @@ def test_human_output_and_html_have_no_python_reprs(
     assert proc.returncode == 0, proc.stderr
     out = " ".join(proc.stdout.split())
     assert "{'" not in out and "None" not in out
-    assert "not replayed: warden/approval 1" in out
+    # Chain name and count, comma-separated (the agents' registration chain and the desk's).
+    assert "not replayed: warden/agents 1, warden/approval 1" in out
     html = page.read_text()
     assert "No gate (--fail-on not given)" in html and "--fail-on None" not in html
     assert whatif(*store_args(history), "--html", str(page), "--fail-on", "any").returncode == 0

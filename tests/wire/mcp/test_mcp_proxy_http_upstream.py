@@ -153,7 +153,8 @@ def test_allow_deny_and_ask_through_a_streamable_http_upstream(
     assert [c["tool"] for c in http_upstream.calls()] == ["echo", "delete_item"]
     done = verify(data)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "2 sessions" in done.stdout  # the MCP connection's and the desk's
+    # The MCP connection's, the desk's and the agent's registration chain.
+    assert "3 sessions" in done.stdout
 
 
 def proxy_command(data: Path, url: str) -> list[str]:
