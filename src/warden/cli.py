@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import gc
 import logging
+import signal
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -322,6 +323,11 @@ def serve(
     # (decision 198).
     gc.collect()
     gc.freeze()
+    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the
+    # handler it found: the default one would end the process before runtime.close()
+    # signs the shutdown checkpoint and closes the store. This one ends it after, with
+    # the same exit status (128 + SIGTERM).
+    previous = signal.signal(signal.SIGTERM, _exit_after_shutdown)
     try:
         uvicorn.run(
             app_,
@@ -332,7 +338,14 @@ def serve(
             **tls,
         )
     finally:
-        runtime.close()
+        try:
+            runtime.close()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_after_shutdown(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 # Audit chains (warden.cli_ledger); KLA records and evidence bundles (warden.cli_records,

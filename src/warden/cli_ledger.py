@@ -363,6 +363,7 @@ def print_check(check: ChainCheck) -> None:
                 else " (no checkpoint key: signatures not checked)"
             ),
         )
+        _warn_uncovered(log)
         state = log.get("state_rows")
         if state is not None:
             print_line(
@@ -476,7 +477,14 @@ def export_cmd(
         store = open_store(existing_database_url(data_dir, database_url), migrate=False)
     except WardenError as exc:
         raise _fail(exc) from exc
-    fh = out.open("w", encoding="utf-8") if out else sys.stdout
+    try:
+        fh = out.open("w", encoding="utf-8") if out else sys.stdout
+    except OSError as exc:
+        store.close()
+        print_line(
+            err_console, f"[red]error:[/red] cannot write {escape(str(out))}: {exc.strerror}"
+        )
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
     counts = {"records": 0, "sessions": 0}
     try:
         log_record = _export_log(store, data_dir, session)
@@ -502,3 +510,24 @@ def export_cmd(
         print_json({"ok": True, "out": str(out), **counts})
     elif out:
         print_line(err_console, f"wrote {counts['records']} records to {escape(str(out))}")
+
+
+def _warn_uncovered(log: dict[str, Any]) -> None:
+    """Say on stderr which leaves no signed checkpoint covers: their history rests on the
+    database alone (a kept checkpoint or a witness is what proves it was not rewritten)."""
+    if log["trusted_checkpoint"] is not None or not log["leaves"]:
+        return
+    covered = log["latest_checkpoint"] or 0
+    if covered >= log["leaves"]:
+        return
+    what = (
+        "no stored checkpoint covers the log"
+        if not log["checkpoints_checked"]
+        else f"the newest {log['leaves'] - covered} leaves are under no stored checkpoint yet"
+    )
+    print_line(
+        err_console,
+        f"[yellow]warning:[/yellow] {what}: an edit there with its checkpoints deleted cannot "
+        "be told from history; verify against a checkpoint kept elsewhere (--checkpoint FILE) "
+        "or a witness's",
+    )

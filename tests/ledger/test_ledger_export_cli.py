@@ -263,3 +263,16 @@ def test_verify_database_needs_no_manifest(runtime: Runtime) -> None:
     # The two sessions and the two agents' registration chains (one entry, one head each).
     assert (doc["source"], doc["sessions"], doc["entries"]) == (str(data / "warden.db"), 4, 11)
     assert doc["signatures_checked"] == 13
+
+
+def test_export_to_a_path_it_cannot_write_is_bad_input(runtime: Runtime, tmp_path: Path) -> None:
+    """A missing directory or a directory as --out: a one-line error, exit 2, no traceback
+    (and, with --json, nothing on stdout)."""
+    produce_chain(runtime)
+    runtime.close()
+    for out in (tmp_path / "no" / "such" / "dir" / "x.jsonl", tmp_path):
+        for extra in ((), ("--json",)):
+            proc = warden("export", "--data-dir", runtime.settings.data_dir, "-o", out, *extra)
+            assert proc.returncode == 2, proc.stderr
+            assert "cannot write" in proc.stderr and "Traceback" not in proc.stderr
+            assert proc.stdout == ""
