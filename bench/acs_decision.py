@@ -120,6 +120,27 @@ def write_key(path: Path) -> Path:
     return path
 
 
+def read_file_bodies(client: AcsClient, n: int) -> list[bytes]:
+    """``n`` signed ``steps/toolCallRequest`` bodies for ``read_file`` of distinct paths
+    (the 100-rule bundle allows them), built before timing: the client's signing is not
+    Warden's cost."""
+    return [
+        json.dumps(
+            client.envelope(
+                "steps/toolCallRequest",
+                {
+                    "tool": {"name": "read_file"},
+                    "arguments": {
+                        "path": {"value": f"/srv/data/{i}.txt"},
+                        "limit": {"value": 4096},
+                    },
+                },
+            )
+        ).encode()
+        for i in range(n)
+    ]
+
+
 def in_process(decisions: int, sync: str, workdir: Path) -> dict[str, Any]:
     data = workdir / f"inproc-{sync}"
     policy = workdir / "bench-100.yaml"
@@ -133,21 +154,7 @@ def in_process(decisions: int, sync: str, workdir: Path) -> dict[str, Any]:
         client = agent_client(rt.acs.handle)
         assert "result" in client.hello()
         assert client.call("steps/sessionStart", {})["result"]["decision"] == "allow"
-        bodies = [
-            json.dumps(
-                client.envelope(
-                    "steps/toolCallRequest",
-                    {
-                        "tool": {"name": "read_file"},
-                        "arguments": {
-                            "path": {"value": f"/srv/data/{i}.txt"},
-                            "limit": {"value": 4096},
-                        },
-                    },
-                )
-            ).encode()
-            for i in range(decisions)
-        ]
+        bodies = read_file_bodies(client, decisions)
         pings = [
             json.dumps(client.envelope("system/ping", {"echo": str(i)})).encode()
             for i in range(decisions)

@@ -42,6 +42,7 @@ from acs_decision import (  # noqa: E402
     agent_client,
     bundle_100_rules,
     percentiles,
+    read_file_bodies,
     register_agent,
     write_key,
 )
@@ -86,21 +87,7 @@ def bodies_for(rt: Runtime, n: int) -> tuple[Any, list[bytes]]:
     client = agent_client(rt.acs.handle)
     assert "result" in client.hello()
     assert client.call("steps/sessionStart", {})["result"]["decision"] == "allow"
-    bodies = [
-        json.dumps(
-            client.envelope(
-                "steps/toolCallRequest",
-                {
-                    "tool": {"name": "read_file"},
-                    "arguments": {
-                        "path": {"value": f"/srv/data/{i}.txt"},
-                        "limit": {"value": 4096},
-                    },
-                },
-            )
-        ).encode()
-        for i in range(n)
-    ]
+    bodies = read_file_bodies(client, n)
     return rt.acs.handle, bodies
 
 

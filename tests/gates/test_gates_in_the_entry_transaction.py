@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from decimal import Decimal
@@ -32,6 +33,9 @@ from warden.identity.api_keys import Identity, Role
 from warden.runtime import Runtime
 from warden.server.app import create_app
 from warden.spend.budgets import Budget, BudgetKind, Period
+
+sys.path.insert(0, str(ROOT / "tests" / "adcp"))
+from adcp_helpers import intent  # noqa: E402  (the 3.2 intent check the AdCP tests send)
 
 BIG = "5000"
 _names = itertools.count()
@@ -204,25 +208,6 @@ def plan(plan_id: str, total: float) -> dict[str, Any]:
         "budget": {"total": total, "currency": "USD", "reallocation_threshold": total},
         "flight": {"start": "2020-01-01T00:00:00Z", "end": "2099-06-30T23:59:59Z"},
         "countries": ["US"],
-    }
-
-
-def intent(plan_id: str, amount: float) -> dict[str, Any]:
-    return {
-        "plan_id": plan_id,
-        "caller": "https://pinnacle-agency.example",
-        "target_agent": "https://seller.example.com",
-        "tool": "create_media_buy",
-        "purchase_type": "media_buy",
-        "proposed_commitment": {"amount": amount, "currency": "USD"},
-        "payload": {
-            "brand": {"domain": "acmeoutdoor.example"},
-            "total_budget": {"amount": amount, "currency": "USD"},
-            "start_time": "asap",
-            "end_time": "2099-06-30T23:59:59Z",
-            "packages": [{"product_id": "p1", "budget": amount, "pricing_option_id": "cpm"}],
-            "idempotency_key": "cmb-" + "0" * 20 + str(int(amount)),
-        },
     }
 
 
