@@ -1,26 +1,28 @@
-"""The RFC 8785 (JCS) fast path: JCS bytes from the C JSON encoder, floats included.
+"""The RFC 8785 (JCS) fast path: JCS bytes from orjson's encoder, floats included.
 
 :func:`warden.crypto.canonical.canonical_bytes` tries :func:`fast_jcs_bytes` first and
-uses the pure-Python ``rfc8785`` library only when it answers None. Why the C encoder
-(``json.dumps(ensure_ascii=False, sort_keys=True, separators=(",", ":"))``) can write
-JCS (RFC 8785 §3.2):
+uses the pure-Python ``rfc8785`` library only when it answers None. Why orjson
+(``orjson.dumps(value, option=OPT_SORT_KEYS)``, compact UTF-8) can write JCS
+(RFC 8785 §3.2); the stdlib's C encoder
+(``json.dumps(ensure_ascii=False, sort_keys=True, separators=(",", ":"))``) writes the
+same bytes for these values, an order of magnitude slower (decision 271):
 
 - strings (§3.2.2.2): it escapes exactly ``"``, ``\\``, and U+0000–U+001F, the latter
   as ``\\b \\f \\n \\r \\t`` or lowercase ``\\u00xx``, and writes everything else as
-  UTF-8 — the JCS rules;
-- member order (§3.2.3): it sorts by code point, which is UTF-16 code-unit order
-  unless a key holds a character beyond U+FFFF (its surrogates sort below
-  U+E000–U+FFFF); such objects are sorted here by UTF-16 code units instead;
-- numbers (§3.2.2.3): it writes ``float.__repr__``, the same shortest digits ECMAScript
+  UTF-8 — the JCS rules; a lone surrogate is refused (then ``rfc8785`` decides);
+- member order (§3.2.3): it sorts by UTF-8 bytes, which is code-point order, which is
+  UTF-16 code-unit order unless a key holds a character beyond U+FFFF (its
+  surrogates sort below U+E000–U+FFFF); such objects are sorted here by UTF-16 code
+  units instead and written in that order;
+- numbers (§3.2.2.3): it writes the shortest round-trip digits, the same ECMAScript
   takes, but places the point and spells the exponent differently
   (:mod:`warden.crypto.ecmascript_number`). For a non-integral double ``x`` with
   ``1e-3 ≤ |x| < 1e15`` the two texts are identical, so such values are written as
   they are. Any other finite double is rewritten before encoding: an integral one
-  below 10^21 becomes the Python int that ECMAScript's digits spell (``1500.0`` →
-  ``1500``, ``2.0**60`` → ``1152921504606847000``), one whose repr already is its
-  ECMAScript text (``1e+21``, ``5e-324``) stays, and the rest (``1e-07`` → ``1e-7``,
-  ``1.5e-05`` → ``0.000015``) are written through a placeholder string replaced in
-  the output.
+  below 2^53 becomes the Python int (``1500.0`` → ``1500``), one that orjson already
+  writes as ECMAScript does (``5e-324``) stays, and the rest (``2.0**60`` →
+  ``1152921504606847000``, ``1e-07`` → ``1e-7``, ``1e21`` → ``1e+21``, ``1.5e-05`` →
+  ``0.000015``) are written through a placeholder string replaced in the output.
 
 The fast path answers None ("not sure"; ``rfc8785`` decides, and raises its domain
 errors) for: NaN and ±Infinity, integers beyond ±(2^53 − 1) (their domain rule is in
@@ -32,16 +34,18 @@ placeholder that also occurs in the caller's data (docs/decisions.md 290–291).
 
 from __future__ import annotations
 
-import json
 import secrets
 from enum import IntEnum
+from functools import partial
 from typing import Any, Final
+
+import orjson
 
 from warden.crypto.ecmascript_number import ecmascript_number
 
 _MAX_SAFE_INT: Final = 2**53 - 1
 
-#: The C encoder writes these doubles as ECMAScript does (see the module docstring).
+#: orjson writes these doubles as ECMAScript does (see the module docstring).
 _DIRECT_LOW: Final = 1e-3
 _DIRECT_HIGH: Final = 1e15
 
@@ -50,7 +54,7 @@ class JcsRoute(IntEnum):
     """How :func:`fast_jcs_bytes` writes a value, as :func:`jcs_route` finds it;
     ordered from cheapest to "not sure"."""
 
-    DIRECT = 0  # the C encoder's output for the value as it is, is its JCS
+    DIRECT = 0  # the encoder's output for the value as it is, is its JCS
     NUMBERS = 1  # JCS once some floats are rewritten (objects still sorted by the encoder)
     ORDER = 2  # also an object with a key beyond U+FFFF: sorted here, by UTF-16 code units
     UNSURE = 3  # the fast path is not sure: rfc8785 writes it or raises
@@ -58,12 +62,9 @@ class JcsRoute(IntEnum):
 
 _MAX_EXACT: Final = float(2**53)  # below it an integral double's digits are its ECMAScript text
 
-_sorted_dumps = json.JSONEncoder(
-    ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
-).encode
-_ordered_dumps = json.JSONEncoder(
-    ensure_ascii=False, sort_keys=False, separators=(",", ":"), allow_nan=False
-).encode
+#: Compact UTF-8 with sorted members / in the dicts' own order (see the module docstring).
+_sorted_dumps = partial(orjson.dumps, option=orjson.OPT_SORT_KEYS)
+_ordered_dumps = orjson.dumps
 
 # A per-process nonce makes a placeholder unguessable; the count check in
 # _placed keeps the output right even if caller data held one anyway.
@@ -81,7 +82,7 @@ def jcs_route(value: Any) -> JcsRoute:
 
 
 def is_direct_jcs(value: Any) -> bool:
-    """True when the C JSON encoder's sorted, compact output for ``value`` is already
+    """True when the encoder's sorted, compact output for ``value`` is already
     its RFC 8785 form, floats included (see the module docstring for the doubles this
     covers). One iterative walk, no copy; a value that passes may be given to
     :func:`~warden.crypto.canonical.canonical_bytes` with ``known_fast=True``, and so
@@ -99,14 +100,14 @@ def fast_jcs_bytes(value: Any) -> bytes | None:
         return None
     try:
         if verdict is JcsRoute.DIRECT:
-            return _sorted_dumps(value).encode("utf-8")
+            return _sorted_dumps(value)
         numbers: list[str] = []
         if verdict is JcsRoute.NUMBERS:
             text = _sorted_dumps(_with_numbers(value, numbers))
         else:
             text = _ordered_dumps(_in_utf16_order(value, numbers))
         return _placed(text, numbers)
-    except (UnicodeEncodeError, RecursionError):
+    except orjson.JSONEncodeError:  # a lone surrogate, or nesting beyond orjson's limit
         return None
 
 
@@ -147,20 +148,20 @@ def _scan(value: Any) -> JcsRoute:
     return verdict
 
 
-def _placed(text: str, numbers: list[str]) -> bytes | None:
+def _placed(text: bytes, numbers: list[str]) -> bytes | None:
     """``text`` with each placeholder replaced by its number's text (``numbers[i]``
-    for placeholder ``i``), as UTF-8; None when a placeholder is not there exactly
-    once (the caller's data holds it too, so replacing could change their string)."""
+    for placeholder ``i``); None when a placeholder is not there exactly once (the
+    caller's data holds it too, so replacing could change their string)."""
     for index, number in enumerate(numbers):
         token = _ordered_dumps(f"{_PLACEHOLDER_STEM}{index}\x00")
         if text.count(token) != 1:
             return None
-        text = text.replace(token, number)
-    return text.encode("utf-8")
+        text = text.replace(token, number.encode("ascii"))
+    return text
 
 
 def _with_numbers(value: Any, numbers: list[str]) -> Any:
-    """``value`` with every float the C encoder would write wrongly replaced (see
+    """``value`` with every float the encoder would write wrongly replaced (see
     :func:`_writable`); copies only the containers on the way to one."""
     t = type(value)
     if t is float:
@@ -205,16 +206,16 @@ def _in_utf16_order(value: Any, numbers: list[str]) -> Any:
 
 
 def _writable(value: float, numbers: list[str]) -> Any:
-    """What to give the C encoder for the finite double ``value``: ``value`` when its
-    repr is its ECMAScript text, the int ECMAScript's digits spell for an integral
-    double below 10^21, else a placeholder whose text is appended to ``numbers``."""
+    """What to give the encoder for the finite double ``value``: ``value`` when orjson
+    writes it as ECMAScript does, the int for an integral double below 2^53, else a
+    placeholder whose text is appended to ``numbers``."""
     if -_MAX_EXACT < value < _MAX_EXACT and value.is_integer():
         return int(value)  # below 2^53 the shortest digits are the integer's own
     text = ecmascript_number(value)
-    if text == repr(value):
+    if text.encode("ascii") == _ordered_dumps(value):
         return value
-    if "." not in text and "e" not in text:
-        return int(text)  # an integral double below 10^21: ECMAScript writes digits
+    # Everything else, integral doubles from 2^53 to 10^21 included (their digits can
+    # exceed the 64-bit integers orjson writes), through a placeholder.
     numbers.append(text)
     return f"{_PLACEHOLDER_STEM}{len(numbers) - 1}\x00"
 

@@ -10,10 +10,11 @@ turns that into a signed deny (``evaluation_failed``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from warden.core.modifications import ModificationConflict, check_modifications
 from warden.core.tool_names import fold
@@ -103,7 +104,11 @@ class PolicyEngine:
         self._index = RuleIndex(bundle.rules)
         self._contexts = ContextPool(bundle.data)
         self._needs: dict[tuple[Rule, ...], frozenset[str]] = {}
-        self._wire_text: dict[int, str] = {}
+        self._wire_text: dict[int, bytes] = {}
+        #: The modify rules by id, in bundle order (what :meth:`modifications_of` merges).
+        self._modifying: dict[str, Rule] = {
+            r.id: r for r in bundle.rules if r.effect is Effect.MODIFY
+        }
 
     def _variables(self, candidates: tuple[Rule, ...]) -> frozenset[str]:
         needed = self._needs.get(candidates)
@@ -223,9 +228,9 @@ class PolicyEngine:
         copy (callers may change theirs)."""
         text = self._wire_text.get(id(spec))
         if text is None:
-            text = json.dumps(spec.to_wire())
+            text = orjson.dumps(spec.to_wire())
             self._wire_text[id(spec)] = text
-        out: dict[str, Any] = json.loads(text)
+        out: dict[str, Any] = orjson.loads(text)
         return out
 
     def modifications_of(
@@ -236,8 +241,10 @@ class PolicyEngine:
         stronger effect won (an ``ask`` granted on the desk still owes them) — or None
         when none of them modifies. Raises :class:`CouldNotDecide` when they cannot be
         merged, as the same rules winning would."""
+        if not self._modifying:
+            return None
         wanted = set(rule_ids)
-        modifying = [r for r in self.bundle.rules if r.id in wanted and r.effect is Effect.MODIFY]
+        modifying = [r for i, r in self._modifying.items() if i in wanted]
         return self._merge(modifying, wrapped_mcp=wrapped_mcp) if modifying else None
 
     def _merge(self, rules: list[Rule], *, wrapped_mcp: bool) -> dict[str, Any]:
