@@ -18,7 +18,10 @@ counted:
 - ``statements``: simple ``Query`` messages plus extended-protocol ``Execute`` messages,
   so ``BEGIN``, ``COMMIT`` and ``ROLLBACK`` count like any other statement;
 - ``round_trips``: runs of consecutive client→server messages, i.e. the times the
-  client sent and then waited for the server (a pipeline of several statements is one).
+  client sent and then waited for the server (a pipeline of several statements is one);
+- ``sql``: the SQL statements those messages carry (a ``Query`` string of several
+  statements separated by ``;`` counts each), so a round trip that folds many
+  statements into one string shows how many it folds.
 
 Each kind is decided ``--repeat`` times after ``--warmup`` decisions; the minimum is
 reported (the steady state) with the maximum beside it: psycopg prepares a statement on
@@ -94,7 +97,16 @@ class ProtocolTrace:
         psycopg.Connection.connect = classmethod(connect)  # type: ignore[method-assign,assignment]
         psycopg.connect = psycopg.Connection.connect
 
+    @staticmethod
+    def _flush() -> None:
+        """libpq writes its trace through a buffered C ``FILE``: a long message can sit
+        in the buffer after it was sent, so every C stream is flushed before a read."""
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+
     def mark(self) -> dict[Path, int]:
+        self._flush()
         with self._lock:
             return {p: p.stat().st_size for p in self.files}
 
@@ -102,6 +114,7 @@ class ProtocolTrace:
         """Per connection with traffic: the trace lines written after ``mark``, and the
         SQL of every statement the connection had prepared before it (by name; ``""`` is
         the unnamed one), so that a prepared statement's ``Bind`` can be named."""
+        self._flush()
         with self._lock:
             files = list(self.files)
         out = []
@@ -154,7 +167,7 @@ def prepared_sql(trace: str) -> dict[str, str]:
 
 def count(connections: list[tuple[list[str], dict[str, str]]]) -> dict[str, Any]:
     """``statements``, ``round_trips`` and the statements' SQL from trace lines."""
-    statements = round_trips = 0
+    statements = round_trips = sql = 0
     sent: list[str] = []
     for lines, names in connections:
         previous = "B"
@@ -170,6 +183,7 @@ def count(connections: list[tuple[list[str], dict[str, str]]]) -> dict[str, Any]
                     round_trips += 1
                 if message == "Query":
                     statements += 1
+                    sql += sql_statements(body)
                     sent.append(" ".join(_fields(body)[:1]))
                 elif message == "Parse":
                     words = _fields(body)
@@ -180,9 +194,25 @@ def count(connections: list[tuple[list[str], dict[str, str]]]) -> dict[str, Any]
                     bound = words[1] if len(words) >= 2 else ""
                 elif message == "Execute":
                     statements += 1
+                    sql += 1
                     sent.append(names.get(bound, f"(prepared {bound})"))
             previous = direction
-    return {"statements": statements, "round_trips": round_trips, "sent": sent}
+    return {"statements": statements, "round_trips": round_trips, "sql": sql, "sent": sent}
+
+
+def sql_statements(body: str) -> int:
+    """How many statements a traced ``Query`` string holds: its ``;`` outside
+    single-quoted literals, plus one unless it ends with one."""
+    text = body.strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        text = text[1:-1]
+    count, quoted = 0, False
+    for ch in text:
+        if ch == "'":
+            quoted = not quoted
+        elif ch == ";" and not quoted:
+            count += 1
+    return count + (0 if text.rstrip().endswith(";") else 1)
 
 
 def measure(database_url: str, repeat: int, warmup: int) -> dict[str, Any]:
@@ -225,11 +255,13 @@ def measure(database_url: str, repeat: int, warmup: int) -> dict[str, Any]:
                             print(kind, rows[-1], file=sys.stderr)
                     trips = [r["round_trips"] for r in rows]
                     stmts = [r["statements"] for r in rows]
+                    sqls = [r["sql"] for r in rows]
                     results[kind] = {
                         "round_trips": min(trips),
                         "round_trips_max": max(trips),
                         "statements": min(stmts),
                         "statements_max": max(stmts),
+                        "sql": min(sqls),
                         "decisions": len(rows),
                         "sent": rows[-1]["sent"],
                     }
@@ -282,13 +314,16 @@ def main() -> None:
     if len(labels) != len(srcs):
         raise SystemExit("give one --label per --warden-src")
     out = {label: run_checkout(src, ns) for label, src in zip(labels, srcs, strict=True)}
-    print(f"{'checkout':10} {'decision':10} {'round trips':>12} {'statements':>11}")
+    print(f"{'checkout':10} {'decision':10} {'round trips':>12} {'statements':>11} {'SQL':>5}")
     for label, result in out.items():
         for kind, r in result["kinds"].items():
             spread = (
                 f" (max {r['round_trips_max']})" if r["round_trips_max"] != r["round_trips"] else ""
             )
-            print(f"{label:10} {kind:10} {r['round_trips']:>12} {r['statements']:>11}{spread}")
+            print(
+                f"{label:10} {kind:10} {r['round_trips']:>12} {r['statements']:>11} "
+                f"{r.get('sql', r['statements']):>5}{spread}"
+            )
     for label, result in out.items():
         print(f"\n{label}, statements of one steady ask ({result['warden']}):")
         for sql in result["kinds"]["ask"]["sent"]:
