@@ -8,7 +8,12 @@ schema dropped afterwards) decides, in process through ``AcsService.handle``:
 - ``ask-first``: the scenario's request ($2,500, production, rule r19), which files a
   desk task;
 - ``ask``: the same request again: the approval gate finds the task pending (the
-  steady state the side-by-side benchmark times).
+  steady state the side-by-side benchmark times);
+- ``spend-quote``: ``POST /v1/quotes`` on the spend wire (in process through the ASGI
+  app, an agent API key of the scenario's agent, $5 on a budget bound to it, a fresh
+  ``Idempotency-Key`` each time), whatever the bundle decides for it; the app's
+  background workers (webhook delivery, expiry) share the trace, so the minimum is the
+  figure.
 
 Every psycopg connection the process opens is traced with libpq's own protocol trace
 (``PGconn.trace``), so whatever layer sends SQL (the store's raw connection, an engine,
@@ -265,6 +270,7 @@ def measure(database_url: str, repeat: int, warmup: int) -> dict[str, Any]:
                         "decisions": len(rows),
                         "sent": rows[-1]["sent"],
                     }
+                results["spend-quote"] = measure_quote(scenario_warden, trace, repeat)
             finally:
                 scenario_warden.close()
             return {"warden": str(Path(warden.__file__).resolve().parent), "kinds": results}
@@ -272,6 +278,48 @@ def measure(database_url: str, repeat: int, warmup: int) -> dict[str, Any]:
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         admin.dispose()
+
+
+def measure_quote(scenario_warden: Any, trace: ProtocolTrace, repeat: int) -> dict[str, Any]:
+    """Round trips of ``POST /v1/quotes`` (see the module doc)."""
+    from decimal import Decimal
+
+    from fastapi.testclient import TestClient
+    from warden_case import AGENT_ID
+
+    from warden.identity.api_keys import Role
+    from warden.server.app import create_app
+    from warden.spend import Budget, BudgetKind, Period
+
+    rt = scenario_warden.runtime
+    rt.spend.define_budget(
+        Budget("bench", BudgetKind.ORG, "USD", Decimal(10**9), Period.NONE, None,
+               principals=(AGENT_ID,))
+    )  # fmt: skip
+    _, token = rt.api_keys.create(AGENT_ID, Role.AGENT)
+    body = {"budgetId": "bench", "action": "buy", "amount": "5", "currency": "USD"}
+    rows, statuses = [], []
+    with TestClient(create_app(rt)) as client:
+        for i in range(repeat + 2):
+            headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": uuid.uuid4().hex}
+            mark = trace.mark()
+            answer = client.post("/v1/quotes", json=body, headers=headers)
+            counted = count(trace.since(mark))
+            if i < 2:
+                continue  # the app's first requests warm its caches
+            statuses.append(f"{answer.status_code} {answer.json().get('data', {}).get('decision')}")
+            rows.append(counted)
+    trips = [r["round_trips"] for r in rows]
+    return {
+        "round_trips": min(trips),
+        "round_trips_max": max(trips),
+        "statements": min(r["statements"] for r in rows),
+        "statements_max": max(r["statements"] for r in rows),
+        "sql": min(r["sql"] for r in rows),
+        "decisions": len(rows),
+        "answers": sorted(set(statuses)),
+        "sent": rows[trips.index(min(trips))]["sent"],
+    }
 
 
 def run_checkout(src: Path, ns: argparse.Namespace) -> dict[str, Any]:
