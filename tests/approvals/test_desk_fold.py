@@ -112,3 +112,22 @@ def test_a_task_the_desk_did_not_know_of_is_not_filed_twice(
     other = ask(agent, "delete_file", {"path": "/srv/c"})["ask_details"]["task_id"]
     assert other != tid and len(_tasks(rt)) == 2
     verify_records(rt.store.iter_records(), ikm=TEST_IKM)
+
+
+def test_sqlite_never_folds_but_a_folded_write_still_commits_with_its_entry(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """SQLite's desk keeps its own transaction (unchanged); a store given a folded write
+    anyway runs it on the append's transaction, statement by statement."""
+    rt = make_runtime(DESK)
+    assert not rt.desk.fold_filing
+    rt.desk.fold_filing = True
+    agent = service_client(rt, agent_id="agent-7")
+    agent.hello()
+    tid = ask(agent, "delete_file", {"path": "/srv/a"})["ask_details"]["task_id"]
+    assert [t[0] for t in _tasks(rt)] == [tid]
+    assert _desk_entries(rt) == 1
+    rt.desk._pending_by_action.clear()  # noqa: SLF001
+    assert ask(agent, "delete_file", {"path": "/srv/a"})["ask_details"]["task_id"] == tid
+    assert [t[0] for t in _tasks(rt)] == [tid]
+    verify_records(rt.store.iter_records(), ikm=TEST_IKM)
