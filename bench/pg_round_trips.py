@@ -8,7 +8,12 @@ schema dropped afterwards) decides, in process through ``AcsService.handle``:
 - ``ask-first``: the scenario's request ($2,500, production, rule r19), which files a
   desk task;
 - ``ask``: the same request again: the approval gate finds the task pending (the
-  steady state the side-by-side benchmark times).
+  steady state the side-by-side benchmark times);
+- ``spend-quote``: ``POST /v1/quotes`` on the spend wire (in process through the ASGI
+  app, an agent API key of the scenario's agent, $5 on a budget bound to it, a fresh
+  ``Idempotency-Key`` each time), whatever the bundle decides for it; the app's
+  background workers (webhook delivery, expiry) share the trace, so the minimum is the
+  figure.
 
 Every psycopg connection the process opens is traced with libpq's own protocol trace
 (``PGconn.trace``), so whatever layer sends SQL (the store's raw connection, an engine,
@@ -18,7 +23,10 @@ counted:
 - ``statements``: simple ``Query`` messages plus extended-protocol ``Execute`` messages,
   so ``BEGIN``, ``COMMIT`` and ``ROLLBACK`` count like any other statement;
 - ``round_trips``: runs of consecutive client→server messages, i.e. the times the
-  client sent and then waited for the server (a pipeline of several statements is one).
+  client sent and then waited for the server (a pipeline of several statements is one);
+- ``sql``: the SQL statements those messages carry (a ``Query`` string of several
+  statements separated by ``;`` counts each), so a round trip that folds many
+  statements into one string shows how many it folds.
 
 Each kind is decided ``--repeat`` times after ``--warmup`` decisions; the minimum is
 reported (the steady state) with the maximum beside it: psycopg prepares a statement on
@@ -94,7 +102,16 @@ class ProtocolTrace:
         psycopg.Connection.connect = classmethod(connect)  # type: ignore[method-assign,assignment]
         psycopg.connect = psycopg.Connection.connect
 
+    @staticmethod
+    def _flush() -> None:
+        """libpq writes its trace through a buffered C ``FILE``: a long message can sit
+        in the buffer after it was sent, so every C stream is flushed before a read."""
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+
     def mark(self) -> dict[Path, int]:
+        self._flush()
         with self._lock:
             return {p: p.stat().st_size for p in self.files}
 
@@ -102,6 +119,7 @@ class ProtocolTrace:
         """Per connection with traffic: the trace lines written after ``mark``, and the
         SQL of every statement the connection had prepared before it (by name; ``""`` is
         the unnamed one), so that a prepared statement's ``Bind`` can be named."""
+        self._flush()
         with self._lock:
             files = list(self.files)
         out = []
@@ -154,7 +172,7 @@ def prepared_sql(trace: str) -> dict[str, str]:
 
 def count(connections: list[tuple[list[str], dict[str, str]]]) -> dict[str, Any]:
     """``statements``, ``round_trips`` and the statements' SQL from trace lines."""
-    statements = round_trips = 0
+    statements = round_trips = sql = 0
     sent: list[str] = []
     for lines, names in connections:
         previous = "B"
@@ -170,6 +188,7 @@ def count(connections: list[tuple[list[str], dict[str, str]]]) -> dict[str, Any]
                     round_trips += 1
                 if message == "Query":
                     statements += 1
+                    sql += sql_statements(body)
                     sent.append(" ".join(_fields(body)[:1]))
                 elif message == "Parse":
                     words = _fields(body)
@@ -180,9 +199,25 @@ def count(connections: list[tuple[list[str], dict[str, str]]]) -> dict[str, Any]
                     bound = words[1] if len(words) >= 2 else ""
                 elif message == "Execute":
                     statements += 1
+                    sql += 1
                     sent.append(names.get(bound, f"(prepared {bound})"))
             previous = direction
-    return {"statements": statements, "round_trips": round_trips, "sent": sent}
+    return {"statements": statements, "round_trips": round_trips, "sql": sql, "sent": sent}
+
+
+def sql_statements(body: str) -> int:
+    """How many statements a traced ``Query`` string holds: its ``;`` outside
+    single-quoted literals, plus one unless it ends with one."""
+    text = body.strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        text = text[1:-1]
+    count, quoted = 0, False
+    for ch in text:
+        if ch == "'":
+            quoted = not quoted
+        elif ch == ";" and not quoted:
+            count += 1
+    return count + (0 if text.rstrip().endswith(";") else 1)
 
 
 def measure(database_url: str, repeat: int, warmup: int) -> dict[str, Any]:
@@ -225,14 +260,17 @@ def measure(database_url: str, repeat: int, warmup: int) -> dict[str, Any]:
                             print(kind, rows[-1], file=sys.stderr)
                     trips = [r["round_trips"] for r in rows]
                     stmts = [r["statements"] for r in rows]
+                    sqls = [r["sql"] for r in rows]
                     results[kind] = {
                         "round_trips": min(trips),
                         "round_trips_max": max(trips),
                         "statements": min(stmts),
                         "statements_max": max(stmts),
+                        "sql": min(sqls),
                         "decisions": len(rows),
                         "sent": rows[-1]["sent"],
                     }
+                results["spend-quote"] = measure_quote(scenario_warden, trace, repeat)
             finally:
                 scenario_warden.close()
             return {"warden": str(Path(warden.__file__).resolve().parent), "kinds": results}
@@ -240,6 +278,48 @@ def measure(database_url: str, repeat: int, warmup: int) -> dict[str, Any]:
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         admin.dispose()
+
+
+def measure_quote(scenario_warden: Any, trace: ProtocolTrace, repeat: int) -> dict[str, Any]:
+    """Round trips of ``POST /v1/quotes`` (see the module doc)."""
+    from decimal import Decimal
+
+    from fastapi.testclient import TestClient
+    from warden_case import AGENT_ID
+
+    from warden.identity.api_keys import Role
+    from warden.server.app import create_app
+    from warden.spend import Budget, BudgetKind, Period
+
+    rt = scenario_warden.runtime
+    rt.spend.define_budget(
+        Budget("bench", BudgetKind.ORG, "USD", Decimal(10**9), Period.NONE, None,
+               principals=(AGENT_ID,))
+    )  # fmt: skip
+    _, token = rt.api_keys.create(AGENT_ID, Role.AGENT)
+    body = {"budgetId": "bench", "action": "buy", "amount": "5", "currency": "USD"}
+    rows, statuses = [], []
+    with TestClient(create_app(rt)) as client:
+        for i in range(repeat + 2):
+            headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": uuid.uuid4().hex}
+            mark = trace.mark()
+            answer = client.post("/v1/quotes", json=body, headers=headers)
+            counted = count(trace.since(mark))
+            if i < 2:
+                continue  # the app's first requests warm its caches
+            statuses.append(f"{answer.status_code} {answer.json().get('data', {}).get('decision')}")
+            rows.append(counted)
+    trips = [r["round_trips"] for r in rows]
+    return {
+        "round_trips": min(trips),
+        "round_trips_max": max(trips),
+        "statements": min(r["statements"] for r in rows),
+        "statements_max": max(r["statements"] for r in rows),
+        "sql": min(r["sql"] for r in rows),
+        "decisions": len(rows),
+        "answers": sorted(set(statuses)),
+        "sent": rows[trips.index(min(trips))]["sent"],
+    }
 
 
 def run_checkout(src: Path, ns: argparse.Namespace) -> dict[str, Any]:
@@ -282,13 +362,16 @@ def main() -> None:
     if len(labels) != len(srcs):
         raise SystemExit("give one --label per --warden-src")
     out = {label: run_checkout(src, ns) for label, src in zip(labels, srcs, strict=True)}
-    print(f"{'checkout':10} {'decision':10} {'round trips':>12} {'statements':>11}")
+    print(f"{'checkout':10} {'decision':10} {'round trips':>12} {'statements':>11} {'SQL':>5}")
     for label, result in out.items():
         for kind, r in result["kinds"].items():
             spread = (
                 f" (max {r['round_trips_max']})" if r["round_trips_max"] != r["round_trips"] else ""
             )
-            print(f"{label:10} {kind:10} {r['round_trips']:>12} {r['statements']:>11}{spread}")
+            print(
+                f"{label:10} {kind:10} {r['round_trips']:>12} {r['statements']:>11} "
+                f"{r.get('sql', r['statements']):>5}{spread}"
+            )
     for label, result in out.items():
         print(f"\n{label}, statements of one steady ask ({result['warden']}):")
         for sql in result["kinds"]["ask"]["sent"]:

@@ -177,6 +177,7 @@ class Runtime:
             desk_url=settings.resolved_public_url(),
             notifier=Notifier(hooks) if hooks is not None else None,
             reading=store.reading,
+            fold_filing=store.row_locks,
         )
         desk.effects[TaskKind.BUDGET_INCREASE] = budget_increase_effect(spend)
         record_signer = Signer(

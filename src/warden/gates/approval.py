@@ -19,10 +19,11 @@ and rewrites the verdict:
 
 ``policy_data.approval`` says which task and who approved. A task never stores a value
 those modify rules redact (:mod:`warden.approvals.redaction`); its policy records the
-``modifications`` that will apply once it is granted. The desk commits in its
-own transaction before the step's entry; if that entry then fails to commit, or
-the spend gate denies the granted step, :meth:`ApprovalStep.abandon` gives the
-grant back.
+``modifications`` that will apply once it is granted. On PostgreSQL a task the step
+files commits in the entry's transaction (:attr:`ApprovalStep.folded`, decision 640);
+otherwise the desk commits in its own transaction before the step's entry, and if
+that entry then fails to commit, or the spend gate denies the granted step,
+:meth:`ApprovalStep.abandon` gives the grant back.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from warden.approvals.tasks import Requester, TaskKind
 from warden.core.guardian import Guardian, fit_to_hook
 from warden.core.types import ActionRequest, Effect, Verdict
 from warden.errors import CouldNotDecide, StoreUnavailable
-from warden.store.base import TaskUnchanged
+from warden.store.base import FoldedWrite, TaskUnchanged
 
 DEFAULT_GROUP = "approvers"
 
@@ -225,6 +226,12 @@ class ApprovalStep:
                 with self.gate.desk.transaction() as tx:
                     self.resolution = self.gate.desk.resolve(tx, ask, consumer)
         return fit_to_hook(self._rewrite(verdict, self.resolution), request.permitted)
+
+    @property
+    def folded(self) -> FoldedWrite | None:
+        """The task this step files in its append's transaction (PostgreSQL), or None."""
+        res = self.resolution
+        return res.folded if res is not None else None
 
     @property
     def guards(self) -> tuple[TaskUnchanged, ...]:

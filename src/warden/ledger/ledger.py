@@ -23,7 +23,14 @@ from warden.crypto.canonical import canonical_bytes
 from warden.crypto.hmac_keys import HMAC_ALGORITHM, SessionKeys, hmac_sign
 from warden.ledger.chain import chain_entry
 from warden.ledger.records import head_signing_input, session_signing_input
-from warden.store.base import PendingAppend, ReplayKeys, SessionState, Store, TaskUnchanged
+from warden.store.base import (
+    FoldedWrite,
+    PendingAppend,
+    ReplayKeys,
+    SessionState,
+    Store,
+    TaskUnchanged,
+)
 
 ResponseBuilder = Callable[[dict[str, Any]], dict[str, Any] | None]
 
@@ -98,6 +105,7 @@ class Ledger:
         request: str | None = None,
         indexed: Callable[[int], dict[str, Any]] | None = None,
         guards: tuple[TaskUnchanged, ...] = (),
+        folded: FoldedWrite | None = None,
     ) -> PendingAppend:
         """Chain ``content`` after the session head; return what to commit.
 
@@ -109,7 +117,8 @@ class Ledger:
         store knows the entry's transparency-log index, inside the commit's transaction
         (:attr:`PendingAppend.indexed`); ``build_response`` then only prepares it.
         ``guards``: rows read outside the transaction that the append must find unchanged
-        (:class:`~warden.errors.StaleRead` otherwise).
+        (:class:`~warden.errors.StaleRead` otherwise); ``folded``: a gate's writes that
+        commit in the append's transaction (:attr:`PendingAppend.folded`).
         Nothing is written until the :class:`PendingAppend` is committed
         (:meth:`commit`, or a group committer); only then may the response leave.
         """
@@ -133,6 +142,7 @@ class Ledger:
             request=request,
             indexed=indexed,
             guards=guards,
+            folded=folded,
         )
 
     def commit(self, pending: PendingAppend) -> None:

@@ -70,6 +70,40 @@ class TaskUnchanged:
 
 
 @dataclass(frozen=True)
+class NoLiveTask:
+    """A read guard of an append that files a task: no task bound to ``action_hash`` in
+    ``scope`` that the desk would answer from (the newest one, if any, is consumed or
+    canceled). Checked in the append's transaction after the desk chain is locked; a
+    mismatch fails the append with :class:`~warden.errors.StaleRead`."""
+
+    scope: str
+    action_hash: str
+
+
+class FoldedWrite(Protocol):
+    """Writes a gate hands to the step's append, to commit in its transaction (issue 16:
+    "a gate that files a task runs inside that transaction"): the approval desk's filing
+    of a task (its row, its desk-chain entry, its webhook outbox rows) on PostgreSQL.
+
+    ``chains``: the Warden-authored sessions :meth:`write` appends to (their heads are
+    locked and read first); ``absent``: what must still be true for the write to be
+    right. :meth:`write` is called at most once per attempt with a transaction that
+    offers :class:`~warden.ledger.warden_chain.AuditTx` plus ``tasks`` and ``outbox``;
+    it may be called again (after a rolled-back attempt). :meth:`committed` is called
+    once, after the COMMIT that carried it."""
+
+    @property
+    def chains(self) -> tuple[str, ...]: ...
+
+    @property
+    def absent(self) -> tuple[NoLiveTask, ...]: ...
+
+    def write(self, tx: Any) -> None: ...
+
+    def committed(self) -> None: ...
+
+
+@dataclass(frozen=True)
 class PendingAppend:
     """One chained entry ready to commit: the arguments of :meth:`Store.append`.
 
@@ -98,6 +132,8 @@ class PendingAppend:
     #: Rows the decision read outside this transaction and relies on: checked in it
     #: (issue 16: the approval lookup needs no transaction of its own).
     guards: tuple[TaskUnchanged, ...] = ()
+    #: A gate's writes that commit with this entry or not at all (:class:`FoldedWrite`).
+    folded: FoldedWrite | None = None
 
 
 class Store(Protocol):

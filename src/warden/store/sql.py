@@ -796,6 +796,10 @@ class SqlStore:
         if len(items) == 1:
             # One append needs no savepoint: the transaction is the item (issue 16).
             outcomes: list[Exception | None] = [self._append_single(items[0])]
+        elif any(item.folded is not None for item in items):
+            # An append carrying a gate's writes commits alone: on PostgreSQL it locks
+            # the desk chain before the log counter, which a batch has locked first.
+            outcomes = self._append_apart(items)
         else:
             outcomes = self._append_batch(items)
         for item, outcome in zip(items, outcomes, strict=True):
@@ -831,6 +835,18 @@ class SqlStore:
                 outcomes.append(None)
         return outcomes
 
+    def _append_apart(self, items: list[PendingAppend]) -> list[Exception | None]:
+        """The items without folded writes as one batch, each other item alone."""
+        plain = [item for item in items if item.folded is None]
+        done = iter(
+            self._append_batch(plain)
+            if len(plain) > 1
+            else [self._append_single(item) for item in plain]
+        )
+        return [
+            self._append_single(item) if item.folded is not None else next(done) for item in items
+        ]
+
     def _append_single(self, item: PendingAppend) -> Exception | None:
         """Commit one append in a transaction of its own: on PostgreSQL one statement in
         autocommit (one round trip, :data:`_PG_APPEND`); on SQLite ``BEGIN IMMEDIATE``,
@@ -840,7 +856,13 @@ class SqlStore:
             if self.row_locks:
                 return self._append_pg(item)
             with self._write() as cur:
+                if item.folded is not None:
+                    from warden.store.folded_sql import write_in
+
+                    write_in(self, cur, item)
                 self._append_one(cur, item)
+            if item.folded is not None:
+                item.folded.committed()
             return None
         except (HeadMoved, ReplayDetected, KeyRevoked) as exc:
             return exc
@@ -849,6 +871,10 @@ class SqlStore:
                 return self._classify_conflict(cur, item, exc)
 
     def _append_pg(self, item: PendingAppend) -> Exception | None:
+        if item.folded is not None:
+            from warden.store.folded_sql import append_folded
+
+            return append_folded(self, item)
         seq = item.expected_seq + 1
         index: int | None = None
         params = {

@@ -815,6 +815,7 @@ class AcsService:
                 request=received.decode(),
                 indexed=indexed,
                 guards=approval.guards if approval is not None else (),
+                folded=approval.folded if approval is not None else None,
             )
         except BaseException:
             if gate is not None:

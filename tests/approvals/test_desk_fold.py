@@ -1,0 +1,133 @@
+"""On PostgreSQL an ACS ask that files a desk task files it in the step's own append
+transaction (decision 640): the task, its desk-chain entry and the step's entry commit
+together or not at all, and a task the desk did not know of is never filed twice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import TEST_IKM, postgres_schema, service_client, write_key
+from test_desk_acs import DESK, ask
+
+from warden.approvals.desk import desk_session_id
+from warden.errors import KeyRevoked
+from warden.ledger.verify import verify_records
+from warden.runtime import Runtime
+from warden.settings import Settings
+
+
+@pytest.fixture
+def pg_runtime(tmp_path: Path) -> Iterator[Callable[..., Runtime]]:
+    """Runtimes (replicas) sharing one fresh PostgreSQL schema."""
+    made: list[Runtime] = []
+    with postgres_schema() as url:
+
+        def make() -> Runtime:
+            data = tmp_path / f"data{len(made)}"
+            settings = Settings(
+                data_dir=data,
+                policy=DESK,
+                key_file=write_key(data / "ikm.key"),
+                database_url=url,
+            )
+            rt = Runtime.start(settings)
+            made.append(rt)
+            return rt
+
+        yield make
+        for rt in made:
+            rt.close()
+
+
+def _tasks(rt: Runtime) -> list[Any]:
+    with rt.store.engine.connect() as conn:
+        from sqlalchemy import text
+
+        return list(conn.execute(text("SELECT task_id, state FROM tasks")).fetchall())
+
+
+def _desk_entries(rt: Runtime) -> int:
+    return sum(1 for r in rt.store.iter_records(desk_session_id()) if r.get("kind") == "entry")
+
+
+def test_the_task_commits_with_the_step_entry(pg_runtime: Callable[..., Runtime]) -> None:
+    rt = pg_runtime()
+    assert rt.desk.fold_filing
+    agent = service_client(rt, agent_id="agent-7")
+    agent.hello()
+    answer = ask(agent, "delete_file", {"path": "/srv/a"})
+    assert answer["decision"] == "ask"
+    tid = answer["ask_details"]["task_id"]
+    assert [(t[0], t[1]) for t in _tasks(rt)] == [(tid, "pending")]
+    task = rt.desk.get(tid)
+    assert task is not None and len(task.history) == 1
+    # The task's history names the desk-chain entry written in the same transaction.
+    hashes = [
+        r["entry"]["entry_hash"]
+        for r in rt.store.iter_records(desk_session_id())
+        if r.get("kind") == "entry"
+    ]
+    assert hashes == [task.history[0]["entry_hash"]]
+    # The resubmission is answered from memory, with the same task.
+    assert ask(agent, "delete_file", {"path": "/srv/a"})["ask_details"]["task_id"] == tid
+    verify_records(rt.store.iter_records(), ikm=TEST_IKM)
+
+
+def test_a_step_that_is_not_recorded_files_no_task(pg_runtime: Callable[..., Runtime]) -> None:
+    """The agent is revoked on another replica between its authentication (cached here)
+    and the append: the append refuses, and the task it carried is not filed."""
+    rt = pg_runtime()
+    agent = service_client(rt, agent_id="agent-7")
+    agent.hello()
+    before = _desk_entries(rt)
+    other = pg_runtime()
+    other.agents.revoke("agent-7")
+    response = agent.tool_call("delete_file", {"path": "/srv/b"})
+    assert "error" in response, response
+    assert response["error"]["data"]["reason"] == KeyRevoked.reason
+    assert _tasks(rt) == []
+    assert _desk_entries(rt) == before
+    verify_records(rt.store.iter_records(), ikm=TEST_IKM)
+
+
+def test_a_task_the_desk_did_not_know_of_is_not_filed_twice(
+    pg_runtime: Callable[..., Runtime],
+) -> None:
+    """A replica (or a restart) that never saw the task files optimistically; the append
+    finds the pending task, refuses, and the step is decided again from the database."""
+    rt = pg_runtime()
+    agent = service_client(rt, agent_id="agent-7")
+    agent.hello()
+    tid = ask(agent, "delete_file", {"path": "/srv/a"})["ask_details"]["task_id"]
+    rt.desk._pending_by_action.clear()  # noqa: SLF001 - as a cold replica's desk
+    again = ask(agent, "delete_file", {"path": "/srv/a"})
+    assert again["decision"] == "ask"
+    assert again["ask_details"]["task_id"] == tid
+    assert [t[0] for t in _tasks(rt)] == [tid]
+    assert _desk_entries(rt) == 1
+    # A different action files its own task.
+    other = ask(agent, "delete_file", {"path": "/srv/c"})["ask_details"]["task_id"]
+    assert other != tid and len(_tasks(rt)) == 2
+    verify_records(rt.store.iter_records(), ikm=TEST_IKM)
+
+
+def test_sqlite_never_folds_but_a_folded_write_still_commits_with_its_entry(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """SQLite's desk keeps its own transaction (unchanged); a store given a folded write
+    anyway runs it on the append's transaction, statement by statement."""
+    rt = make_runtime(DESK)
+    assert not rt.desk.fold_filing
+    rt.desk.fold_filing = True
+    agent = service_client(rt, agent_id="agent-7")
+    agent.hello()
+    tid = ask(agent, "delete_file", {"path": "/srv/a"})["ask_details"]["task_id"]
+    assert [t[0] for t in _tasks(rt)] == [tid]
+    assert _desk_entries(rt) == 1
+    rt.desk._pending_by_action.clear()  # noqa: SLF001
+    assert ask(agent, "delete_file", {"path": "/srv/a"})["ask_details"]["task_id"] == tid
+    assert [t[0] for t in _tasks(rt)] == [tid]
+    verify_records(rt.store.iter_records(), ikm=TEST_IKM)
