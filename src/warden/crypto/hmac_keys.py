@@ -53,8 +53,7 @@ def ikm_fingerprint(ikm: bytes) -> str:
 
 def hmac_sign(key: bytes, message: bytes) -> str:
     """Base64 (padded) HMAC-SHA256 of ``message`` under ``key``."""
-    # hmac.digest: the one-shot C HMAC (OpenSSL), no HMAC object per signature.
-    return base64.b64encode(hmac.digest(key, message, "sha256")).decode("ascii")
+    return base64.b64encode(hmac.new(key, message, hashlib.sha256).digest()).decode("ascii")
 
 
 def hmac_verify(key: bytes, message: bytes, value: str) -> bool:
