@@ -87,8 +87,9 @@ _STDLIB_TYPES_ONLY = (
     | orjson.OPT_PASSTHROUGH_SUBCLASS
 )
 
-#: orjson's exponents below 10 have one digit (``1e-7``), the stdlib's two (``1e-07``).
-_ONE_DIGIT_EXPONENT = re.compile(rb"e-[0-9](?![0-9])")
+#: orjson's exponents below 10 have one digit (``1e-7``), the stdlib's two (``1e-07``); in
+#: compact JSON a number ends at ``,``, ``]``, ``}`` or the text (ids like ``…3e-4f…`` pass).
+_ONE_DIGIT_EXPONENT = re.compile(rb"[0-9]e-[0-9](?:[,\]}]|\Z)")
 
 
 def _dumps(value: Any) -> str:
