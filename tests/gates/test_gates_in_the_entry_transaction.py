@@ -11,24 +11,29 @@ the trigger, the same step writes its gate's state and its entry together.
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, ensure_agent
+from conftest import DEFAULT_POLICY, ROOT, ensure_agent
 from fastapi.testclient import TestClient
 
 from warden.adcp.check_gates import METHOD, Judgement, PlanHold
 from warden.adcp.state import budget_id_for
 from warden.adcp.verdicts import CheckInput, Evaluation
+from warden.approvals.tasks import ApprovalState
 from warden.core.pipeline import Pipeline
-from warden.core.types import ActionRequest, Effect
+from warden.core.types import ActionRequest, Effect, Verdict
 from warden.errors import StoreUnavailable
+from warden.gates.quote_hold import HoldTerms, QuoteHold
 from warden.identity.api_keys import Identity, Role
 from warden.runtime import Runtime
 from warden.server.app import create_app
@@ -310,3 +315,183 @@ def test_a_hold_the_ledger_refuses_tightens_the_verdict_to_a_deny(
     assert hold.reservation_id is None and hold.refused is not None
     assert [f["category_id"] for f in hold.refused.findings] == ["budget_authority"]
     assert holds(rt) == 1  # only the concurrent commitment
+
+
+# -- the spend quote's own hold: a gate in the quote's transaction -----------------------
+
+
+def spend_entries(rt: Runtime, step_type: str) -> list[dict[str, Any]]:
+    return [
+        r["entry"]["spend"]
+        for r in rt.store.iter_records()
+        if r["kind"] == "entry" and r["entry"]["step_type"] == step_type
+    ]
+
+
+def test_a_quote_the_budget_refuses_is_heard_as_the_deny_it_answered(
+    rt: Runtime, heard: list[tuple[str, str]]
+) -> None:
+    """Policy allows the quote; the budget has no room: the hold gate tightens the verdict
+    to a deny (``budget_exceeded``), which is what the observers hear, while the budget's
+    refused entry keeps the policy's allow for what-if replay."""
+    rt.spend.define_budget(
+        Budget("tight-org", BudgetKind.ORG, "USD", Decimal(50), Period.NONE, principals=("admin",))
+    )
+    with TestClient(create_app(rt)) as client:
+        r = client.post(
+            "/v1/quotes",
+            json={"budgetId": "tight-org", "action": "buy", "amount": "80", "currency": "USD"},
+            headers={"authorization": f"Bearer {rt.api_token}"},
+        )
+    assert r.status_code == 402 and r.json()["blockedBy"] == "budget:exceeded", r.text
+    assert heard == [("spend", "deny")]
+    (refused,) = spend_entries(rt, "warden/spend.refused")
+    assert refused["decided"]["verdict"]["decision"] == "allow"
+    assert spend_entries(rt, "warden/spend.policy") == []
+    assert holds(rt) == 0
+
+
+def test_a_granted_quote_whose_hold_fails_keeps_its_grant_and_holds_nothing(
+    rt: Runtime, spend: tuple[TestClient, str], heard: list[tuple[str, str]]
+) -> None:
+    client, token = spend
+    r = quote(client, token, "2000")
+    assert r.status_code == 403 and r.json()["blockedBy"] == "approval:required", r.text
+    task_id = r.json()["resolution"]["taskId"]
+    _, fay_token = rt.api_keys.create("fay", Role.APPROVER, ("finance",))
+    fay = rt.api_keys.authenticate(fay_token)
+    assert fay is not None and rt.desk is not None
+    rt.desk.approve(task_id, fay, "budgeted")
+    # The hold's row is refused mid-step, after the desk ask consumed the grant.
+    refusing = Refusing(rt, "reservations", "1")
+    r = quote(client, token, "2000")
+    assert r.status_code == 503 and r.json()["blockedBy"] == "store:unavailable", r.text
+    assert holds(rt) == 0
+    assert entries(rt, "warden/spend.reserve") == 0
+    assert entries(rt, "warden/spend.policy") == 1  # the first quote's ask, no other
+    task = rt.desk.get(task_id)
+    assert task is not None and task.state is ApprovalState.APPROVED  # not consumed
+    assert heard == [("spend", "ask")]
+    refusing.lift()
+    r = quote(client, token, "2000")
+    assert r.status_code == 200, r.text
+    rid = r.json()["data"]["quote"]["reservation"]["reservationId"]
+    [(record,)] = rows(rt, f"SELECT record FROM reservations WHERE reservation_id = '{rid}'")
+    assert f'"approval_task":"{task_id}"' in record
+    task = rt.desk.get(task_id)
+    assert task is not None and task.state is ApprovalState.CONSUMED
+    assert entries(rt, "warden/spend.policy") == 2  # the granted ask, with its hold
+    assert heard == [("spend", "ask"), ("spend", "ask")]
+
+
+class DeniesEverything:
+    """A gate after the hold that denies every step (what a later gate may do)."""
+
+    def wants(self, request: ActionRequest, verdict: Verdict) -> bool:
+        return True
+
+    def blocking(self, request: ActionRequest, verdict: Verdict) -> bool:
+        return False
+
+    def apply(self, request: ActionRequest, verdict: Verdict) -> Verdict:
+        return replace(verdict, decision=Effect.DENY, reason_codes=("later_gate",))
+
+    def holding(self) -> bool:
+        return False
+
+    def abandon(self, why: str) -> None:
+        """Nothing taken."""
+
+
+def test_a_quote_hold_a_later_gate_denies_is_released_in_the_same_transaction(
+    rt: Runtime,
+) -> None:
+    rt.spend.define_budget(
+        Budget("gate-org", BudgetKind.ORG, "USD", Decimal(BIG), Period.NONE, principals=("admin",))
+    )
+    request = ActionRequest(
+        method="spend/quote",
+        payload={},
+        metadata={},
+        tool={"name": "buy"},
+        args={},
+        raw_command="",
+        session={},
+    )
+    terms = HoldTerms("gate-org", Decimal(10), "USD", "buy", 900, "admin", {"wire": "spend"})
+    with rt.store.spend_transaction() as tx:
+        hold = QuoteHold(rt.spend.within(tx), terms, None, lambda v: {"verdict": "allow"})
+        decided = Pipeline(rt.guardian).run(
+            None,
+            request,
+            gates=[hold, DeniesEverything()],
+            preempt=Verdict(decision=Effect.ALLOW, reasoning="allowed"),
+        )
+    assert decided.verdict.decision is Effect.DENY
+    assert not hold.holding()
+    [(status,)] = rows(rt, "SELECT status FROM reservations")
+    assert status == "released"
+    assert entries(rt, "warden/spend.reserve") == 1 and entries(rt, "warden/spend.release") == 1
+    assert rt.spend.remaining("gate-org")[0] == Decimal(BIG)
+
+
+def test_no_wire_holds_money_or_asks_the_guardian_itself() -> None:
+    """Every hold and every policy decision of a wire goes through the pipeline and its
+    gates: no module under ``wire/`` calls ``reserve`` or ``Guardian.decide``."""
+    found = []
+    for path in sorted((ROOT / "src" / "warden" / "wire").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            owner = ast.unparse(node.func.value)
+            if node.func.attr in ("reserve", "hold_commitment") or (
+                node.func.attr == "decide" and "pipeline" not in owner
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node.func)}")
+    assert found == []
+
+
+# -- AdCP execution checks: verified against the intent's authorization, no policy step ---
+
+
+def test_an_execution_check_asks_no_rule(
+    make_runtime: Callable[..., Runtime], tmp_path: Path
+) -> None:
+    """A seller's execution check is verified against what the intent's decision
+    authorized (docs/decisions.md 673): a rule on ``adcp/check_governance`` never sees
+    it, and the observers hear only the intent's decision."""
+    text = DEFAULT_POLICY.read_text(encoding="utf-8")
+    anchor = "  - id: adcp-large-commitment-needs-approval\n"
+    assert text.count(anchor) == 1
+    rule = (
+        "  - id: no-executions\n"
+        "    description: Would deny every execution check, if policy decided them.\n"
+        "    hooks: [adcp/check_governance]\n"
+        '    when: args.check_type == "execution"\n'
+        "    effect: deny\n"
+        "    reasoning: executions are denied\n\n"
+    )
+    bundle = tmp_path / "no-executions.yaml"
+    bundle.write_text(text.replace(anchor, rule + anchor), encoding="utf-8")
+    rt = make_runtime(policy=bundle)
+    assert rt.adcp is not None
+    seen: list[tuple[str, str]] = []
+    rt.guardian.observers.add(lambda wire, decision, rule, seconds: seen.append((wire, decision)))
+    _, buyer = agent(rt, "buyer-agent")
+    synced = rt.adcp.call(
+        "sync_plans",
+        {"idempotency_key": str(uuid.uuid4()), "plans": [plan("exec-plan", 1_000_000)]},
+        buyer,
+    )
+    assert not synced.failed, synced.body
+    approved = rt.adcp.call("check_governance", intent("exec-plan", 600), buyer)
+    assert approved.body["verdict"] == "approved", approved.body
+    execution = {
+        "caller": "https://seller.example.com",
+        "governance_context": approved.body["governance_context"],
+        "planned_delivery": {"media_buy_id": "mb_1", "total_budget": 600, "currency": "USD"},
+    }
+    checked = rt.adcp.call("check_governance", execution, buyer)
+    assert checked.body["verdict"] == "approved", checked.body
+    assert checked.body["check_type"] == "execution"
+    assert seen == [("adcp", "allow")]

@@ -1,5 +1,6 @@
-"""How a ``check_governance`` verdict is written: the approval (budget hold and signed
-``governance_context``), the refusals (``denied`` with findings, ``conditions`` with a
+"""How a ``check_governance`` verdict is written: the approval (the signed
+``governance_context`` over the hold the :class:`~warden.adcp.check_gates.PlanHold` gate
+took), the refusals (``denied`` with findings, ``conditions`` with a
 consultation handle), the ``adcp_checks`` row and its ``warden/adcp.check`` audit entry —
 shared by intent checks (:mod:`.checks`), human reviews (:mod:`.reviews`) and execution
 checks (:mod:`.execution`).
@@ -10,7 +11,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from warden.adcp.check_gates import hold_commitment, no_room
 from warden.adcp.governance_token import (
     MAX_INTENT_TTL_SECONDS,
     Commitment,
@@ -21,7 +21,6 @@ from warden.adcp.plan_hash import authorized_payload_hash
 from warden.adcp.plans import Plan
 from warden.adcp.state import AdcpState, Call, new_id, rfc3339
 from warden.adcp.verdicts import CheckInput, Evaluation
-from warden.spend.errors import BudgetExceeded
 from warden.store.adcp_sql import CheckRow, PlanRow
 
 
@@ -48,7 +47,6 @@ class CheckAnswers:
 
     def _approve(
         self,
-        tx: Any,
         now: datetime,
         plan_row: PlanRow,
         check_id: str,
@@ -58,18 +56,16 @@ class CheckAnswers:
         sub: str,
         *,
         phase: str,
-        reserve: bool = True,
         reservation_id: str | None = None,
         aud: str | None = None,
         media_buy_id: str | None = None,
         modern: bool = True,
         binding: tuple[str, str] | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Hold the commitment (``reserve``: a reviewed intent, in the desk's
-        transaction) and sign the token; a hold refused by the ledger (a concurrent
-        commitment took the room) turns the verdict into ``denied``. An intent decided
-        by the pipeline comes with its hold already taken by the
-        :class:`~warden.adcp.check_gates.PlanHold` gate (``reservation_id``).
+        """Sign the token of an approved check. The commitment is already held by the
+        :class:`~warden.adcp.check_gates.PlanHold` gate (``reservation_id``; in the
+        pipeline for an intent, in the desk's transaction for a reviewed one); an
+        execution check holds nothing (the intent's hold covers it).
 
         ``binding``: the ``(authorized_task, authorized_payload_hash)`` an execution
         token carries over from the intent's token (the seller commits that request), so
@@ -77,17 +73,6 @@ class CheckAnswers:
         st = self.st
         plan = Plan.from_record(plan_row.record)
         currency = check.currency or plan.currency
-        if reserve:
-            try:
-                reservation_id = hold_commitment(st, tx, plan_row, check, check_id)
-            except BudgetExceeded:
-                denied = no_room(check.amount, currency, ev)
-                return (
-                    self._refuse(
-                        check_id, plan.plan_id, check_type_of(phase), denied, modern=modern
-                    ),
-                    {},
-                )
         jti = new_jti()
         iat = int(now.timestamp())
         ttl = MAX_INTENT_TTL_SECONDS if phase == "intent" else 30 * 24 * 3600

@@ -250,8 +250,13 @@ class PlanHold:
     def blocking(self, request: ActionRequest, verdict: Verdict) -> bool:
         return True
 
-    def apply(self, request: ActionRequest, verdict: Verdict) -> Verdict:
-        ev = self.judge(verdict)
+    def hold(self, ev: Evaluation) -> Evaluation:
+        """Hold the commitment of the approved evaluation ``ev`` in ``tx``: ``ev`` once
+        held (or when there is nothing to hold), else the ``denied`` evaluation of a
+        ledger without room (also :attr:`refused`). The pipeline calls it through
+        :meth:`apply`; the desk's effect for a human-approved review calls it directly
+        (:meth:`warden.adcp.reviews.Reviews.on_approved`: the human answered the
+        policy's ``ask``, nothing is decided again)."""
         try:
             self.reservation_id = hold_commitment(
                 self.st, self.tx, self.plan_row, self.check, self.check_id
@@ -259,6 +264,12 @@ class PlanHold:
         except BudgetExceeded:
             currency = self.check.currency or Plan.from_record(self.plan_row.record).currency
             self.refused = no_room(self.check.amount, currency, ev)
+            return self.refused
+        return ev
+
+    def apply(self, request: ActionRequest, verdict: Verdict) -> Verdict:
+        self.hold(self.judge(verdict))
+        if self.refused is not None:
             return Verdict(
                 decision=Effect.DENY,
                 reasoning=self.refused.explanation,

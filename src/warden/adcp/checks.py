@@ -91,7 +91,6 @@ class Checks(Reviews, Executions):
         record = self._record(call, check, check_id, sub=new_id("act"))
         if ev.kind == "approved" or (ev.kind == "conditions" and not modern):
             body, extra = self._approve(
-                tx,
                 call.now,
                 plan_row,
                 check_id,
@@ -100,7 +99,6 @@ class Checks(Reviews, Executions):
                 ev,
                 record["sub"],
                 phase="intent",
-                reserve=False,
                 reservation_id=held,
                 modern=modern,
             )

@@ -119,7 +119,6 @@ class Executions(CheckAnswers):
         planned: dict[str, Any] = raw_planned if isinstance(raw_planned, dict) else {}
         if ev.kind == "approved":
             body, extra = self._approve(
-                tx,
                 call.now,
                 plan_row,
                 check_id,
@@ -128,7 +127,6 @@ class Executions(CheckAnswers):
                 ev,
                 str(claims.get("sub")),
                 phase=phase,
-                reserve=False,
                 aud=str(claims.get("aud")),
                 media_buy_id=planned.get("media_buy_id") if phase != "purchase" else None,
                 binding=_binding(claims),

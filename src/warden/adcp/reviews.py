@@ -13,7 +13,13 @@ from decimal import Decimal
 from typing import Any
 
 from warden.adcp.check_answers import CheckAnswers, audit_detail
-from warden.adcp.check_gates import METHOD, REVIEW_GROUP, REVIEW_TIMEOUT_S
+from warden.adcp.check_gates import (
+    METHOD,
+    REVIEW_GROUP,
+    REVIEW_TIMEOUT_S,
+    Judgement,
+    PlanHold,
+)
 from warden.adcp.state import Answer, Call, new_id
 from warden.adcp.verdicts import CheckInput, Evaluation
 from warden.approvals.tasks import Event, Task
@@ -63,8 +69,11 @@ class Reviews(CheckAnswers):
         )
 
     def on_approved(self, tx: Any, task: Task) -> dict[str, Any]:
-        """The desk's effect for an approved review: hold the budget and issue the token
-        (or deny if the budget no longer has room), in the desk's transaction."""
+        """The desk's effect for an approved review: hold the budget through the
+        :class:`~warden.adcp.check_gates.PlanHold` gate and issue the token (or deny if
+        the budget no longer has room), in the desk's transaction. Not a pipeline run:
+        the policy decided ``ask`` when the check was made, and this is the human's
+        answer to it (docs/decisions.md 672)."""
         st = self.st
         row = st.rows(tx).check(str(task.detail.get("check_id")))
         if row is None or row.verdict is not None:
@@ -91,18 +100,27 @@ class Reviews(CheckAnswers):
             categories_evaluated=list(evaluation.get("categories_evaluated") or []),
             policies_evaluated=list(evaluation.get("policies_evaluated") or []),
         )
-        body, extra = self._approve(
-            tx,
-            st.clock(),
-            plan_row,
-            row.check_id,
-            req,
-            check,
-            ev,
-            record["sub"],
-            phase="intent",
-            modern="proposed_commitment" in req,
-        )
+        modern = "proposed_commitment" in req
+        # The same gate as an intent decided by the pipeline holds the money, here in
+        # the desk's transaction; a ledger without room denies the check.
+        hold = PlanHold(st, tx, plan_row, check, row.check_id, Judgement(ev, {}), modern=modern)
+        ev = hold.hold(ev)
+        if hold.refused is not None:
+            body = self._refuse(row.check_id, plan_row.plan_id, "intent", ev, modern=modern)
+            extra: dict[str, Any] = {}
+        else:
+            body, extra = self._approve(
+                st.clock(),
+                plan_row,
+                row.check_id,
+                req,
+                check,
+                ev,
+                record["sub"],
+                phase="intent",
+                reservation_id=hold.reservation_id,
+                modern=modern,
+            )
         record.update(extra, response=body, reviewed_by=[v.to_dict() for v in task.approvals()])
         st.rows(tx).resolve_check(
             row.check_id,

@@ -6,7 +6,8 @@ protocol (:mod:`warden.core.pipeline`). Built so far:
 :class:`~warden.gates.spend.SpendGate` (a priced tool call reserves its cost),
 :mod:`warden.gates.approval` (ACS: an ask meets the desk) and
 :class:`~warden.gates.desk.DeskAsk` (the spend wire's and KLA's desk ask, in the step's
-own transaction); AdCP's review and plan-money gates live with their domain
+own transaction) and :class:`~warden.gates.quote_hold.QuoteHold` (the spend quote's hold,
+in the quote's transaction); AdCP's review and plan-money gates live with their domain
 (:mod:`warden.adcp.check_gates`).
 """
 

@@ -2,10 +2,12 @@
 
 A quote is decided under the policy method ``spend/quote`` (DESIGN.md's decision
 table) by :func:`decide_quote`: :func:`quote_request` is its :class:`ActionRequest`,
-the pipeline decides it with the desk ask as its gate (:class:`~warden.gates.desk.DeskAsk`
-over :func:`quote_ask`: the same quote, however its amount is written, is one ask), and
-:func:`decision_detail` is what the spend chain records about a decision that is not
-``allow`` — the task, its desk entry and that record in the quote's one transaction.
+the pipeline decides it with two gates: the desk ask (:class:`~warden.gates.desk.DeskAsk`
+over :func:`quote_ask`: the same quote, however its amount is written, is one ask) and
+the hold (:class:`~warden.gates.quote_hold.QuoteHold`: an allowed or granted quote
+reserves its amount); :func:`decision_detail` is what the spend chain records about a
+decision that is not ``allow`` — the task, the hold, their entries and that record in
+the quote's one transaction.
 :func:`winning_gate` is the rule (or reason code) that names a refusal. A budget
 increase files :func:`budget_increase_ask`, and approving it runs
 :func:`budget_increase_effect` in the desk's transaction.
@@ -29,11 +31,14 @@ from warden.core.pipeline import Gate, Pipeline, Recording
 from warden.core.types import ActionRequest, Effect, Verdict
 from warden.gates.approval import ask_terms, policy_of
 from warden.gates.desk import DeskAsk
+from warden.gates.quote_hold import HoldTerms, QuoteHold
 from warden.identity.api_keys import Identity
 from warden.ledger.decided import caller_record, verdict_record
 from warden.spend.budgets import Budget
-from warden.spend.engine import SpendEngine
+from warden.spend.engine import DEFAULT_HOLD_SECONDS, SpendEngine
+from warden.spend.errors import BudgetExceeded
 from warden.spend.money import to_wire
+from warden.spend.records import Reservation
 
 #: The approver group that decides budget increases, and how long a request stays open.
 BUDGET_APPROVERS = "finance"
@@ -144,17 +149,24 @@ class QuoteTx(DeskTx, Recording, Protocol):
 
 @dataclass(frozen=True)
 class QuoteDecision:
-    """What the policy, and the desk when the policy asks, said about one quote.
+    """What the policy, the desk when the policy asks, and the budget said about one quote.
 
-    ``resolution`` is the desk's answer to an ``ask``/``defer`` (None: the verdict
-    needed no human, or no desk is configured). ``decided`` is what the spend chain
-    records so that ``warden whatif`` can rebuild the request (:func:`decided_record`):
-    on the ``warden/spend.policy`` entry of a decision that is not ``allow``, else on the
-    hold's ``warden/spend.reserve`` (or the budget's ``warden/spend.refused``) entry."""
+    ``verdict`` is the policy's (after the desk ask; a hold the budget refused does not
+    change it: see ``refused``). ``resolution`` is the desk's answer to an
+    ``ask``/``defer`` (None: the verdict needed no human, or no desk is configured).
+    ``reservation`` is the hold the :class:`~warden.gates.quote_hold.QuoteHold` gate
+    took (an ``allow``, or an ask a human granted); ``refused`` the budget's refusal of
+    that hold (its ``warden/spend.refused`` entry is written). ``decided`` is what the
+    spend chain records so that ``warden whatif`` can rebuild the request
+    (:func:`decided_record`): on the ``warden/spend.policy`` entry of a decision that is
+    not ``allow``, else on the hold's ``warden/spend.reserve`` (or the budget's
+    ``warden/spend.refused``) entry."""
 
     verdict: Verdict
     resolution: Resolution | None
     decided: dict[str, Any] | None = None
+    reservation: Reservation | None = None
+    refused: BudgetExceeded | None = None
 
 
 def decided_record(who: Identity, payload: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
@@ -175,18 +187,21 @@ def decide_quote(
     amount: Decimal,
     currency: str,
     action: str,
+    *,
+    hold_seconds: int = DEFAULT_HOLD_SECONDS,
 ) -> QuoteDecision:
-    """Decide a quote in ``tx`` (``engine`` joined to it): the pipeline with the desk
-    ask as its gate, then the ``warden/spend.policy`` entry of a decision that is not
-    ``allow`` (with :attr:`QuoteDecision.decided`, which the caller puts on the hold's
-    entry of an ``allow``). The task, its desk entry and that entry commit together; the verdict
-    reaches the observers once ``tx`` has committed. Store failures propagate (the
-    caller's transaction rolls back)."""
+    """Decide and hold a quote in ``tx`` (``engine`` joined to it): the pipeline with
+    the desk ask and the hold as its gates (:class:`~warden.gates.desk.DeskAsk` over
+    :func:`quote_ask`, then :class:`~warden.gates.quote_hold.QuoteHold`), then the
+    ``warden/spend.policy`` entry of a policy decision that is not ``allow``. The task or
+    grant, the hold and the entries commit together; the final verdict (a refused hold:
+    a deny ``budget_exceeded``) reaches the observers once ``tx`` has committed. Store
+    failures propagate (the caller's transaction rolls back)."""
     request = quote_request(who, payload, budget_id, amount, currency, action)
-    gates: list[Gate] = []
+    guardian = pipeline.guardian
     ask: DeskAsk | None = None
+    gates: list[Gate] = []
     if desk is not None:
-        guardian = pipeline.guardian
         ask = DeskAsk(
             desk,
             tx,
@@ -194,15 +209,27 @@ def decide_quote(
             {"wire": "spend", "route": "POST /v1/quotes", "key_id": who.key_id},
         )
         gates.append(ask)
+    terms = HoldTerms(
+        budget_id,
+        amount,
+        currency,
+        action,
+        hold_seconds,
+        who.principal,
+        {"wire": "spend", "key_id": who.key_id},
+    )
+    hold = QuoteHold(engine, terms, ask, lambda verdict: decided_record(who, payload, verdict))
+    gates.append(hold)
     decided = pipeline.run(who.as_principal(), request, gates=gates)
     pipeline.finished_after(tx, "spend", decided)
-    verdict = decided.verdict
+    # What policy (and the desk) said: the verdict the hold acted on, else the final one.
+    verdict = hold.decided_by if hold.decided_by is not None else decided.verdict
     record = decided_record(who, payload, verdict)
     if verdict.decision is not Effect.ALLOW:
         detail = decision_detail(who, verdict, budget_id, amount, currency, action)
         engine.record_decision(budget_id, {**detail, "decided": record})
     resolution = ask.resolution if ask is not None else None
-    return QuoteDecision(verdict, resolution, record)
+    return QuoteDecision(verdict, resolution, record, hold.reservation, hold.refused)
 
 
 def budget_increase_ask(

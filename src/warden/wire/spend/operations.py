@@ -3,8 +3,9 @@ joined to it (:meth:`SpendEngine.within <warden.spend.engine.SpendEngine.within>
 wire's own checks (USD only) and the rendered answer.
 
 A mutation runs in one transaction with its Idempotency-Key claim and stored answer
-(:meth:`SpendWire.mutate`; docs/decisions.md, "Governed spend wire"). No policy lives
-here: the engine decides whether a spend fits.
+(:meth:`SpendWire.mutate`; docs/decisions.md, "Governed spend wire"). No policy and no
+hold lives here: a quote is decided and held by the pipeline and its gates
+(:func:`warden.spend.asks.decide_quote`); the engine decides whether a spend fits.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from warden.spend.asks import (
 )
 from warden.spend.budgets import Budget, period_key
 from warden.spend.engine import DEFAULT_HOLD_SECONDS, SpendEngine, SpendTx
-from warden.spend.errors import BudgetExceeded
 from warden.spend.money import parse_amount, to_wire
 from warden.spend.ownership import (
     concludable_reservation,
@@ -126,11 +126,11 @@ class SpendWire:
         auth: KeyAuth,
         idempotency: Idempotency,
         max_body_bytes: int,
-        guardian: Guardian | None = None,
+        guardian: Guardian,
         desk: ApprovalDesk | None = None,
     ) -> None:
         self.guardian = guardian
-        self.pipeline = Pipeline(guardian) if guardian is not None else None
+        self.pipeline = Pipeline(guardian)
         self.desk = desk
         self.engine = engine
         self.store = store
@@ -203,34 +203,34 @@ class SpendWire:
 
     def quote(self, tx: WireTx, eng: SpendEngine, body: QuoteRequest) -> Answer:
         amount = parse_amount(body.amount, allow_zero=False)
+        who = caller()
         # Ownership first: nothing (policy, desk, audit) may see another's budget.
-        path = spendable_path(eng, body.budgetId, caller())
+        path = spendable_path(eng, body.budgetId, who)
         self.usd_only(f"budget {body.budgetId}", path[0].currency)
         if body.currency != CURRENCY:
             raise currency_not_supported("the amount", body.currency, fixable=True)
-        stopped, grant, decided = self.policy(tx, eng, body, amount)
-        if stopped is not None:
-            return stopped
-        who = caller()
-        meta: dict[str, Any] = {"wire": "spend", "key_id": who.key_id}
-        if grant is not None:
-            meta["approval_task"] = grant
-        try:
-            res = eng.reserve(
-                body.budgetId,
-                amount,
-                CURRENCY,
-                action=body.action,
-                hold_seconds=body.holdSeconds or DEFAULT_HOLD_SECONDS,
-                meta=meta,
-                principal=who.principal,
-                decided=decided,
-            )
-        except BudgetExceeded as exc:
+        decision = decide_quote(
+            self.pipeline,
+            self.desk,
+            tx,
+            eng,
+            who,
+            body.model_dump(),
+            body.budgetId,
+            amount,
+            body.currency,
+            body.action,
+            hold_seconds=body.holdSeconds or DEFAULT_HOLD_SECONDS,
+        )
+        if decision.refused is not None:
+            exc = decision.refused
             tight = next(b for b in path if b.id == exc.budget_id)
             now = eng.now()
             reserved, _ = tx.usage(tight.id, period_key(tight.period, now))
             raise budget_exceeded(exc, tight, reserved, now) from exc
+        res = decision.reservation
+        if res is None:
+            return self.not_held(decision, amount)
         left = self.remaining(eng, body.budgetId)
         release = f"POST /v1/reservations/{res.id}/release"
         data = QuoteData(
@@ -265,40 +265,16 @@ class SpendWire:
             ),
         )
 
-    def policy(
-        self, tx: WireTx, eng: SpendEngine, body: QuoteRequest, amount: Decimal
-    ) -> tuple[Answer | None, str | None, dict[str, Any] | None]:
-        """The quote's policy check (``spend/quote``, :func:`decide_quote`), rendered.
-
-        Returns ``(None, None, decided)`` to go on after an ``allow`` (``decided``: what
-        the hold's entry records of it); ``(None, task_id, None)`` to go on under an
-        approval granted for this exact quote (consumed now; its ``ask`` is recorded on
-        the ``warden/spend.policy`` entry); ``(answer, None, None)`` with a task and
-        ``approval:required`` while a human decides (an answer that changed state, so it
-        is cached). Raises ``policy:<rule>`` for deny and modify, ``approval:denied`` /
+    def not_held(self, decision: QuoteDecision, amount: Decimal) -> Answer:
+        """A quote the policy (or the desk) did not let hold, rendered: an answer with a
+        task and ``approval:required`` while a human decides (it changed state, so it is
+        cached); else raises ``policy:<rule>`` for deny and modify, ``approval:denied`` /
         ``approval:expired`` / ``approval:unavailable`` when the human said no, did not
-        answer, or no desk is configured.
-        """
-        if self.guardian is None or self.pipeline is None:
-            return None, None, None
-        who = caller()
-        decision = decide_quote(
-            self.pipeline,
-            self.desk,
-            tx,
-            eng,
-            who,
-            body.model_dump(),
-            body.budgetId,
-            amount,
-            body.currency,
-            body.action,
-        )
+        answer, or no desk is configured."""
         verdict = decision.verdict
-        if verdict.decision is VerdictEffect.ALLOW:
-            return None, None, decision.decided
         if verdict.decision in (VerdictEffect.ASK, VerdictEffect.DEFER):
-            return (*self.human_answer(decision, amount), None)
+            return self.human_answer(decision, amount)
+        assert verdict.decision is not VerdictEffect.ALLOW  # an allow holds or is refused
         gate = winning_gate(self.guardian, verdict)
         if verdict.decision is VerdictEffect.MODIFY:
             raise Refusal(
@@ -312,10 +288,9 @@ class SpendWire:
             )
         raise Refusal(gate, 403, verdict.reasoning or "denied by policy")
 
-    def human_answer(
-        self, decision: QuoteDecision, amount: Decimal
-    ) -> tuple[Answer | None, str | None]:
-        """The desk's answer for a quote the policy asks a human about, rendered."""
+    def human_answer(self, decision: QuoteDecision, amount: Decimal) -> Answer:
+        """The desk's answer for a quote the policy asks a human about and that holds
+        nothing (a grant holds: see :meth:`quote`), rendered."""
         verdict, res = decision.verdict, decision.resolution
         if res is None:
             raise Refusal(
@@ -324,14 +299,9 @@ class SpendWire:
                 f"{verdict.reasoning} No approval desk is configured, so it is refused.",
             )
         assert res.task is not None or res.outcome is Outcome.INVALID
-        if res.outcome is Outcome.GRANTED:
-            assert res.task is not None
-            return None, res.task.id
         if res.outcome is Outcome.PENDING:
             assert res.task is not None
-            return self.awaiting(
-                res.task.id, f"{verdict.reasoning} {res.text}", requested=amount
-            ), None
+            return self.awaiting(res.task.id, f"{verdict.reasoning} {res.text}", requested=amount)
         raise Refusal(
             f"approval:{res.outcome.value}",
             403,

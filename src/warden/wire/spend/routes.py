@@ -230,17 +230,18 @@ def spend_router(
     store: WireStore,
     *,
     keys: ApiKeys,
+    guardian: Guardian,
     idempotency: Idempotency | None = None,
     max_body_bytes: int = 1 << 20,
-    guardian: Guardian | None = None,
     desk: ApprovalDesk | None = None,
 ) -> APIRouter:
     """The ``/v1`` router of the Governed Spend wire, every route in the OpenAPI document.
 
     ``keys`` authenticate every route (agent role; admin to define budgets);
     ``idempotency`` the replay rules (TTL, clock); ``max_body_bytes`` the largest body
-    read (413 beyond); ``guardian`` decides each quote (``spend/quote``) before anything
-    is held; ``desk`` files and matches the approvals a quote or budget request needs.
+    read (413 beyond); ``guardian`` decides each quote (``spend/quote``) in the pipeline,
+    whose gates file its desk ask and hold it; ``desk`` files and matches the approvals
+    a quote or budget request needs.
     """
     wire = SpendWire(
         engine,
