@@ -82,6 +82,34 @@ def test_fast_path_writes_rfc8785_bytes_for_every_json_value(value: Any) -> None
         assert canonical_bytes(value, known_fast=True) == expected
 
 
+def _members(value: Any) -> list[Any]:
+    """``value`` and every value inside it."""
+    out, stack = [], [value]
+    while stack:
+        v = stack.pop()
+        out.append(v)
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+@example({"params": {"arguments": {"amount_usd": {"value": 2500.0}}, "id": "x"}})
+@example({"\U0001f600": {"b": 1e-7, "a": [1e21]}, "\ue000": -0.0})
+def test_a_route_found_for_a_value_writes_every_value_inside_it(value: Any) -> None:
+    """``within`` (the route of a containing value) skips the walk and still writes
+    each inner value as rfc8785 does: the ACS wire walks a request once and
+    canonicalizes its signing input and its params by that route."""
+    route = jcs_route(value)
+    for inner in _members(value):
+        expected = rfc8785.dumps(inner)
+        assert fast_jcs_bytes(inner, within=route) == expected
+        assert canonical_bytes(inner, within=route) == expected
+
+
 @settings(max_examples=800, deadline=None)
 @given(finite_doubles)
 def test_every_double_is_written_as_rfc8785_writes_it(x: float) -> None:

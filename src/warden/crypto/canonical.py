@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import rfc8785
 
-from warden.crypto.jcs_fast import fast_jcs_bytes
+from warden.crypto.jcs_fast import JcsRoute, fast_jcs_bytes
 from warden.errors import InvalidRequest, ParseError
 
 
@@ -195,7 +195,9 @@ def is_fast_canonical(value: Any) -> bool:
     return True
 
 
-def canonical_bytes(value: Any, *, known_fast: bool = False) -> bytes:
+def canonical_bytes(
+    value: Any, *, known_fast: bool = False, within: JcsRoute | None = None
+) -> bytes:
     """Return the RFC 8785 canonical UTF-8 bytes of a JSON value.
 
     Almost every value takes the fast path of :mod:`warden.crypto.jcs_fast`: one walk
@@ -207,7 +209,9 @@ def canonical_bytes(value: Any, *, known_fast: bool = False) -> bytes:
     tests/crypto/test_jcs_fast.py check both agree byte for byte.
     ``known_fast`` skips the walk when the caller already checked a value that
     contains this one with :func:`is_fast_canonical` or
-    :func:`~warden.crypto.jcs_fast.is_direct_jcs`.
+    :func:`~warden.crypto.jcs_fast.is_direct_jcs`; ``within`` (a
+    :class:`~warden.crypto.jcs_fast.JcsRoute` that :func:`~warden.crypto.jcs_fast.jcs_route`
+    found for a value containing this one) skips it too, for any route but ``UNSURE``.
 
     JCS numbers are IEEE-754 doubles written as ECMAScript writes them (RFC 8785
     §3.2.2.3): below 10^21 an integral double is plain digits, so a JCS signer sends
@@ -221,13 +225,13 @@ def canonical_bytes(value: Any, *, known_fast: bool = False) -> bytes:
     value cannot be canonicalized: non-finite floats, integers beyond ±(2^53 − 1)
     that are not the RFC 8785 spelling of a double, lone surrogates, or non-JSON types.
     """
-    if known_fast:
+    if known_fast or within is JcsRoute.DIRECT:
         try:
             return _fast_dumps(value)
         except orjson.JSONEncodeError:
             pass  # lone surrogate or too deep: let rfc8785 produce the domain error below
     else:
-        fast = fast_jcs_bytes(value)
+        fast = fast_jcs_bytes(value, within=within)
         if fast is not None:
             return fast
     try:

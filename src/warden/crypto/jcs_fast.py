@@ -91,11 +91,16 @@ def is_direct_jcs(value: Any) -> bool:
     return _scan(value) is JcsRoute.DIRECT
 
 
-def fast_jcs_bytes(value: Any) -> bytes | None:
+def fast_jcs_bytes(value: Any, *, within: JcsRoute | None = None) -> bytes | None:
     """The RFC 8785 bytes of ``value``, or None when this fast path cannot be sure of
     them (the module docstring lists when). Never raises for a JSON-like value; a
-    deep value the encoder gives up on answers None."""
-    verdict = _scan(value)
+    deep value the encoder gives up on answers None.
+
+    ``within``: the route :func:`jcs_route` found for a value that contains this one
+    (or is it). Any route but ``UNSURE`` holds for every value inside, so the walk is
+    skipped and the value is written by that route (a value needing less is written
+    the same by a costlier route)."""
+    verdict = _scan(value) if within is None or within is JcsRoute.UNSURE else within
     if verdict is JcsRoute.UNSURE:
         return None
     try:

@@ -328,12 +328,11 @@ class AcsService:
                     f"request envelope invalid at {pointer or '/'}: {text}", pointer=pointer
                 ),
             )
-        # One walk checks the JCS domain and whether the C encoder writes this envelope
-        # as JCS as it is (floats included); if so, every canonicalization below skips
-        # its own walk. Only a value the walk is unsure of (NaN, an integer beyond
-        # 2^53, ...) is canonicalized here, to refuse it before anything else.
+        # One walk checks the JCS domain and finds how the fast path writes this
+        # envelope (floats included); every canonicalization of it below reuses that
+        # route instead of walking again. Only a value the walk is unsure of (NaN, an
+        # integer beyond 2^53, ...) is canonicalized here, to refuse it first.
         jcs = jcs_route(msg)
-        fast = jcs is JcsRoute.DIRECT
         if jcs is JcsRoute.UNSURE:
             try:
                 canonical_bytes(msg)  # raises for values outside the JCS domain
@@ -351,10 +350,10 @@ class AcsService:
             try:
                 if caller.public_key is not None:
                     authentic = verify_request_asymmetric(
-                        msg, caller.algorithm, caller.public_key, known_fast=fast
+                        msg, caller.algorithm, caller.public_key, within=jcs
                     )
                 else:
-                    authentic = verify_request(msg, caller.key, known_fast=fast)
+                    authentic = verify_request(msg, caller.key, within=jcs)
             except InvalidRequest as exc:  # a lone surrogate passes jcs_route's walk
                 return error_response(rid, exc)
         if method == PING:
@@ -374,7 +373,7 @@ class AcsService:
                 return self._sign(caller, self._handshake(msg, caller))
             info = route(method)
             # The params exactly as hashed into request_hash (and stored beside the entry).
-            received = canonical_bytes(params, known_fast=fast)
+            received = canonical_bytes(params, within=jcs)
             return (yield from self._step(msg, info, caller, received))
         except KeyRevoked as exc:
             # Revoked on some replica since this one cached the key: unauthenticated.

@@ -20,12 +20,16 @@ from warden.crypto import asymmetric
 from warden.crypto.asymmetric import PublicKey
 from warden.crypto.canonical import canonical_bytes
 from warden.crypto.hmac_keys import HMAC_ALGORITHM, hmac_sign, hmac_verify
+from warden.crypto.jcs_fast import JcsRoute
 
 
-def request_signing_input(envelope: dict[str, Any], *, known_fast: bool = False) -> bytes:
-    """JCS bytes of a request envelope without ``params.signature``."""
+def request_signing_input(
+    envelope: dict[str, Any], *, known_fast: bool = False, within: JcsRoute | None = None
+) -> bytes:
+    """JCS bytes of a request envelope without ``params.signature``. ``known_fast`` and
+    ``within``: as for :func:`~warden.crypto.canonical.canonical_bytes`, of the envelope."""
     params = {k: v for k, v in envelope["params"].items() if k != "signature"}
-    return canonical_bytes({**envelope, "params": params}, known_fast=known_fast)
+    return canonical_bytes({**envelope, "params": params}, known_fast=known_fast, within=within)
 
 
 def verify_request(
@@ -34,11 +38,13 @@ def verify_request(
     *,
     known_fast: bool = False,
     signing_input: bytes | None = None,
+    within: JcsRoute | None = None,
 ) -> bool:
     """True when ``params.signature`` is a valid HMAC-SHA256 under ``key``.
 
     ``known_fast``: the caller found the envelope DIRECT (``jcs_route``/``is_direct_jcs``)
-    or float-free (``is_fast_canonical``); ``signing_input``: the caller already holds
+    or float-free (``is_fast_canonical``); ``within``: the route ``jcs_route`` found for
+    the envelope; ``signing_input``: the caller already holds
     :func:`request_signing_input`'s bytes (assembled from canonical members).
     """
     sig = envelope["params"].get("signature")
@@ -48,7 +54,7 @@ def verify_request(
     if not isinstance(value, str):
         return False
     if signing_input is None:
-        signing_input = request_signing_input(envelope, known_fast=known_fast)
+        signing_input = request_signing_input(envelope, known_fast=known_fast, within=within)
     return hmac_verify(key, signing_input, value)
 
 
@@ -99,6 +105,7 @@ def verify_request_asymmetric(
     *,
     known_fast: bool = False,
     signing_input: bytes | None = None,
+    within: JcsRoute | None = None,
 ) -> bool:
     """True when ``params.signature`` is a valid ``algorithm`` signature by ``public_key``
     over the same input as HMAC (:func:`request_signing_input`). A signature naming any
@@ -111,7 +118,7 @@ def verify_request_asymmetric(
     if raw is None:
         return False
     if signing_input is None:
-        signing_input = request_signing_input(envelope, known_fast=known_fast)
+        signing_input = request_signing_input(envelope, known_fast=known_fast, within=within)
     return asymmetric.verify(algorithm, public_key, signing_input, raw)
 
 
