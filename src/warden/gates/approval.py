@@ -162,9 +162,8 @@ def policy_of(verdict: Verdict) -> dict[str, Any]:
 
 def _winning_rule(guardian: Guardian, verdict: Verdict) -> Any:
     """The spec of the first fired rule whose effect is the verdict's."""
-    rules = {r.id: r for r in guardian.engine.bundle.rules}
     for ref in verdict.policy_references:
-        rule = rules.get(ref.rule_id)
+        rule = guardian.engine.rule(ref.rule_id)
         if rule is not None and rule.effect is verdict.decision:
             return rule.spec
     return None

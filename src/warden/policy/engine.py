@@ -105,6 +105,8 @@ class PolicyEngine:
         self._contexts = ContextPool(bundle.data)
         self._needs: dict[tuple[Rule, ...], frozenset[str]] = {}
         self._wire_text: dict[int, bytes] = {}
+        #: Every rule by id (:meth:`rule`).
+        self._by_id: dict[str, Rule] = {r.id: r for r in bundle.rules}
         #: The modify rules by id, in bundle order (what :meth:`modifications_of` merges).
         self._modifying: dict[str, Rule] = {
             r.id: r for r in bundle.rules if r.effect is Effect.MODIFY
@@ -232,6 +234,10 @@ class PolicyEngine:
             self._wire_text[id(spec)] = text
         out: dict[str, Any] = orjson.loads(text)
         return out
+
+    def rule(self, rule_id: str) -> Rule | None:
+        """The bundle's rule ``rule_id``, or None."""
+        return self._by_id.get(rule_id)
 
     def modifications_of(
         self, rule_ids: Iterable[str], *, wrapped_mcp: bool

@@ -101,8 +101,11 @@ def winning_gate(guardian: Guardian, verdict: Verdict) -> str:
     """``policy:<rule>``: the rule whose effect won (a fired allow rule is not the
     reason), else the first reason code, as a ``blockedBy`` value."""
     rules = [r.rule_id for r in verdict.policy_references]
-    effects = {r.id: r.effect for r in guardian.engine.bundle.rules}
-    winners = [rid for rid in rules if effects.get(rid) is verdict.decision]
+    winners = [
+        rid
+        for rid in rules
+        if (rule := guardian.engine.rule(rid)) is not None and rule.effect is verdict.decision
+    ]
     name = winners[0] if winners else (verdict.reason_codes or ("no_rule_matched",))[0]
     value = re.sub(r"[^a-z0-9_.]+", "_", name.lower()).strip("_")
     return "policy:" + (value or "denied")
