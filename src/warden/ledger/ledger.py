@@ -106,6 +106,7 @@ class Ledger:
         indexed: Callable[[int], dict[str, Any]] | None = None,
         guards: tuple[TaskUnchanged, ...] = (),
         folded: FoldedWrite | None = None,
+        agent_key: str | None = None,
     ) -> PendingAppend:
         """Chain ``content`` after the session head; return what to commit.
 
@@ -118,7 +119,8 @@ class Ledger:
         (:attr:`PendingAppend.indexed`); ``build_response`` then only prepares it.
         ``guards``: rows read outside the transaction that the append must find unchanged
         (:class:`~warden.errors.StaleRead` otherwise); ``folded``: a gate's writes that
-        commit in the append's transaction (:attr:`PendingAppend.folded`).
+        commit in the append's transaction (:attr:`PendingAppend.folded`); ``agent_key``:
+        the registered agent key that signed the step, checked unrevoked by the append.
         Nothing is written until the :class:`PendingAppend` is committed
         (:meth:`commit`, or a group committer); only then may the response leave.
         """
@@ -143,6 +145,7 @@ class Ledger:
             indexed=indexed,
             guards=guards,
             folded=folded,
+            agent_key=agent_key,
         )
 
     def commit(self, pending: PendingAppend) -> None:

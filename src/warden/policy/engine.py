@@ -205,7 +205,8 @@ class PolicyEngine:
         winners = [r for r in fired if r.effect is effect]
         reasoning = "; ".join(_unique([r.spec.reasoning for r in winners if r.spec.reasoning]))
         codes = _unique([c for r in winners for c in r.spec.reason_codes])
-        ev = Evaluation(
+        first = winners[0].spec
+        return Evaluation(
             effect=effect,
             reasoning=reasoning,
             reason_codes=codes,
@@ -214,15 +215,18 @@ class PolicyEngine:
             references=refs,
             warn=effect is Effect.ALLOW and any(r.spec.warn for r in winners),
             trace=trace,
+            ask_details=(
+                self._wire_of(first.ask) if effect is Effect.ASK and first.ask is not None else None
+            ),
+            defer_details=(
+                self._wire_of(first.defer)
+                if effect is Effect.DEFER and first.defer is not None
+                else None
+            ),
+            modifications=(
+                self._merge(winners, wrapped_mcp=wrapped_mcp) if effect is Effect.MODIFY else None
+            ),
         )
-        first = winners[0].spec
-        if effect is Effect.ASK and first.ask is not None:
-            return _replace(ev, ask_details=self._wire_of(first.ask))
-        if effect is Effect.DEFER and first.defer is not None:
-            return _replace(ev, defer_details=self._wire_of(first.defer))
-        if effect is Effect.MODIFY:
-            return _replace(ev, modifications=self._merge(winners, wrapped_mcp=wrapped_mcp))
-        return ev
 
     def _wire_of(self, spec: Any) -> dict[str, Any]:
         """``spec.to_wire()`` without a pydantic dump per decision: the bundle's specs are
@@ -280,9 +284,3 @@ class PolicyEngine:
                 f"merged modifications violate §6.3: {exc}", reason="evaluation_failed"
             ) from exc
         return merged
-
-
-def _replace(ev: Evaluation, **changes: Any) -> Evaluation:
-    from dataclasses import replace
-
-    return replace(ev, **changes)

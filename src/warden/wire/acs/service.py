@@ -579,8 +579,6 @@ class AcsService:
             pending = yield from self._decide(
                 msg, info, session, replay, caller, received, gate, approval, after, seen
             )
-            if caller.agent_key is not None:
-                pending = replace(pending, agent_key=caller.agent_key)
             # The commit's unique replay keys detect a replay (-32005) atomically.
             outcome = yield pending
             if outcome is None:
@@ -815,6 +813,7 @@ class AcsService:
                 indexed=indexed,
                 guards=approval.guards if approval is not None else (),
                 folded=approval.folded if approval is not None else None,
+                agent_key=caller.agent_key,
             )
         except BaseException:
             if gate is not None:
