@@ -190,6 +190,34 @@ def _scan(source: str) -> list[tuple[str, str]]:
     return tokens
 
 
+def field_reads(source: str, variables: frozenset[str]) -> dict[str, frozenset[str] | None]:
+    """For each of ``variables``, the top-level fields ``source`` selects from it
+    (``args.amount_usd`` → ``amount_usd``), or None when it may read the variable
+    another way (a macro or method on it, ``size(args)``, ``args[k]``, ``has(args)``, a
+    comprehension variable of the same name, an occurrence the tokenizer is unsure of).
+
+    Conservative by construction: only a root occurrence followed by ``.`` and a plain
+    field name that is not called counts as a selection, so a rule reading a field
+    never finds it pruned away (:meth:`warden.policy.engine.PolicyEngine` passes CEL
+    only the fields its candidate rules select; decision 272). Over-inclusion (a string
+    literal that looks like a selection) only costs a conversion."""
+    tokens = _scan(source)
+    out: dict[str, set[str] | None] = {v: set() for v in variables}
+    for k, (kind, text) in enumerate(tokens):
+        if kind != "id" or text not in out or (k > 0 and tokens[k - 1][0] == "."):
+            continue
+        fields = out[text]
+        if fields is None:
+            continue
+        dot, name, after = tokens[k + 1 : k + 2], tokens[k + 2 : k + 3], tokens[k + 3 : k + 4]
+        if dot == [(".", ".")] and name and name[0][0] == "id" and after != [("(", "(")]:
+            fields.add(name[0][1])
+        else:
+            out[text] = None
+    # A variable the compiler says is read but no selection of it was seen: read whole.
+    return {v: (frozenset(f) if f else None) for v, f in out.items()}
+
+
 def literal_arguments(source: str, function: str, position: int) -> list[str]:
     """The values of string literals passed as argument ``position`` (0-based) to
     ``function`` in a CEL expression, as ``function(a, b)`` or ``a.function(b)``.
@@ -229,7 +257,7 @@ class Expression:
     """A compiled CEL expression of any result type; ``variables`` are the Warden variables
     it reads, out of ``allowed`` (a name outside it is refused at compile time)."""
 
-    __slots__ = ("_program", "source", "variables")
+    __slots__ = ("_program", "fields", "source", "variables")
 
     def __init__(self, source: str, *, allowed: frozenset[str] = CONDITION_VARIABLES) -> None:
         self.source = source
@@ -243,6 +271,8 @@ class Expression:
         except (ValueError, RuntimeError) as exc:  # pragma: no cover - library guarantee
             raise ConditionError(f"cannot analyse variables: {exc}") from exc
         self.variables = frozenset(names & allowed)
+        #: Per variable read, the fields it selects (None: read whole); see field_reads.
+        self.fields = field_reads(source, self.variables)
         undefined = sorted(names - allowed - _TYPE_NAMES - bound)
         if undefined:
             raise ConditionError(

@@ -86,10 +86,26 @@ NO_PROVENANCE: dict[str, Any] = {
 }
 
 
-def facts_for(request: ActionRequest, names: frozenset[str]) -> dict[str, Any]:
+def facts_for(
+    request: ActionRequest,
+    names: frozenset[str],
+    fields: dict[str, frozenset[str] | None] | None = None,
+) -> dict[str, Any]:
     """The CEL variables ``names`` of a request (docs/policy-bundles.md); ``data``
-    comes from the bundle, not the request."""
-    return {n: _FACTS[n](request) for n in names if n != "data"}
+    comes from the bundle, not the request. ``fields``: per variable, the only
+    top-level fields the rules select (None or absent: all), so that converting the
+    request into CEL values (the dearest part of evaluating it) skips what no rule can
+    read (decision 272)."""
+    out: dict[str, Any] = {}
+    for n in names:
+        if n == "data":
+            continue
+        value = _FACTS[n](request)
+        keep = fields.get(n) if fields is not None else None
+        if keep is not None and type(value) is dict:
+            value = {k: value[k] for k in keep if k in value}
+        out[n] = value
+    return out
 
 
 def _unique(items: list[str]) -> tuple[str, ...]:
@@ -103,7 +119,9 @@ class PolicyEngine:
         self.bundle = bundle
         self._index = RuleIndex(bundle.rules)
         self._contexts = ContextPool(bundle.data)
-        self._needs: dict[tuple[Rule, ...], frozenset[str]] = {}
+        self._needs: dict[
+            tuple[Rule, ...], tuple[frozenset[str], dict[str, frozenset[str] | None]]
+        ] = {}
         self._wire_text: dict[int, bytes] = {}
         #: Every rule by id (:meth:`rule`).
         self._by_id: dict[str, Rule] = {r.id: r for r in bundle.rules}
@@ -112,11 +130,33 @@ class PolicyEngine:
             r.id: r for r in bundle.rules if r.effect is Effect.MODIFY
         }
 
-    def _variables(self, candidates: tuple[Rule, ...]) -> frozenset[str]:
+    def _variables(
+        self, candidates: tuple[Rule, ...]
+    ) -> tuple[frozenset[str], dict[str, frozenset[str] | None]]:
+        """The variables ``candidates`` read, and per variable the fields they select
+        (the union; None when one of them reads it whole)."""
         needed = self._needs.get(candidates)
         if needed is None:
-            needed = frozenset(
-                v for r in candidates if r.condition is not None for v in r.condition.variables
+            names: set[str] = set()
+            fields: dict[str, set[str] | None] = {}
+            for r in candidates:
+                if r.condition is None:
+                    continue
+                for v in r.condition.variables:
+                    names.add(v)
+                    chosen = r.condition.fields.get(v)
+                    if v in fields and fields[v] is None:
+                        continue  # already read whole
+                    if chosen is None:
+                        fields[v] = None
+                        continue
+                    selected = fields.get(v)
+                    if selected is None:
+                        selected = fields[v] = set()
+                    selected.update(chosen)
+            needed = (
+                frozenset(names),
+                {v: (frozenset(f) if f is not None else None) for v, f in fields.items()},
             )
             if len(self._needs) < 4096:
                 self._needs[candidates] = needed
@@ -126,9 +166,9 @@ class PolicyEngine:
         """The CEL variables (``data`` aside) the rules that can match ``request`` read:
         with ``method``, the tool name and the hook's permitted dispositions they decide
         its evaluation, so equal reads give equal verdicts (``warden whatif`` memoizes on
-        them)."""
+        them). A variable the rules only select fields of holds just those fields."""
         candidates = self._index.candidates(request.method, request.tool_name)
-        return facts_for(request, self._variables(candidates))
+        return facts_for(request, *self._variables(candidates))
 
     def evaluate(self, request: ActionRequest, *, explain: bool = False) -> Evaluation:
         """Evaluate ``request``. Raises :class:`CouldNotDecide` on any engine error.
@@ -156,7 +196,7 @@ class PolicyEngine:
                 try:
                     if ctx is None:
                         ctx = self._contexts.for_request(
-                            facts_for(request, self._variables(candidates))
+                            facts_for(request, *self._variables(candidates))
                         )
                     holds = rule.condition.evaluate(ctx)
                 except ConditionError as exc:
