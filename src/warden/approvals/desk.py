@@ -262,6 +262,23 @@ class ApprovalDesk:
 
     # -- the wires' side ----------------------------------------------------------------
 
+    def remembered(self, scope: str, action: dict[str, Any]) -> Resolution | None:
+        """:meth:`peek`'s answer when the desk's memory has it (a pending task without
+        votes for this action, not due to expire), else None: no read, and the caller
+        need not build the :class:`AskRequest` first. Never for a step citing a task."""
+        if self._reading is None:
+            return None
+        return self._from_memory((scope, action_hash(action)))
+
+    def _from_memory(self, key: tuple[str, str]) -> Resolution | None:
+        hit = self._pending_by_action.get(key)
+        if hit is None or hit[1].expires_at <= self.now():
+            return None
+        task = hit[1]
+        return Resolution(
+            Outcome.PENDING, task, self._pending_text(task), guard=TaskUnchanged(task.id, hit[0])
+        )
+
     def peek(self, ask: AskRequest, *, fresh: bool = False) -> Resolution | None:
         """The answer for ``ask`` when it needs no write: the latest task for its action
         is pending and not yet due to expire, and no task is cited. None otherwise (or
@@ -281,15 +298,9 @@ class ApprovalDesk:
         if fresh:
             self._pending_by_action.pop(key, None)
         else:
-            hit = self._pending_by_action.get(key)
-            if hit is not None and hit[1].expires_at > self.now():
-                task = hit[1]
-                return Resolution(
-                    Outcome.PENDING,
-                    task,
-                    self._pending_text(task),
-                    guard=TaskUnchanged(task.id, hit[0]),
-                )
+            known = self._from_memory(key)
+            if known is not None:
+                return known
             if self.fold_filing and ask.kind not in self.listeners:
                 # Nothing known of this action: file its task with the step's entry. The
                 # append checks that no task the desk would answer from exists (after

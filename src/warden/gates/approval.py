@@ -208,6 +208,15 @@ class ApprovalStep:
                 # The modifications a grant would owe cannot be built: fail closed before
                 # a task is filed (as the same rules winning would).
                 return self.gate.guardian.fail_closed(request, exc.diagnostics())
+            if not self._fresh and request.metadata.get("approval_task_id") is None:
+                # The common resubmission: the task is pending and remembered; the full
+                # desk request (terms, shown action, policy) is built only when needed.
+                known = self.gate.desk.remembered(
+                    str(request.session.get("id", "")), action_of(request)
+                )
+                if known is not None:
+                    self.resolution = known
+                    return fit_to_hook(self._rewrite(verdict, known), request.permitted)
             ask = self.gate.ask_for(request, verdict, self.held)
             consumer = {
                 "wire": self.gate.wire,
