@@ -34,9 +34,11 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from warden.policy.bundle import Bundle
+from warden.wire.mcp.fast_path import serve_channel
 from warden.wire.mcp.gateway import Gateway, Ruling, refusal
 from warden.wire.mcp.outcome import (
     REFUSED_CODE,
@@ -47,6 +49,7 @@ from warden.wire.mcp.outcome import (
     with_meta,
     withheld_tool_result,
 )
+from warden.wire.mcp.stdio_channel import claim_stdio
 
 log = logging.getLogger(__name__)
 
@@ -133,21 +136,22 @@ class Proxy:
         self.bundle = bundle
         self.hide_denied = hide_denied and bundle is not None
         self._hidden: frozenset[str] = frozenset()
-        self._lock = anyio.Lock()
+        #: The protocol version the client negotiated, once ``tools/call`` may take the
+        #: fast path (:mod:`warden.wire.mcp.fast_path`); None until then.
+        self.fast_version: str | None = None
 
     # -- the gateway, one ACS step at a time (one session chain) ---------------------
+    # Run on the event loop itself, not a worker thread: a step is synchronous, so
+    # steps never interleave (the session chain is one sequence) and each saves two
+    # thread switches (docs/decisions.md 652).
 
     async def check(self, message: dict[str, Any]) -> Ruling:
-        async with self._lock:
-            return await anyio.to_thread.run_sync(self.gateway.check, message)
+        return self.gateway.check(message)
 
     async def record(
         self, request: dict[str, Any], response: dict[str, Any], ruling: Ruling, failed: bool
     ) -> Ruling:
-        async with self._lock:
-            return await anyio.to_thread.run_sync(
-                lambda: self.gateway.record(request, response, ruling, failed=failed)
-            )
+        return self.gateway.record(request, response, ruling, failed=failed)
 
     # -- handlers ----------------------------------------------------------------------
 
@@ -163,13 +167,25 @@ class Proxy:
                     refusal_text(ruling, "initialize"),
                     {"warden": ruling.meta()},
                 )
-        return await call_next(ctx)
+        result = await call_next(ctx)
+        if ctx.method == "initialize" and isinstance(result, dict):
+            # The fast path answers tools/call itself only on a handshake-era connection
+            # whose version it knows, and only where the SDK would serve tools/call.
+            version = result.get("protocolVersion")
+            tools = (self.upstream.server_capabilities or types.ServerCapabilities()).tools
+            legacy = isinstance(version, str) and version not in MODERN_PROTOCOL_VERSIONS
+            self.fast_version = version if legacy and tools is not None else None
+        return result
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> HandlerResult:
-        message = _message(ctx)
-        name = params.name
+        return await self.govern_tool_call(_message(ctx), params.name)
+
+    async def govern_tool_call(self, message: dict[str, Any], name: str) -> dict[str, Any]:
+        """Decide, forward and chain one ``tools/call`` (the intact JSON-RPC request);
+        the ``CallToolResult`` for the client (wire JSON), or :class:`MCPError` for an
+        upstream error answer."""
         ruling = await self.check(message)
         if ruling.forwards and name in self._hidden:
             ruling = refusal(
@@ -371,6 +387,10 @@ async def serve_stdio(
         try:
             proxy = Proxy(gateway, session, bundle=bundle, hide_denied=hide_denied)
             server = proxy.server()
+            with claim_stdio() as channel:
+                if channel is not None:
+                    await serve_channel(proxy, server, channel)
+                    return
             async with stdio_server() as (read, write):
                 await server.run(read, write, server.create_initialization_options())
         finally:
