@@ -34,10 +34,12 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from warden.policy.bundle import Bundle
+from warden.wire.mcp.direct_calls import DirectCalls
 from warden.wire.mcp.fast_path import serve_channel
 from warden.wire.mcp.gateway import Gateway, Ruling, refusal
 from warden.wire.mcp.outcome import (
@@ -75,23 +77,34 @@ class Upstream:
         return self.url if self.url is not None else " ".join(self.command)
 
     @asynccontextmanager
-    async def connect(self) -> AsyncIterator[ClientSession]:
-        """An initialized client session to the real server (closed on exit)."""
+    async def connect(self) -> AsyncIterator[tuple[ClientSession, DirectCalls | None]]:
+        """An initialized client session to the real server (closed on exit), and over
+        stdio the side channel its ``tools/call`` take."""
         if self.url is not None:
             async with (
                 streamable_http_client(self.url) as (read, write),
                 ClientSession(read, write, read_timeout_seconds=self.timeout_s) as session,
             ):
                 await session.initialize()
-                yield session
+                yield session, None
             return
         params = StdioServerParameters(command=self.command[0], args=list(self.command[1:]))
-        async with (
-            stdio_client(params, errlog=sys.stderr) as (read, write),
-            ClientSession(read, write, read_timeout_seconds=self.timeout_s) as session,
-        ):
-            await session.initialize()
-            yield session
+        async with stdio_client(params, errlog=sys.stderr) as (read, write):
+            # tools/call goes straight to the transport (DirectCalls); the rest through
+            # the session, which gets every message but the answers to those calls.
+            direct = DirectCalls(write, self.timeout_s)
+            to_session, session_read = anyio.create_memory_object_stream[
+                SessionMessage | Exception
+            ](0)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(direct.route, read, to_session)
+                async with ClientSession(
+                    session_read, write, read_timeout_seconds=self.timeout_s
+                ) as session:
+                    await session.initialize()
+                    direct.session = session
+                    yield session, direct
+                tg.cancel_scope.cancel()
 
 
 def hidden_tools(bundle: Bundle, names: Sequence[str]) -> frozenset[str]:
@@ -130,9 +143,11 @@ class Proxy:
         *,
         bundle: Bundle | None = None,
         hide_denied: bool = False,
+        direct: DirectCalls | None = None,
     ) -> None:
         self.gateway = gateway
         self.upstream = upstream
+        self.direct = direct
         self.bundle = bundle
         self.hide_denied = hide_denied and bundle is not None
         self._hidden: frozenset[str] = frozenset()
@@ -207,9 +222,11 @@ class Proxy:
         arguments = (sent.get("params") or {}).get("arguments")
         failed = False
         try:
-            result = await self.upstream.call_tool(
-                name, arguments if isinstance(arguments, dict) else None
-            )
+            args = arguments if isinstance(arguments, dict) else None
+            if self.direct is not None and self.direct.usable:
+                result = await self.direct.call_tool(name, args)
+            else:
+                result = await self.upstream.call_tool(name, args)
             response: dict[str, Any] = {
                 "jsonrpc": "2.0",
                 "id": message["id"],
@@ -382,10 +399,10 @@ async def serve_stdio(
     """Connect to ``upstream``, open the gateway's ACS session and serve one MCP
     client on this process's stdin/stdout until it disconnects; then seal the session
     and stop the real server."""
-    async with upstream.connect() as session:
+    async with upstream.connect() as (session, direct):
         await anyio.to_thread.run_sync(gateway.open)
         try:
-            proxy = Proxy(gateway, session, bundle=bundle, hide_denied=hide_denied)
+            proxy = Proxy(gateway, session, bundle=bundle, hide_denied=hide_denied, direct=direct)
             server = proxy.server()
             with claim_stdio() as channel:
                 if channel is not None:
