@@ -134,6 +134,19 @@ def test_a_call_that_outlives_the_timeout_is_cancelled_upstream() -> None:
     run(body, timeout_s=0.2)
 
 
+def test_a_caller_cancelled_while_waiting_cancels_upstream() -> None:
+    async def body(direct: Any, _s: Any, upstream: Any, *_: Any) -> None:
+        with anyio.move_on_after(0.2):
+            await direct.call_tool("slow", {})
+        request = (await upstream.receive()).message
+        cancel = (await upstream.receive()).message
+        assert cancel.method == "notifications/cancelled"
+        assert cancel.params["requestId"] == request.id
+        assert cancel.params["reason"] == "cancelled by the client"
+
+    run(body)
+
+
 def test_a_closed_connection_fails_the_calls_in_flight_and_after() -> None:
     async def body(direct: Any, _s: Any, upstream: Any, from_up: Any, *_: Any) -> None:
         async def close_after_request() -> None:

@@ -101,15 +101,16 @@ class DirectCalls:
             await self._write.send(SessionMessage(request))
             with anyio.move_on_after(self._timeout_s) as waited:
                 await event.wait()
+        except anyio.get_cancelled_exc_class():
+            # Our caller was cancelled (the client cancelled its call): tell the server,
+            # as the SDK's courtesy cancel does.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                await self._cancel(rid, "cancelled by the client")
+            raise
         finally:
             del self._pending[rid], self._events[rid]
         if waited.cancelled_caught:
-            cancel = types.JSONRPCNotification(
-                jsonrpc="2.0",
-                method="notifications/cancelled",
-                params={"requestId": rid, "reason": f"timed out after {self._timeout_s}s"},
-            )
-            await self._write.send(SessionMessage(cancel))
+            await self._cancel(rid, f"timed out after {self._timeout_s}s")
             raise MCPError(code=types.REQUEST_TIMEOUT, message="Request 'tools/call' timed out")
         answer = slot[0] if slot else types.JSONRPCError(jsonrpc="2.0", id=rid, error=_CLOSED)
         if isinstance(answer, types.JSONRPCError):
@@ -120,3 +121,11 @@ class DirectCalls:
         if not result.is_error:
             await session.validate_tool_result(name, result)
         return result
+
+    async def _cancel(self, rid: str, reason: str) -> None:
+        params = {"requestId": rid, "reason": reason}
+        note = types.JSONRPCNotification(
+            jsonrpc="2.0", method="notifications/cancelled", params=params
+        )
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await self._write.send(SessionMessage(note))
