@@ -34,9 +34,13 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from warden.policy.bundle import Bundle
+from warden.wire.mcp.direct_calls import DirectCalls
+from warden.wire.mcp.fast_path import serve_channel
 from warden.wire.mcp.gateway import Gateway, Ruling, refusal
 from warden.wire.mcp.outcome import (
     REFUSED_CODE,
@@ -47,6 +51,7 @@ from warden.wire.mcp.outcome import (
     with_meta,
     withheld_tool_result,
 )
+from warden.wire.mcp.stdio_channel import claim_stdio
 
 log = logging.getLogger(__name__)
 
@@ -72,23 +77,34 @@ class Upstream:
         return self.url if self.url is not None else " ".join(self.command)
 
     @asynccontextmanager
-    async def connect(self) -> AsyncIterator[ClientSession]:
-        """An initialized client session to the real server (closed on exit)."""
+    async def connect(self) -> AsyncIterator[tuple[ClientSession, DirectCalls | None]]:
+        """An initialized client session to the real server (closed on exit), and over
+        stdio the side channel its ``tools/call`` take."""
         if self.url is not None:
             async with (
                 streamable_http_client(self.url) as (read, write),
                 ClientSession(read, write, read_timeout_seconds=self.timeout_s) as session,
             ):
                 await session.initialize()
-                yield session
+                yield session, None
             return
         params = StdioServerParameters(command=self.command[0], args=list(self.command[1:]))
-        async with (
-            stdio_client(params, errlog=sys.stderr) as (read, write),
-            ClientSession(read, write, read_timeout_seconds=self.timeout_s) as session,
-        ):
-            await session.initialize()
-            yield session
+        async with stdio_client(params, errlog=sys.stderr) as (read, write):
+            # tools/call goes straight to the transport (DirectCalls); the rest through
+            # the session, which gets every message but the answers to those calls.
+            direct = DirectCalls(write, self.timeout_s)
+            to_session, session_read = anyio.create_memory_object_stream[
+                SessionMessage | Exception
+            ](0)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(direct.route, read, to_session)
+                async with ClientSession(
+                    session_read, write, read_timeout_seconds=self.timeout_s
+                ) as session:
+                    await session.initialize()
+                    direct.session = session
+                    yield session, direct
+                tg.cancel_scope.cancel()
 
 
 def hidden_tools(bundle: Bundle, names: Sequence[str]) -> frozenset[str]:
@@ -127,27 +143,30 @@ class Proxy:
         *,
         bundle: Bundle | None = None,
         hide_denied: bool = False,
+        direct: DirectCalls | None = None,
     ) -> None:
         self.gateway = gateway
         self.upstream = upstream
+        self.direct = direct
         self.bundle = bundle
         self.hide_denied = hide_denied and bundle is not None
         self._hidden: frozenset[str] = frozenset()
-        self._lock = anyio.Lock()
+        #: The protocol version the client negotiated, once ``tools/call`` may take the
+        #: fast path (:mod:`warden.wire.mcp.fast_path`); None until then.
+        self.fast_version: str | None = None
 
     # -- the gateway, one ACS step at a time (one session chain) ---------------------
+    # Run on the event loop itself, not a worker thread: a step is synchronous, so
+    # steps never interleave (the session chain is one sequence) and each saves two
+    # thread switches (docs/decisions.md 652).
 
     async def check(self, message: dict[str, Any]) -> Ruling:
-        async with self._lock:
-            return await anyio.to_thread.run_sync(self.gateway.check, message)
+        return self.gateway.check(message)
 
     async def record(
         self, request: dict[str, Any], response: dict[str, Any], ruling: Ruling, failed: bool
     ) -> Ruling:
-        async with self._lock:
-            return await anyio.to_thread.run_sync(
-                lambda: self.gateway.record(request, response, ruling, failed=failed)
-            )
+        return self.gateway.record(request, response, ruling, failed=failed)
 
     # -- handlers ----------------------------------------------------------------------
 
@@ -163,13 +182,25 @@ class Proxy:
                     refusal_text(ruling, "initialize"),
                     {"warden": ruling.meta()},
                 )
-        return await call_next(ctx)
+        result = await call_next(ctx)
+        if ctx.method == "initialize" and isinstance(result, dict):
+            # The fast path answers tools/call itself only on a handshake-era connection
+            # whose version it knows, and only where the SDK would serve tools/call.
+            version = result.get("protocolVersion")
+            tools = (self.upstream.server_capabilities or types.ServerCapabilities()).tools
+            legacy = isinstance(version, str) and version not in MODERN_PROTOCOL_VERSIONS
+            self.fast_version = version if legacy and tools is not None else None
+        return result
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> HandlerResult:
-        message = _message(ctx)
-        name = params.name
+        return await self.govern_tool_call(_message(ctx), params.name)
+
+    async def govern_tool_call(self, message: dict[str, Any], name: str) -> dict[str, Any]:
+        """Decide, forward and chain one ``tools/call`` (the intact JSON-RPC request);
+        the ``CallToolResult`` for the client (wire JSON), or :class:`MCPError` for an
+        upstream error answer."""
         ruling = await self.check(message)
         if ruling.forwards and name in self._hidden:
             ruling = refusal(
@@ -191,9 +222,11 @@ class Proxy:
         arguments = (sent.get("params") or {}).get("arguments")
         failed = False
         try:
-            result = await self.upstream.call_tool(
-                name, arguments if isinstance(arguments, dict) else None
-            )
+            args = arguments if isinstance(arguments, dict) else None
+            if self.direct is not None and self.direct.usable:
+                result = await self.direct.call_tool(name, args)
+            else:
+                result = await self.upstream.call_tool(name, args)
             response: dict[str, Any] = {
                 "jsonrpc": "2.0",
                 "id": message["id"],
@@ -366,11 +399,15 @@ async def serve_stdio(
     """Connect to ``upstream``, open the gateway's ACS session and serve one MCP
     client on this process's stdin/stdout until it disconnects; then seal the session
     and stop the real server."""
-    async with upstream.connect() as session:
+    async with upstream.connect() as (session, direct):
         await anyio.to_thread.run_sync(gateway.open)
         try:
-            proxy = Proxy(gateway, session, bundle=bundle, hide_denied=hide_denied)
+            proxy = Proxy(gateway, session, bundle=bundle, hide_denied=hide_denied, direct=direct)
             server = proxy.server()
+            with claim_stdio() as channel:
+                if channel is not None:
+                    await serve_channel(proxy, server, channel)
+                    return
             async with stdio_server() as (read, write):
                 await server.run(read, write, server.create_initialization_options())
         finally:

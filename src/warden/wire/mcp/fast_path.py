@@ -1,0 +1,152 @@
+"""The client side of the proxy over a :class:`StdioChannel`, with a ``tools/call`` fast path.
+
+Every line from the client is parsed as the SDK's stdio transport parses it (the
+JSON-RPC message model). A ``tools/call`` request on a handshake-era connection is
+then answered here, beside the SDK's server rather than through it: the same
+checks the SDK's dispatcher makes (the request against the negotiated version's
+schema, the params model), the same governed handler
+(:meth:`Proxy.govern_tool_call`), the same result validation and shaping for that
+version, the same error mapping, and the same rule that a request the client
+cancelled is not answered. What it skips is the SDK's per-request machinery
+(dispatch tasks, middleware, memory streams, contexts): about a third of the
+proxy's added time. Everything else — the handshake, lists, reads, prompts,
+notifications, pings, a malformed ``tools/call`` — goes to the SDK's server as
+before (docs/decisions.md 651).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import mcp_types as types
+from anyio.abc import TaskGroup
+from mcp.server.lowlevel import Server
+from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
+from mcp.shared.message import SessionMessage
+from mcp_types import methods
+from pydantic import ValidationError
+
+from warden.wire.mcp.stdio_channel import StdioChannel
+
+if TYPE_CHECKING:
+    from warden.wire.mcp.proxy import Proxy
+
+log = logging.getLogger(__name__)
+
+
+async def serve_channel(proxy: Proxy, server: Server[Any], channel: StdioChannel) -> None:
+    """Serve one MCP client on ``channel`` until its input ends and every answer is out."""
+    to_server, server_in = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    server_out, from_server = anyio.create_memory_object_stream[SessionMessage](0)
+    in_flight: dict[Any, anyio.CancelScope] = {}
+
+    async def read(tg: TaskGroup) -> None:
+        async with to_server:
+            async for line in channel.lines():
+                try:
+                    # As the SDK's stdio transport: UTF-8 with replacement, then the model.
+                    message = types.jsonrpc_message_adapter.validate_json(
+                        line.decode("utf-8", errors="replace"), by_name=False
+                    )
+                except Exception as exc:  # noqa: BLE001 - the SDK's server reports it
+                    await to_server.send(exc)
+                    continue
+                if not _take(proxy, message, tg, channel, in_flight):
+                    await to_server.send(SessionMessage(message))
+
+    async def write() -> None:
+        async with from_server:
+            async for out in from_server:
+                await _send(channel, out.message)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read, tg)
+        tg.start_soon(write)
+        async with server_out:
+            await server.run(server_in, server_out, server.create_initialization_options())
+
+
+def _take(
+    proxy: Proxy,
+    message: types.JSONRPCMessage,
+    tg: TaskGroup,
+    channel: StdioChannel,
+    in_flight: dict[Any, anyio.CancelScope],
+) -> bool:
+    """Whether the fast path took ``message`` (a ``tools/call`` it answers, or the
+    cancellation of one); False leaves it to the SDK's server."""
+    version = proxy.fast_version
+    if version is None:
+        return False
+    if isinstance(message, types.JSONRPCNotification):
+        if message.method != "notifications/cancelled":
+            return False
+        scope = in_flight.get((message.params or {}).get("requestId"))
+        if scope is None:
+            return False
+        scope.cancel()
+        return True
+    if not isinstance(message, types.JSONRPCRequest) or message.method != "tools/call":
+        return False
+    if message.id in in_flight:
+        return False
+    try:
+        # The SDK dispatcher's two checks; a call that fails them gets the SDK's answer.
+        methods.validate_client_request("tools/call", version, message.params)
+        params = types.CallToolRequestParams.model_validate(message.params or {}, by_name=False)
+    except Exception:  # noqa: BLE001 - not ours to answer
+        return False
+    scope = in_flight[message.id] = anyio.CancelScope()
+    tg.start_soon(_call, proxy, message, params.name, version, channel, in_flight, scope)
+    return True
+
+
+async def _call(
+    proxy: Proxy,
+    message: types.JSONRPCRequest,
+    name: str,
+    version: str,
+    channel: StdioChannel,
+    in_flight: dict[Any, anyio.CancelScope],
+    scope: anyio.CancelScope,
+) -> None:
+    """Answer one ``tools/call``, unless the client cancelled it first."""
+    request: dict[str, Any] = {"jsonrpc": "2.0", "id": message.id, "method": "tools/call"}
+    if message.params is not None:
+        request["params"] = dict(message.params)
+    answer: types.JSONRPCMessage | None = None
+    try:
+        with scope:
+            try:
+                result = await proxy.govern_tool_call(request, name)
+            except Exception as exc:  # noqa: BLE001 - mapped as the SDK's dispatcher maps it
+                error = handler_exception_to_error_data(exc)
+                if error is None:
+                    log.exception("handler for 'tools/call' raised")
+                    error = types.ErrorData(code=0, message=str(exc))
+                answer = types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error)
+            else:
+                try:
+                    shaped = methods.serialize_server_result("tools/call", version, result)
+                    answer = types.JSONRPCResponse(jsonrpc="2.0", id=message.id, result=shaped)
+                except ValidationError:
+                    log.exception("handler for 'tools/call' returned an invalid result")
+                    invalid = types.ErrorData(
+                        code=types.INTERNAL_ERROR, message="Handler returned an invalid result"
+                    )
+                    answer = types.JSONRPCError(jsonrpc="2.0", id=message.id, error=invalid)
+    finally:
+        in_flight.pop(message.id, None)
+    if answer is not None and not scope.cancel_called:
+        await _send(channel, answer)
+
+
+async def _send(channel: StdioChannel, message: types.JSONRPCMessage) -> None:
+    try:
+        await channel.write_line(
+            message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        )
+    except (BrokenPipeError, ConnectionResetError):
+        log.debug("the client is gone; an answer was dropped")
