@@ -16,7 +16,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from warden.wire.mcp.direct_calls import DirectCalls
+from warden.transport.mcp_direct_calls import DirectCalls
 
 
 class FakeSession:

@@ -28,7 +28,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import methods
 from pydantic import ValidationError
 
-from warden.wire.mcp.stdio_channel import StdioChannel
+from warden.transport.stdio_channel import StdioChannel
 
 if TYPE_CHECKING:
     from warden.wire.mcp.proxy import Proxy

@@ -39,7 +39,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from warden.policy.bundle import Bundle
-from warden.wire.mcp.direct_calls import DirectCalls
+from warden.transport.mcp_direct_calls import DirectCalls
+from warden.transport.stdio_channel import claim_stdio
 from warden.wire.mcp.fast_path import serve_channel
 from warden.wire.mcp.gateway import Gateway, Ruling, refusal
 from warden.wire.mcp.outcome import (
@@ -51,7 +52,6 @@ from warden.wire.mcp.outcome import (
     with_meta,
     withheld_tool_result,
 )
-from warden.wire.mcp.stdio_channel import claim_stdio
 
 log = logging.getLogger(__name__)
 
