@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from warden.json_text import compact_text
 from warden.server.app import _dump
 from warden.server.http_protocol import CoalescingTransport
 from warden.store.base import PendingAppend
@@ -121,8 +122,14 @@ def test_appends_staged_in_one_loop_pass_commit_in_one_batch() -> None:
     ],
 )
 def test_rendered_bytes_are_the_standard_encoders(body: dict[str, Any]) -> None:
-    want = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    assert _dump(body) == want
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    assert _dump(body) == text.encode("utf-8")
+    assert compact_text(body) == text  # the stored text (store/sql.py _dumps)
+
+
+def test_stored_text_keeps_a_lone_surrogate_as_the_standard_encoder_does() -> None:
+    body = {"id": None, "text": "\ud800"}
+    assert compact_text(body) == json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 
 def test_a_lone_surrogate_fails_as_with_the_standard_encoder() -> None:

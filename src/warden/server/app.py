@@ -15,18 +15,17 @@ the HTTP routes.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import orjson
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from warden import __version__
 from warden.errors import InvalidRequest, WardenError
+from warden.json_text import compact_bytes
 from warden.runtime import Runtime
 from warden.server.agents_api import agents_router
 from warden.server.approvals_api import approvals_router
@@ -94,47 +93,8 @@ class AcsEndpoint:
 
 def _dump(body: dict[str, Any]) -> bytes:
     """The response's wire bytes: ``json.dumps(ensure_ascii=False, separators=(",",
-    ":"))`` as UTF-8. orjson writes the same bytes for dicts with string keys, lists,
-    strings, booleans, null and 64-bit integers, ~15x faster; a body holding anything
-    else (a float, whose exponent orjson spells differently; a larger integer; a lone
-    surrogate) takes the standard encoder, so the bytes never depend on which one ran."""
-    if _plain(body):
-        try:
-            return orjson.dumps(body)
-        except orjson.JSONEncodeError:  # a lone surrogate: the standard path decides
-            pass
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
-_INT64 = (-(2**63), 2**63 - 1)
-
-
-def _plain(value: Any) -> bool:
-    """True when ``value`` holds only exact dicts with string keys, lists, strings,
-    booleans, None and integers within 64 bits (one iterative walk)."""
-    low, high = _INT64
-    stack = [value]
-    pop, extend = stack.pop, stack.extend
-    while stack:
-        v = pop()
-        t = type(v)
-        if t is str or t is bool or v is None:
-            continue
-        if t is int:
-            if low <= v <= high:
-                continue
-            return False
-        if t is dict:
-            for k in v:
-                if type(k) is not str:
-                    return False
-            extend(v.values())
-            continue
-        if t is list:
-            extend(v)
-            continue
-        return False
-    return True
+    ":"))`` as UTF-8, through orjson where that writes the same bytes (decision 662)."""
+    return compact_bytes(body)
 
 
 async def _send(
