@@ -255,6 +255,7 @@ def serve(
     from warden.config_file import load_settings
     from warden.runtime import Runtime
     from warden.server.app import create_app
+    from warden.server.http_protocol import CoalescingHttpToolsProtocol
 
     try:
         settings = load_settings(
@@ -335,6 +336,8 @@ def serve(
             port=settings.port,
             log_level=settings.log_level.lower(),
             access_log=False,
+            # httptools, one write per response (warden.server.http_protocol).
+            http=CoalescingHttpToolsProtocol,
             **tls,
         )
     finally:

@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from warden.store.sql import _dumps
+from warden.json_text import compact_text as _dumps
 from warden.tlog.export import entry_bytes
 
 

@@ -15,7 +15,6 @@ the HTTP routes.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from warden import __version__
 from warden.errors import InvalidRequest, WardenError
+from warden.json_text import compact_bytes
 from warden.runtime import Runtime
 from warden.server.agents_api import agents_router
 from warden.server.approvals_api import approvals_router
@@ -92,7 +92,9 @@ class AcsEndpoint:
 
 
 def _dump(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """The response's wire bytes: ``json.dumps(ensure_ascii=False, separators=(",",
+    ":"))`` as UTF-8, through orjson where that writes the same bytes (decision 662)."""
+    return compact_bytes(body)
 
 
 async def _send(

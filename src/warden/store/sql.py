@@ -16,7 +16,6 @@ entry's own members, and no entry may belong to a missing session row.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -28,7 +27,6 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -52,6 +50,7 @@ from warden.errors import (
     StoreUnavailable,
     WardenError,
 )
+from warden.json_text import compact_text
 
 if TYPE_CHECKING:
     from warden.spend.budgets import Budget
@@ -79,58 +78,11 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-#: Python objects orjson would write that the stdlib refuses: passed through (to fail).
-_STDLIB_TYPES_ONLY = (
-    orjson.OPT_PASSTHROUGH_DATACLASS
-    | orjson.OPT_PASSTHROUGH_DATETIME
-    | orjson.OPT_PASSTHROUGH_SUBCLASS
-)
-
-
-def _one_digit_exponent(text: bytes) -> bool:
-    """True when ``text`` (compact JSON) holds a number with a one-digit negative
-    exponent, as orjson spells ``1e-7`` (the stdlib: ``1e-07``): a digit, ``e-``, one
-    digit, then the number's end (``,``, ``]``, ``}`` or the text's). Ids such as
-    ``…3e-4f…`` do not count. A find loop: a regular expression over the whole text
-    cost tens of µs per entry."""
-    i = text.find(b"e-")
-    while i != -1:
-        end = i + 3
-        if (
-            i > 0
-            and end <= len(text)
-            and 48 <= text[i - 1] <= 57
-            and 48 <= text[i + 2] <= 57
-            and (end == len(text) or text[end] in b",]}")
-        ):
-            return True
-        i = text.find(b"e-", i + 2)
-    return False
-
-
 def _dumps(value: Any) -> str:
-    """``json.dumps(value, ensure_ascii=False, separators=(",", ":"))``, byte for byte.
-
-    A stored entry's text is its transparency-log leaf, and an export re-creates the
-    leaf by re-serialising the parsed entry with exactly that ``json.dumps`` call
-    (``tlog/export.py`` ``entry_bytes``), so the text must be the stdlib's. orjson
-    writes the same text an order of magnitude faster for every JSON value except
-    a few it spells differently or refuses: doubles below 1e-4 (``0.00001`` and
-    ``1e-7`` where the stdlib writes ``1e-05`` and ``1e-07``), integers beyond 64
-    bits, non-str keys and subclasses of the JSON types. Those go through
-    ``json.dumps`` (decision 271); tests/store/test_stored_json.py checks the two
-    agree. NaN and ±Infinity are no JSON values and never reach a store write: every
-    stored document was canonicalized (RFC 8785 refuses them) or is Warden's own.
-    """
-    try:
-        text = orjson.dumps(value, option=_STDLIB_TYPES_ONLY)
-    except orjson.JSONEncodeError:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    if b"0.0000" in text or _one_digit_exponent(text):
-        # Maybe a double below 1e-4: the stdlib writes it. A string holding such a
-        # spelling takes this path too, harmlessly.
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return text.decode("utf-8")
+    """``json.dumps(value, ensure_ascii=False, separators=(",", ":"))``, byte for byte
+    (a stored entry's text is its transparency-log leaf; :mod:`warden.json_text` writes
+    it with orjson where the bytes agree, decision 271)."""
+    return compact_text(value)
 
 
 def _private_sqlite_file(database: str) -> None:
