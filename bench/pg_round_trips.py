@@ -9,6 +9,12 @@ schema dropped afterwards) decides, in process through ``AcsService.handle``:
   desk task;
 - ``ask``: the same request again: the approval gate finds the task pending (the
   steady state the side-by-side benchmark times);
+- ``grant``: an ask for a new action files its task, an approver approves it through
+  the desk (``ApprovalDesk.approve``, as the desk API and the tests do) on this
+  replica, and the identical step is resubmitted: the step that consumes the grant
+  (measured: the resubmission only);
+- ``grant-elsewhere``: the same, but the approval is made as if on another replica
+  (this replica's desk still remembers the task as pending, as filed);
 - ``spend-quote``: ``POST /v1/quotes`` on the spend wire (in process through the ASGI
   app, an agent API key of the scenario's agent, $5 on a budget bound to it, a fresh
   ``Idempotency-Key`` each time), whatever the bundle decides for it; the app's
@@ -270,6 +276,8 @@ def measure(database_url: str, repeat: int, warmup: int) -> dict[str, Any]:
                         "decisions": len(rows),
                         "sent": rows[-1]["sent"],
                     }
+                for kind, elsewhere in (("grant", False), ("grant-elsewhere", True)):
+                    results[kind] = measure_grant(scenario_warden, trace, repeat, elsewhere)
                 results["spend-quote"] = measure_quote(scenario_warden, trace, repeat)
             finally:
                 scenario_warden.close()
@@ -278,6 +286,49 @@ def measure(database_url: str, repeat: int, warmup: int) -> dict[str, Any]:
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         admin.dispose()
+
+
+def measure_grant(
+    scenario_warden: Any, trace: ProtocolTrace, repeat: int, elsewhere: bool
+) -> dict[str, Any]:
+    """Round trips of the resubmission that consumes an approved grant (module doc)."""
+    from warden.identity.api_keys import Role
+
+    rt = scenario_warden.runtime
+    who, _ = rt.api_keys.create(f"bench-approver-{uuid.uuid4().hex[:6]}", Role.APPROVER,
+                                ("finance",))  # fmt: skip
+    desk = rt.desk
+    rows = []
+    for _ in range(repeat):
+        request = {**ASK, "args": {**ASK["args"], "memo": f"grant {uuid.uuid4().hex}"}}
+        asked = scenario_warden.handle(scenario_warden.body(request))["result"]
+        if asked["decision"] != "ask":
+            raise SystemExit(f"grant: the first ask was answered {asked['decision']}")
+        # (A checkout older than decision 268 keeps no memory: both cases are the same.)
+        memory = getattr(desk, "_pending_by_action", None)
+        remembered = dict(memory) if memory is not None else {}
+        desk.approve(asked["ask_details"]["task_id"], who, "bench")
+        if elsewhere and memory is not None:
+            # Approved on another replica: this desk still remembers the task as filed.
+            memory.clear()
+            memory.update(remembered)
+        mark = trace.mark()
+        got, _cited = scenario_warden.decide(request)
+        if got != "allow":
+            raise SystemExit(f"grant: the approved step was answered {got}, not allow")
+        rows.append(count(trace.since(mark)))
+        if os.environ.get("BENCH_RT_DEBUG"):
+            print("grant", elsewhere, rows[-1], file=sys.stderr)
+    trips = [r["round_trips"] for r in rows]
+    return {
+        "round_trips": min(trips),
+        "round_trips_max": max(trips),
+        "statements": min(r["statements"] for r in rows),
+        "statements_max": max(r["statements"] for r in rows),
+        "sql": min(r["sql"] for r in rows),
+        "decisions": len(rows),
+        "sent": rows[trips.index(min(trips))]["sent"],
+    }
 
 
 def measure_quote(scenario_warden: Any, trace: ProtocolTrace, repeat: int) -> dict[str, Any]:
@@ -362,14 +413,14 @@ def main() -> None:
     if len(labels) != len(srcs):
         raise SystemExit("give one --label per --warden-src")
     out = {label: run_checkout(src, ns) for label, src in zip(labels, srcs, strict=True)}
-    print(f"{'checkout':10} {'decision':10} {'round trips':>12} {'statements':>11} {'SQL':>5}")
+    print(f"{'checkout':10} {'decision':15} {'round trips':>12} {'statements':>11} {'SQL':>5}")
     for label, result in out.items():
         for kind, r in result["kinds"].items():
             spread = (
                 f" (max {r['round_trips_max']})" if r["round_trips_max"] != r["round_trips"] else ""
             )
             print(
-                f"{label:10} {kind:10} {r['round_trips']:>12} {r['statements']:>11} "
+                f"{label:10} {kind:15} {r['round_trips']:>12} {r['statements']:>11} "
                 f"{r.get('sql', r['statements']):>5}{spread}"
             )
     for label, result in out.items():

@@ -4,19 +4,23 @@ together or not at all, and a task the desk did not know of is never filed twice
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TEST_IKM, postgres_schema, service_client, write_key
-from test_desk_acs import DESK, ask
+from conftest import TEST_IKM, asset, postgres_schema, service_client, write_key
+from test_desk_acs import DESK, approver, ask
 
 from warden.approvals.desk import desk_session_id
+from warden.approvals.tasks import ApprovalState
 from warden.errors import KeyRevoked
 from warden.ledger.verify import verify_records
 from warden.runtime import Runtime
 from warden.settings import Settings
+from warden.spend import Budget, BudgetKind, Period
 
 
 @pytest.fixture
@@ -25,11 +29,11 @@ def pg_runtime(tmp_path: Path) -> Iterator[Callable[..., Runtime]]:
     made: list[Runtime] = []
     with postgres_schema() as url:
 
-        def make() -> Runtime:
+        def make(policy: Path = DESK) -> Runtime:
             data = tmp_path / f"data{len(made)}"
             settings = Settings(
                 data_dir=data,
-                policy=DESK,
+                policy=policy,
                 key_file=write_key(data / "ikm.key"),
                 database_url=url,
             )
@@ -130,4 +134,123 @@ def test_sqlite_never_folds_but_a_folded_write_still_commits_with_its_entry(
     rt.desk._pending_by_action.clear()  # noqa: SLF001
     assert ask(agent, "delete_file", {"path": "/srv/a"})["ask_details"]["task_id"] == tid
     assert [t[0] for t in _tasks(rt)] == [tid]
+    verify_records(rt.store.iter_records(), ikm=TEST_IKM)
+
+
+def _history(rt: Runtime, tid: str) -> list[str]:
+    task = rt.desk.get(tid)
+    assert task is not None
+    return [str(h["event"]) for h in task.history]
+
+
+def test_a_grant_is_consumed_with_the_step_entry(pg_runtime: Callable[..., Runtime]) -> None:
+    """Approved on this replica, the resubmission consumes the grant in its own append's
+    transaction (decision 645): the consumed task's history names a desk-chain entry
+    committed with the step's entry, and the grant is single use."""
+    rt = pg_runtime()
+    agent = service_client(rt, agent_id="agent-7")
+    agent.hello()
+    tid = ask(agent, "delete_file", {"path": "/srv/a"})["ask_details"]["task_id"]
+    rt.desk.approve(tid, approver(rt, "alice", "operators"), "ok")
+    allowed = ask(agent, "delete_file", {"path": "/srv/a"})
+    assert allowed["decision"] == "allow"
+    assert allowed["policy_data"]["approval"]["task_id"] == tid
+    assert allowed["policy_data"]["approval"]["state"] == "consumed"
+    task = rt.desk.get(tid)
+    assert task is not None and task.state is ApprovalState.CONSUMED
+    assert task.consumed_by is not None and task.consumed_by["session_id"] == agent.session_id
+    assert _history(rt, tid) == ["requested", "approved", "consumed"]
+    hashes = [
+        r["entry"]["entry_hash"]
+        for r in rt.store.iter_records(desk_session_id())
+        if r.get("kind") == "entry"
+    ]
+    assert hashes == [h["entry_hash"] for h in task.history]
+    again = ask(agent, "delete_file", {"path": "/srv/a"})
+    assert again["decision"] == "ask" and again["ask_details"]["task_id"] != tid
+    verify_records(rt.store.iter_records(), ikm=TEST_IKM)
+
+
+def test_a_step_that_is_not_recorded_leaves_the_grant_unconsumed(
+    pg_runtime: Callable[..., Runtime],
+) -> None:
+    """The resubmission's append is refused (the agent revoked on another replica): the
+    grant was never consumed, so there is nothing to give back — no consumed and
+    restored transitions in the desk chain, the task simply stays approved."""
+    rt = pg_runtime()
+    agent = service_client(rt, agent_id="agent-7")
+    agent.hello()
+    tid = ask(agent, "delete_file", {"path": "/srv/a"})["ask_details"]["task_id"]
+    rt.desk.approve(tid, approver(rt, "alice", "operators"), "ok")
+    before = _desk_entries(rt)
+    pg_runtime().agents.revoke("agent-7")
+    response = agent.tool_call("delete_file", {"path": "/srv/a"})
+    assert "error" in response, response
+    assert response["error"]["data"]["reason"] == KeyRevoked.reason
+    assert _history(rt, tid) == ["requested", "approved"]
+    assert _desk_entries(rt) == before
+    assert [(t[0], t[1]) for t in _tasks(rt)] == [(tid, "approved")]
+    verify_records(rt.store.iter_records(), ikm=TEST_IKM)
+
+
+def test_a_grant_approved_on_another_replica_is_consumed_once(
+    pg_runtime: Callable[..., Runtime],
+) -> None:
+    """Approved elsewhere, this replica's memory says pending: the guard sends the step
+    back to the database, which finds the grant and consumes it with the entry. A
+    replica that remembers a grant consumed elsewhere since is refused by the guard and
+    files a new task instead of consuming it twice."""
+    rt, other = pg_runtime(), pg_runtime()
+    agent = service_client(rt, agent_id="agent-7")
+    agent.hello()
+    tid = ask(agent, "delete_file", {"path": "/srv/a"})["ask_details"]["task_id"]
+    other.desk.approve(tid, approver(other, "alice", "operators"), "ok")
+    assert ask(agent, "delete_file", {"path": "/srv/a"})["decision"] == "allow"
+    assert _history(rt, tid) == ["requested", "approved", "consumed"]
+
+    tid2 = ask(agent, "delete_file", {"path": "/srv/b"})["ask_details"]["task_id"]
+    rt.desk.approve(tid2, approver(rt, "bob", "operators"), "ok")  # rt remembers it
+    there = copy.copy(agent)
+    there.transport = other.acs.handle
+    assert ask(there, "delete_file", {"path": "/srv/b"})["decision"] == "allow"
+    agent.chain_hash = there.chain_hash
+    refiled = ask(agent, "delete_file", {"path": "/srv/b"})
+    assert refiled["decision"] == "ask" and refiled["ask_details"]["task_id"] != tid2
+    assert _history(rt, tid2) == ["requested", "approved", "consumed"]
+    verify_records(rt.store.iter_records(), ikm=TEST_IKM)
+
+
+def test_a_granted_step_the_spend_gate_denies_leaves_the_grant_approved(
+    pg_runtime: Callable[..., Runtime],
+) -> None:
+    """A refund over the agent's budget is asked, approved, resubmitted: the spend gate
+    denies it (``budget_exceeded``). The grant, consumed with the entry only if that
+    entry allowed the step, was never consumed: no consumed/restored pair is chained
+    (decision 647) and the grant is still there."""
+    rt = pg_runtime(asset("policy/spend_policy.yaml"))
+    rt.spend.define_budget(Budget("shop", BudgetKind.ORG, "USD", Decimal(1000), Period.NONE))
+    rt.spend.define_budget(
+        Budget("shop.ops", BudgetKind.TEAM, "USD", Decimal(150), Period.NONE, parent_id="shop")
+    )
+    rt.spend.define_budget(
+        Budget(
+            "shop.ops.shopper",
+            BudgetKind.AGENT,
+            "USD",
+            Decimal(100),
+            Period.NONE,
+            parent_id="shop.ops",
+        )
+    )
+    agent = service_client(rt, agent_id="shopper")
+    agent.hello()
+    refund = {"amount": 500, "currency": "USD", "refund": True}
+    tid = ask(agent, "pay", refund)["ask_details"]["task_id"]
+    rt.desk.approve(tid, approver(rt, "alice", "desk"), "ok")
+    before = _desk_entries(rt)
+    denied = ask(agent, "pay", refund)
+    assert denied["decision"] == "deny" and "budget_exceeded" in denied["reason_codes"]
+    assert _history(rt, tid) == ["requested", "approved"]
+    assert _desk_entries(rt) == before
+    assert [(t[0], t[1]) for t in _tasks(rt)] == [(tid, "approved")]
     verify_records(rt.store.iter_records(), ikm=TEST_IKM)

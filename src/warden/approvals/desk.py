@@ -272,17 +272,32 @@ class ApprovalDesk:
 
     def _from_memory(self, key: tuple[str, str]) -> Resolution | None:
         hit = self._pending_by_action.get(key)
-        if hit is None or hit[1].expires_at <= self.now():
+        # Only a pending task is answered from memory here; an approved one the desk
+        # remembers (``approve``) is consumed through :meth:`peek`.
+        if hit is None or hit[1].state is not ApprovalState.PENDING:
+            return None
+        if hit[1].expires_at <= self.now():
             return None
         task = hit[1]
         return Resolution(
             Outcome.PENDING, task, self._pending_text(task), guard=TaskUnchanged(task.id, hit[0])
         )
 
-    def peek(self, ask: AskRequest, *, fresh: bool = False) -> Resolution | None:
-        """The answer for ``ask`` when it needs no write: the latest task for its action
-        is pending and not yet due to expire, and no task is cited. None otherwise (or
-        without a read-only view): call :meth:`resolve` in a transaction.
+    def peek(
+        self,
+        ask: AskRequest,
+        *,
+        fresh: bool = False,
+        consumer: dict[str, Any] | None = None,
+    ) -> Resolution | None:
+        """The answer for ``ask`` when it needs no write of its own: the latest task for
+        its action is pending and not yet due to expire, and no task is cited. None
+        otherwise (or without a read-only view): call :meth:`resolve` in a transaction.
+
+        With ``fold_filing`` the writes an answer needs ride on the step's append
+        (:attr:`Resolution.folded`): a task nothing is known of is filed with it, and an
+        approved task is consumed with it (given ``consumer``, the step that consumes
+        it, as for :meth:`resolve`; decision 645).
 
         An ask resubmitted while its task waits is the common case on the decision path;
         answering it from a read spares a second write transaction (issue 16). The
@@ -298,6 +313,16 @@ class ApprovalDesk:
         if fresh:
             self._pending_by_action.pop(key, None)
         else:
+            hit = self._pending_by_action.get(key)
+            if hit is not None and hit[1].state is ApprovalState.APPROVED:
+                # Approved on this replica (:meth:`approve` remembers it): consumed with
+                # the step's entry; the guard finds it unchanged or the step is decided
+                # again from the database.
+                granted = self._folded_grant(ask, hit[1], hit[0], key, consumer)
+                if granted is None:
+                    # Not foldable (it lapsed, or no step is named): the desk's own path.
+                    self._pending_by_action.pop(key, None)
+                return granted
             known = self._from_memory(key)
             if known is not None:
                 return known
@@ -315,6 +340,12 @@ class ApprovalDesk:
                 )
         with self._reading() as view:
             head = view.tasks.latest_state(*key)
+            if head is not None and head[1] == ApprovalState.APPROVED.value:
+                approved = view.tasks.get(head[0]) if self._folds(ask, consumer) else None
+                if approved is None:
+                    return None
+                # updated_at as stored (the guard compares the column's text).
+                return self._folded_grant(ask, approved, head[2], key, consumer)
             if head is None or head[1] != ApprovalState.PENDING.value:
                 return None
             task_id, _, updated_at, _ = head
@@ -344,6 +375,39 @@ class ApprovalDesk:
             latest,
             self._pending_text(latest),
             guard=TaskUnchanged(task_id, updated_at),
+        )
+
+    def _folds(self, ask: AskRequest, consumer: dict[str, Any] | None) -> bool:
+        """Whether the desk's writes for ``ask`` may ride on the step's append: folding
+        is on, the kind has no listener (a listener may read), the step is named."""
+        return self.fold_filing and consumer is not None and ask.kind not in self.listeners
+
+    def _folded_grant(
+        self,
+        ask: AskRequest,
+        approved: Task,
+        updated_at: str,
+        key: tuple[str, str],
+        consumer: dict[str, Any] | None,
+    ) -> Resolution | None:
+        """``approved`` consumed by the step's append (decision 645): the answer is the
+        grant :meth:`resolve` gives, the consumption is written with the step's entry,
+        guarded by the task's ``updated_at``. None when the grant cannot be folded (it
+        lapsed: expiring it is a write of its own, :meth:`resolve`'s)."""
+        if (
+            not self._folds(ask, consumer)
+            or approved.state is not ApprovalState.APPROVED
+            or approved.expires_at <= self.now()
+        ):
+            return None
+        assert consumer is not None
+        consumed = replace(approved, state=ApprovalState.CONSUMED, consumed_by=consumer)
+        return Resolution(
+            Outcome.GRANTED,
+            consumed,
+            self._granted_text(consumed),
+            guard=TaskUnchanged(approved.id, updated_at),
+            folded=_Consumption(self, approved, consumer, key),
         )
 
     def resolve(self, tx: DeskTx, ask: AskRequest, consumer: dict[str, Any]) -> Resolution:
@@ -450,7 +514,26 @@ class ApprovalDesk:
         """One approval vote; the task is approved once ``approvals_required`` distinct
         approvers voted. Raises TaskNotFound, NotPermitted (own task, wrong group),
         TaskConflict (decided, expired, already voted)."""
-        return self._vote(task_id, who, "approve", reason)
+        task = self._vote(task_id, who, "approve", reason)
+        if (
+            task.state is ApprovalState.APPROVED
+            and self.fold_filing
+            and task.kind not in self.listeners
+        ):
+            # Committed: the resubmission on this replica consumes it with its own entry
+            # in the append's two round trips, no read first (decision 646).
+            self._remember(task)
+        return task
+
+    def _remember(self, task: Task) -> None:
+        """``task`` as the one :meth:`peek` answers its action from, with its
+        ``updated_at`` as stored."""
+        if len(self._pending_by_action) >= _PENDING_CACHE:
+            self._pending_by_action.clear()
+        self._pending_by_action[(task.scope, task.action_hash)] = (
+            task.updated_at.isoformat(),
+            task,
+        )
 
     def deny(self, task_id: str, who: Approver, reason: str = "") -> Task:
         """Deny (one deny vetoes). Same errors as :meth:`approve`."""
@@ -775,6 +858,10 @@ class _Filing:
         self._filed: Task | None = None
 
     @property
+    def locks(self) -> tuple[str, ...]:
+        return ()
+
+    @property
     def chains(self) -> tuple[str, ...]:
         return (desk_session_id(),)
 
@@ -791,7 +878,52 @@ class _Filing:
         task = self._filed
         if task is None:
             return
-        desk = self._desk
-        if len(desk._pending_by_action) >= _PENDING_CACHE:  # noqa: SLF001
-            desk._pending_by_action.clear()  # noqa: SLF001
-        desk._pending_by_action[self._key] = (task.updated_at.isoformat(), task)  # noqa: SLF001
+        self._desk._remember(task)  # noqa: SLF001
+
+
+class _Consumption:
+    """An approved task consumed in the step's append transaction (:class:`FoldedWrite`,
+    decision 645): approved → consumed, chained and notified, committed with the entry
+    of the step it allows or not at all. The append's read guard (the task's
+    ``updated_at``, read after the desk chain is locked) finds it still approved."""
+
+    def __init__(
+        self, desk: ApprovalDesk, task: Task, consumer: dict[str, Any], key: tuple[str, str]
+    ) -> None:
+        self._desk = desk
+        self._task = task
+        self._consumer = consumer
+        self._key = key
+
+    @property
+    def locks(self) -> tuple[str, ...]:
+        # The desk's own transactions lock a task before the desk chain (resolve's
+        # ``latest_for``, an approver's ``_live``): the same order, so no deadlock.
+        return (self._task.id,)
+
+    @property
+    def chains(self) -> tuple[str, ...]:
+        return (desk_session_id(),)
+
+    @property
+    def absent(self) -> tuple[NoLiveTask, ...]:
+        return ()
+
+    def write(self, tx: Any) -> None:
+        task = self._task
+        self._desk._transition(  # noqa: SLF001
+            tx,
+            task,
+            replace(task, state=ApprovalState.CONSUMED, consumed_by=self._consumer),
+            Event.CONSUMED,
+            by=None,
+            reason="allowed once on resubmission",
+            extra={"consumer": self._consumer},
+        )
+
+    def committed(self) -> None:
+        """The grant is used: the next ask of the action files a new task."""
+        known = self._desk._pending_by_action  # noqa: SLF001
+        hit = known.get(self._key)
+        if hit is not None and hit[1].id == self._task.id:
+            known.pop(self._key, None)

@@ -20,9 +20,11 @@ and rewrites the verdict:
 ``policy_data.approval`` says which task and who approved. A task never stores a value
 those modify rules redact (:mod:`warden.approvals.redaction`); its policy records the
 ``modifications`` that will apply once it is granted. On PostgreSQL a task the step
-files commits in the entry's transaction (:attr:`ApprovalStep.folded`, decision 640);
-otherwise the desk commits in its own transaction before the step's entry, and if
-that entry then fails to commit, or the spend gate denies the granted step,
+files commits in the entry's transaction (:attr:`ApprovalStep.folded`, decision 640),
+and so does the consumption of a grant the desk can answer without its own
+transaction (decision 645): if the entry does not commit, the grant was never
+consumed. Otherwise the desk commits in its own transaction before the step's entry,
+and if that entry then fails to commit, or the spend gate denies the granted step,
 :meth:`ApprovalStep.abandon` gives the grant back.
 """
 
@@ -224,7 +226,7 @@ class ApprovalStep:
                 "request_id": self.request_id,
             }
             try:
-                peeked = self.gate.desk.peek(ask, fresh=self._fresh)
+                peeked = self.gate.desk.peek(ask, fresh=self._fresh, consumer=consumer)
             except StoreUnavailable:
                 peeked = None  # the write transaction below reconnects or fails closed
             if peeked is not None:
@@ -256,9 +258,14 @@ class ApprovalStep:
         self._fresh = True
 
     def abandon(self, why: str = "the step could not be recorded") -> None:
-        """Give a consumed grant back (the step it allowed was not recorded or allowed)."""
+        """Give a consumed grant back (the step it allowed was not recorded or allowed).
+        A grant consumed with the step's entry (:attr:`folded`) was not consumed unless
+        that entry committed: it is only forgotten, the task stays approved."""
         res = self.resolution
         if res is None or res.outcome is not Outcome.GRANTED or res.task is None:
+            return
+        if res.folded is not None:
+            self.resolution = None
             return
         consumer = {
             "wire": self.gate.wire,

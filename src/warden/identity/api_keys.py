@@ -466,15 +466,11 @@ class ApiKeys:
             return None
         digest = self._hash(token)
         with read_cursor(self._store) as cur:
-            found = SqlApiKeys(cur, self._store._q).by_hash(digest)
-            agent = (
-                SqlAgents(cur, self._store._q).agent(found[0][1])
-                if found is not None and found[0][2] == Role.AGENT.value
-                else None
-            )
-        if found is None:
+            # The key and (an agent key's) agent in one read: one round trip.
+            joined = SqlApiKeys(cur, self._store._q).by_hash_with_agent(digest)
+        if joined is None:
             return None
-        row, stored = found
+        row, stored, agent = joined
         if not hmac.compare_digest(stored.encode("ascii", "replace"), digest.encode("ascii")):
             return None
         if row[5] is not None:  # revoked_at

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from warden.errors import StoreUnavailable
+from warden.store.agents_sql import AgentRow, _agent
 
 if TYPE_CHECKING:
     from warden.store.sql import SqlStore
@@ -86,6 +87,25 @@ class SqlApiKeys:
         )
         row = self._cur.fetchone()
         return (_row(row), str(row[6])) if row is not None else None
+
+    def by_hash_with_agent(self, secret_hash: str) -> tuple[ApiKeyRow, str, AgentRow | None] | None:
+        """:meth:`by_hash` and, for an ``agent`` key, its agent's row (``agent_id, owner,
+        groups, budgets, created_at, revoked_at``; None if unregistered) in one statement:
+        one round trip where two were (decision 684)."""
+        self._cur.execute(
+            self._q(
+                "SELECT k.key_id, k.principal, k.role, k.groups, k.created_at, k.revoked_at, "
+                "k.secret_hash, a.agent_id, a.owner, a.groups, a.budgets, a.created_at, "
+                "a.revoked_at FROM api_keys k LEFT JOIN agents a "
+                "ON k.role = 'agent' AND a.agent_id = k.principal WHERE k.secret_hash = ?"
+            ),
+            (secret_hash,),
+        )
+        row = self._cur.fetchone()
+        if row is None:
+            return None
+        agent = _agent(row[7:13]) if row[7] is not None else None
+        return _row(row), str(row[6]), agent
 
     def by_key_id(self, key_id: str) -> ApiKeyRow | None:
         self._cur.execute(self._q(f"SELECT {_COLUMNS} FROM api_keys WHERE key_id = ?"), (key_id,))

@@ -83,14 +83,20 @@ class NoLiveTask:
 class FoldedWrite(Protocol):
     """Writes a gate hands to the step's append, to commit in its transaction (issue 16:
     "a gate that files a task runs inside that transaction"): the approval desk's filing
-    of a task (its row, its desk-chain entry, its webhook outbox rows) on PostgreSQL.
+    of a task, or its consumption of a grant (the task's row, its desk-chain entry, its
+    webhook outbox rows) on PostgreSQL.
 
-    ``chains``: the Warden-authored sessions :meth:`write` appends to (their heads are
-    locked and read first); ``absent``: what must still be true for the write to be
-    right. :meth:`write` is called at most once per attempt with a transaction that
-    offers :class:`~warden.ledger.warden_chain.AuditTx` plus ``tasks`` and ``outbox``;
-    it may be called again (after a rolled-back attempt). :meth:`committed` is called
+    ``locks``: the approval tasks :meth:`write` changes (locked first, in the order the
+    desk's own transaction takes them: its task, then its chain); ``chains``: the
+    Warden-authored sessions :meth:`write` appends to (their heads are locked and read
+    next); ``absent``: what must still be true for the write to be right.
+    :meth:`write` is called at most once per attempt with a transaction that offers
+    :class:`~warden.ledger.warden_chain.AuditTx` plus ``tasks`` and ``outbox``; it may
+    be called again (after a rolled-back attempt). :meth:`committed` is called
     once, after the COMMIT that carried it."""
+
+    @property
+    def locks(self) -> tuple[str, ...]: ...
 
     @property
     def chains(self) -> tuple[str, ...]: ...

@@ -1,13 +1,15 @@
 """An ACS append that carries a gate's writes (:class:`~warden.store.base.FoldedWrite`):
-the approval desk's filing of a task commits in the entry's own transaction.
+the approval desk's filing of a task, or its consumption of a grant, commits in the
+entry's own transaction.
 
 PostgreSQL, two round trips (issue 16 item 4, decision 640):
 
-1. ``BEGIN``; each Warden chain the writes append to locked and read (``SELECT head …
-   FOR UPDATE``, the desk chain); the log counter locked and read; the step's read
-   guards and ``absent`` guards read. Chain heads are locked before the log counter,
-   the order the desk's own transaction takes them in (its task, its chain, then the
-   counter on its first leaf), so the two never deadlock.
+1. ``BEGIN``; each approval task the writes change locked (a grant consumed,
+   decision 645); each Warden chain the writes append to locked and read (``SELECT
+   head … FOR UPDATE``, the desk chain); the log counter locked and read; the step's
+   read guards and ``absent`` guards read. Tasks before chain heads before the log
+   counter: the order the desk's own transaction takes them in (its task, its chain,
+   then the counter on its first leaf), so the two never deadlock.
 2. The writes, run against a transaction whose cursor *records* each statement bound
    client-side instead of sending it (``mogrify``); then the log counter written back,
    the one-statement append of the entry (:data:`~warden.store.sql._PG_APPEND`), a
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 
 #: The task states after which the desk files a new task for the same action.
 _FILE_ANEW = ("consumed", "canceled")
+_TASK_LOCK = "SELECT 1 FROM tasks WHERE task_id = %s FOR UPDATE"
 _HEAD = "SELECT head_seq, head_hash FROM sessions WHERE session_id = %s FOR UPDATE"
 _LATEST = (
     "SELECT state FROM tasks WHERE session_id = %s AND action_hash = %s "
@@ -180,6 +183,9 @@ def append_folded(store: SqlStore, item: PendingAppend) -> Exception | None:
         try:
             sql = "BEGIN"
             args: list[Any] = []
+            for task_id in folded.locks:
+                sql += "; " + _TASK_LOCK
+                args.append(task_id)
             for sid in folded.chains:
                 sql += "; " + _HEAD
                 args.append(sid)
@@ -192,6 +198,8 @@ def append_folded(store: SqlStore, item: PendingAppend) -> Exception | None:
                 args += [absent.scope, absent.action_hash]
             both.execute(sql, args)
             begun = True
+            for _ in folded.locks:
+                both.nextset()  # locked; the read guards check the row after the locks
             heads: dict[str, tuple[int, str | None] | None] = {}
             for sid in folded.chains:
                 both.nextset()

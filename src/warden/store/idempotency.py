@@ -74,6 +74,20 @@ class IdempotencyKeys(Protocol):
         expires_at: datetime,
     ) -> bool: ...
 
+    def claim_or_get(
+        self,
+        scope: str,
+        key_digest: str,
+        request_hash: str,
+        *,
+        created_at: datetime,
+        expires_at: datetime,
+    ) -> tuple[bool, IdempotencyRecord | None]:
+        """``claim`` unless the row exists: ``(True, None)`` when this call inserted it,
+        else ``(False, the row as it stood)`` (``None`` when a concurrent writer's row is
+        not visible yet: read it with ``get``)."""
+        ...
+
     def complete(self, scope: str, key_digest: str, status_code: int, response: str) -> None: ...
 
     def release(self, scope: str, key_digest: str) -> None: ...
@@ -158,10 +172,12 @@ class Idempotency:
         """
         digest = self.digest(key)
         now = self.clock()
-        record = keys.get(scope, digest)
+        claimed, record = keys.claim_or_get(
+            scope, digest, req_hash, created_at=now, expires_at=now + self.ttl
+        )
+        if claimed:
+            return None
         if record is None:
-            if keys.claim(scope, digest, req_hash, created_at=now, expires_at=now + self.ttl):
-                return None
             record = keys.get(scope, digest)  # lost the insert to a concurrent writer
             if record is None:  # pragma: no cover - the winner's row cannot vanish in between
                 raise IdempotencyInFlight("the first request with this key has not finished")

@@ -38,6 +38,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: PostgreSQL: a Warden-authored chain's head moved and its entry inserted in one
+#: statement (:meth:`SqlSpendTx._append_chained`); no row unless the head was where the
+#: entry was chained from.
+_CHAINED_APPEND = """
+WITH head AS (
+  UPDATE sessions SET head_seq = %(seq)s, head_hash = %(hash)s, head_signature = %(sig)s,
+         closed = (closed OR %(close)s)
+  WHERE session_id = %(sid)s AND head_seq = %(expected)s
+  RETURNING session_id
+)
+INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, entry, response,
+                     created_at, request, log_index)
+SELECT head.session_id, %(seq)s, %(hash)s, %(step_id)s, %(step_type)s, %(entry)s,
+       %(response)s, %(now)s, %(request)s, %(index)s
+FROM head
+"""
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
@@ -138,9 +156,17 @@ class SqlSpendTx:
         self._for_update = " FOR UPDATE" if store.row_locks else ""
         # Rows that commit with the spend operation: an idempotency claim and its
         # stored response, a task (the spend wire, warden.wire.spend).
-        self.idempotency_keys = SqlIdempotencyKeys(cur, self._q)
+        self.idempotency_keys = SqlIdempotencyKeys(
+            cur, self._q, store=store if store.row_locks else None
+        )
         self.tasks = SqlTasks(cur, self._q, row_locks=store.row_locks)
         self._after_commit: list[Callable[[], None]] = []
+        #: Budgets read in this transaction, by id (None: no such budget). An operation
+        #: reads a budget more than once (its owner check, then its policy and hold);
+        #: this transaction is the only writer of what it read back (``put_budget``
+        #: drops the entry), so the second read is answered here: one round trip less
+        #: on PostgreSQL (decision 680).
+        self._budgets: dict[str, Budget | None] = {}
 
     def after_commit(self, report: Callable[[], None]) -> None:
         """Run ``report`` once this transaction has committed (never if it rolls back):
@@ -191,8 +217,12 @@ class SqlSpendTx:
 
     # budgets
     def budget(self, budget_id: str) -> Budget | None:
+        if budget_id in self._budgets:
+            return self._budgets[budget_id]
         row = self._one(f"SELECT {_BUDGET_COLUMNS} FROM budgets WHERE budget_id = ?", (budget_id,))
-        return _budget(row) if row is not None else None
+        found = _budget(row) if row is not None else None
+        self._budgets[budget_id] = found
+        return found
 
     def put_budget(self, budget: Budget) -> bool:
         """Create or update ``budget``; False when the stored row already says exactly this
@@ -200,6 +230,7 @@ class SqlSpendTx:
         loading the same budgets file at once write, and audit, each change once."""
         from warden.store.sql import _now
 
+        self._budgets.pop(budget.id, None)
         self._cur.execute(
             self._q(
                 "INSERT INTO budgets (budget_id, kind, parent_id, currency, cap, period, name, "
@@ -322,10 +353,25 @@ class SqlSpendTx:
     def session_head(self, session_id: str) -> tuple[int, str | None] | None:
         # Locked on PostgreSQL: the caller appends next, and a second replica appending
         # to this Warden-authored session waits here instead of losing the head race.
-        row = self._one(
-            "SELECT head_seq, head_hash FROM sessions WHERE session_id = ?" + self._for_update,
-            (session_id,),
-        )
+        sql = "SELECT head_seq, head_hash FROM sessions WHERE session_id = ?" + self._for_update
+        store = self._store
+        if not self._row_locks or store._log_tx is not None:  # noqa: SLF001
+            row = self._one(sql, (session_id,))
+            return (int(row[0]), row[1]) if row is not None else None
+        # PostgreSQL, no leaf yet: the log counter the append will number its entry from
+        # is locked and read in the same round trip, after the head (the order the
+        # append took them in before, decision 681).
+        from warden.store.sql import _LOG_LOCK
+
+        client = store._client_cursor()  # noqa: SLF001 - binds the two statements' string
+        try:
+            bound = client.mogrify(self._q(sql), (session_id,))
+        finally:
+            client.close()
+        self._cur.execute(bound + "; " + _LOG_LOCK)
+        row = self._cur.fetchone()
+        self._cur.nextset()
+        store._log_tx = store._log_start(self._cur.fetchone())  # noqa: SLF001
         return (int(row[0]), row[1]) if row is not None else None
 
     def insert_session(self, state: SessionState) -> bool:
@@ -336,14 +382,65 @@ class SqlSpendTx:
         return created
 
     def append(self, item: PendingAppend) -> None:
-        self._store._append_one(self._cur, item)  # noqa: SLF001
+        store = self._store
+        if (
+            self._row_locks
+            and store._log_tx is not None  # noqa: SLF001
+            and not item.guards
+            and item.replay is None
+            and item.agent_key is None
+            and item.indexed is None
+        ):
+            self._append_chained(item)
+        else:
+            store._append_one(self._cur, item)  # noqa: SLF001
         self.touched_sessions.add(item.session_id)
+
+    def _append_chained(self, item: PendingAppend) -> None:
+        """PostgreSQL, a Warden-authored entry whose leaf index is known (the counter was
+        read with the head): the head move and the entry insert in one statement, one
+        round trip instead of two (decision 681). The entry is inserted only if the head
+        moved; the same errors as :meth:`SqlStore._append_one`."""
+        from warden.errors import HeadMoved
+        from warden.store.driver_errors import is_integrity
+        from warden.store.sql import _EntryConflict, _now
+
+        store = self._store
+        assert store._log_tx is not None  # noqa: SLF001
+        index = store._log_tx[1]  # noqa: SLF001
+        seq = item.expected_seq + 1
+        try:
+            self._cur.execute(
+                _CHAINED_APPEND,
+                {
+                    "seq": seq,
+                    "hash": item.entry["entry_hash"],
+                    "sig": _dumps(item.head_signature),
+                    "close": bool(item.close),
+                    "sid": item.session_id,
+                    "expected": item.expected_seq,
+                    "step_id": store._step_id(item),  # noqa: SLF001
+                    "step_type": str(item.entry.get("step_type", "")),
+                    "entry": _dumps(item.entry),
+                    "response": _dumps(item.response) if item.response is not None else None,
+                    "now": _now(),
+                    "request": item.request,
+                    "index": index,
+                },
+            )
+        except Exception as exc:
+            if is_integrity(exc):
+                raise _EntryConflict(str(exc)) from exc
+            raise
+        if self._cur.rowcount != 1:
+            raise HeadMoved(f"session {item.session_id} head is no longer seq {item.expected_seq}")
+        store._log_tx[1] = index + 1  # noqa: SLF001
 
 
 @contextmanager
 def spend_transaction(store: SqlStore) -> Iterator[SqlSpendTx]:
     """Open one write transaction for the spend engine on ``store``."""
-    with store._write() as cur:  # noqa: SLF001
+    with store._write(lazy=True) as cur:  # noqa: SLF001
         tx = SqlSpendTx(store, cur)
         yield tx
     for sid in tx.touched_sessions:

@@ -332,6 +332,70 @@ RETURNING seq
 """
 
 
+class _LazyBegin:
+    """PostgreSQL: a transaction's cursor whose ``BEGIN`` goes with its first statement.
+
+    The first ``execute`` sends ``BEGIN; <statement bound client-side>`` in one string
+    (one round trip); its results are read from that client-side cursor, every later
+    statement runs on the store's cursor as before. A transaction that sent nothing
+    commits nothing (``commit`` sends no ``COMMIT`` without a ``BEGIN``, but a deferred
+    write gets its ``BEGIN`` then)."""
+
+    def __init__(self, store: SqlStore, cur: Any) -> None:
+        self._store = store
+        self._cur = cur
+        self._client = store._client_cursor()  # noqa: SLF001 - the store's own helper
+        self._active = cur
+        self.begun = False
+
+    def execute(self, sql: str, params: Any = None) -> Any:
+        if self.begun:
+            self._active = self._cur
+            return self._cur.execute(sql, params)
+        if sql == "ROLLBACK":
+            return None  # nothing was begun
+        bound = self._client.mogrify(sql, params) if params else sql
+        self.begun = True  # from here a failure rolls back whatever the server began
+        try:
+            self._client.execute("BEGIN; " + bound)
+        except Exception:
+            store = self._store
+            if not store._broken():  # noqa: SLF001
+                raise
+            # The server dropped the connection before this transaction's first
+            # statement (restart, failover): nothing was done, so reconnect and send it
+            # again, as an eager BEGIN would have.
+            self._cur.close()
+            self._cur = store._cursor()  # noqa: SLF001
+            self._client = store._client_cursor()  # noqa: SLF001
+            self._client.execute("BEGIN; " + bound)
+        self._client.nextset()  # past BEGIN's result: the statement's
+        self._active = self._client
+        return self._client
+
+    def executemany(self, sql: str, rows: Any) -> Any:
+        if not self.begun:
+            self._client.execute("BEGIN")
+            self.begun = True
+        self._active = self._cur
+        return self._cur.executemany(sql, rows)
+
+    def commit(self, end: str) -> None:
+        """Send ``end`` (``… COMMIT``), with ``BEGIN`` first if nothing was sent yet."""
+        if self.begun:
+            self._cur.execute(end)
+        elif end != "COMMIT":
+            self._cur.execute("BEGIN; " + end)
+
+    def __getattr__(self, name: str) -> Any:
+        # fetchone, fetchall, nextset, rowcount, description: the last statement's cursor.
+        return getattr(self._active, name)
+
+    def close(self) -> None:
+        self._client.close()
+        self._cur.close()
+
+
 class _EntryConflict(Exception):
     """The entry insert hit a uniqueness constraint (seq or step id); classified after
     rolling back to the item's savepoint."""
@@ -381,6 +445,8 @@ class SqlStore:
         #: ``(next_index read at the first append, next index to assign)``; None until
         #: the transaction appends (see :meth:`_leaf_index`).
         self._log_tx: list[int] | None = None
+        #: PostgreSQL: writes sent with the open write transaction's COMMIT (:meth:`_defer`).
+        self._deferred: list[str] = []
         self._checkpointer: _Checkpointer | None = None
         if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
             # Checkpoint the WAL off the request path: an automatic checkpoint runs
@@ -480,11 +546,13 @@ class SqlStore:
         return sql if self._qmark else sql.replace("?", "%s")
 
     @contextmanager
-    def _write(self, *, log: bool = False) -> Iterator[Any]:
+    def _write(self, *, log: bool = False, lazy: bool = False) -> Iterator[Any]:
         """One write transaction on the raw connection; foreign errors translated.
 
         ``log``: the transaction will append leaves; on PostgreSQL the log counter is
         read and locked in the same round trip as ``BEGIN`` (see :meth:`_leaf_index`).
+        ``lazy`` (PostgreSQL): ``BEGIN`` is sent with the transaction's first statement,
+        not in a round trip of its own (:class:`_LazyBegin`, decision 683).
         """
         with self._lock:
             cur = self._cursor()
@@ -492,9 +560,13 @@ class SqlStore:
             begin = "BEGIN IMMEDIATE" if self._qmark else "BEGIN"
             if log and self.row_locks:
                 begin += "; " + _LOG_LOCK
+            lazy = lazy and self.row_locks and not log
             try:
                 try:
-                    cur.execute(begin)
+                    if lazy:
+                        cur = _LazyBegin(self, cur)
+                    else:
+                        cur.execute(begin)
                 except Exception:
                     if not self._broken():
                         raise
@@ -504,12 +576,17 @@ class SqlStore:
                     cur.execute(begin)
                 begun = True
                 self._log_tx = None
+                self._deferred = []
                 if log and self.row_locks:
                     cur.nextset()
                     self._log_tx = self._log_start(cur.fetchone())
                 yield cur
                 committing = True
-                cur.execute(self._log_flush() + "COMMIT")
+                end = self._log_flush() + "".join(self._deferred) + "COMMIT"
+                if isinstance(cur, _LazyBegin):
+                    cur.commit(end)
+                else:
+                    cur.execute(end)
             except BaseException as exc:
                 # A BEGIN that failed (SQLite's "database is locked" while another
                 # process holds the write lock) left no transaction to roll back.
@@ -530,7 +607,20 @@ class SqlStore:
                 raise StoreUnavailable(f"store error: {exc.__class__.__name__}: {exc}") from exc
             finally:
                 self._log_tx = None
+                self._deferred = []
                 cur.close()
+
+    def _defer(self, sql: str, params: tuple[Any, ...]) -> None:
+        """PostgreSQL: send ``sql`` with this transaction's ``COMMIT`` (bound client-side,
+        in the same string, before it) instead of now: a write whose result nobody reads
+        costs no round trip of its own (decision 682). If it fails, PostgreSQL skips the
+        ``COMMIT`` after it and the transaction rolls back. The caller holds ``_lock``
+        inside :meth:`_write`."""
+        bound = self._client_cursor()
+        try:
+            self._deferred.append(bound.mogrify(sql, params) + "; ")
+        finally:
+            bound.close()
 
     def _leaf_index(self, cur: Any) -> int:
         """The transparency-log index of the next entry this transaction appends.
