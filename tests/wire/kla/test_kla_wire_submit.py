@@ -202,6 +202,29 @@ def test_malformed_bodies_are_refused(
     assert rows(rt) == []
 
 
+@pytest.mark.parametrize("number", [b"1e400", b"-1e400", b"2e308"])
+def test_a_number_beyond_ieee_754_is_named_as_such_not_as_null(
+    rt: Runtime, agent: Caller, number: bytes
+) -> None:
+    """1e400 parses as infinity, which a schema message rendered as ``null``; it is
+    refused as outside RFC 8785 before the schema sees it (a fresh user's finding)."""
+    text = BASIC.read_bytes()
+    record = load(BASIC)
+    assert isinstance(record.get("purpose"), str)
+    needle = b'"purpose":'
+    start = text.index(needle) + len(needle)
+    rest = text[start:].lstrip()
+    end = start + (len(text[start:]) - len(rest)) + rest.index(b'"', 1) + 1
+    body = assert_error(
+        agent.submit(text[:start] + number + text[end:]),
+        "input:invalid_json",
+        400,
+        resolution="retry",
+    )
+    assert "RFC 8785" in body["message"] and "null" not in body["message"]
+    assert rows(rt) == [] and chain_types(rt) == []
+
+
 def test_an_unknown_schema_version_is_held_for_review_and_not_decided(
     rt: Runtime, agent: Caller
 ) -> None:

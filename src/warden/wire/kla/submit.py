@@ -6,9 +6,11 @@ Takes an AI agent action request v1 record and, in order (docs/decisions.md, ite
 1. reads its ``schema_version``: a version Warden does not support is stored as
    received with status ``held_for_review``, chained (``warden/kla.held``) and
    answered ``422 record:unsupported_schema_version``: kept for review, not processed;
-2. validates it against the shipped JSON Schema with date-time format checking
+2. computes its digest (``sha256:`` over the RFC 8785 canonical bytes; a value outside
+   the RFC 8785 domain, such as ``1e400``, is ``400 input:invalid_json``), then
+   validates it against the shipped JSON Schema with date-time format checking
    (``400 record:schema_invalid`` with the JSON pointer; nothing is stored);
-3. computes its digest (``sha256:`` over the RFC 8785 canonical bytes) and checks a
+3. checks a
    detached signature sent beside it (``X-Warden-Signature`` / ``X-Warden-Key-Id``)
    against the verifier-held key registry (``--kla-keys``; ``400
    record:signature_invalid``);
@@ -68,11 +70,9 @@ def submit(
     if not isinstance(version, str):
         raise schema_invalid("/schema_version", "schema_version is required (a string)")
     is_held = version not in SUPPORTED_SCHEMA_VERSIONS[RecordKind.ACTION_REQUEST]
-    if not is_held:
-        err = shape_error(body, RecordKind.ACTION_REQUEST)
-        if err is not None:
-            raise schema_invalid(*err)
     try:
+        # Before the schema: a number beyond IEEE 754 (1e400 parses as infinity) would
+        # otherwise be reported by the schema as the null it renders to.
         digest = record_digest(body)
         text = canonical_text(body)
     except WardenError as exc:
@@ -82,6 +82,10 @@ def submit(
             f"the record cannot be canonicalized (RFC 8785): {exc.message}",
             resolution=retry("send numbers within IEEE 754 range and valid Unicode"),
         ) from exc
+    if not is_held:
+        err = shape_error(body, RecordKind.ACTION_REQUEST)
+        if err is not None:
+            raise schema_invalid(*err)
     _check_signature(rec, digest, signature, kid)
     if is_held:
         _hold(rec, body, version, digest, text, signature, kid, who)
