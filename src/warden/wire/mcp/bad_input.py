@@ -74,7 +74,13 @@ def rejection_for(exc: Exception) -> Rejection:
         # The input is the line as text: parse it again for the parser's message.
         text = first.get("input")
         return _reject(text.encode()) if isinstance(text, str) else _parse_error(first["msg"])
-    return _reject_value(first.get("input"))
+    # An error's input is the value at its location: the whole message for a union
+    # member's own type error, or for a field missing from the message itself.
+    for error in errors:
+        loc = error["loc"]
+        if len(loc) <= 1 or (len(loc) == 2 and error["type"] == "missing"):
+            return _reject_value(error.get("input"))
+    return _invalid("not a JSON-RPC 2.0 request, notification or response", None)
 
 
 def _reject(line: bytes) -> Rejection:
