@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +121,116 @@ def test_stdin_from_a_regular_file_is_served_by_the_sdks_transport(tmp_path: Pat
     assert done.returncode == 0, done.stderr.decode()
     answer = json.loads(done.stdout.decode().splitlines()[0])
     assert answer["id"] == 0 and answer["result"]["serverInfo"]["name"] == "warden-mcp-proxy"
+
+
+#: Lines the proxy cannot accept, each with the error code and id it is answered
+#: with (decisions 690–692); ``None`` as the code: a notification, not answered.
+DEEP = b'{"a":' + b"[" * 250 + b"]" * 250 + b"}"
+BAD_LINES: list[tuple[bytes, int | None, Any]] = [
+    (b"{not json}", -32700, None),
+    (b"\xff\xfe garbage", -32700, None),
+    (b'{"jsonrpc":"2.0","id":41,"method":"ping","params":{"a":"\xff"}}', -32700, None),
+    (b'{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"get_current_time",'
+     b'"arguments":{"timezone":"\\ud800"}}}', -32700, None),
+    (b'{"jsonrpc":"2.0","id":43,"method":"tools/call","params":{"name":"get_current_time",'
+     b'"arguments":' + DEEP + b"}}", -32700, None),
+    (b"{}", -32600, None),
+    (b'{"jsonrpc":"2.0","id":5}', -32600, 5),
+    (b'{"id":7,"method":"tools/list"}', -32600, 7),
+    (b'"hello"', -32600, None),
+    (b'{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}', -32600, None),
+    (b'{"method":"notifications/initialized"}', None, None),
+]  # fmt: skip
+
+
+def exchange(data_dir: Path, raw: list[bytes], last_id: Any) -> tuple[list[Any], str]:
+    """Handshake with a proxy, then send ``raw`` lines at once and read answers until
+    the one to ``last_id``; return the answers after the handshake's, in order, and
+    the proxy's stderr."""
+    proc = subprocess.Popen(
+        proxy_command(data_dir), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, cwd=str(ROOT), env=dict(os.environ),
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(json.dumps(INIT).encode() + b"\n")
+        proc.stdin.flush()
+        handshake = json.loads(proc.stdout.readline())
+        assert handshake["id"] == 0 and "result" in handshake
+        proc.stdin.write(
+            b"".join(line + b"\n" for line in [json.dumps(INITIALIZED).encode(), *raw])
+        )
+        proc.stdin.flush()
+        answers: list[Any] = []
+        while not answers or not (
+            isinstance(answers[-1], dict) and answers[-1].get("id") == last_id
+        ):
+            line = proc.stdout.readline()
+            assert line, "the proxy closed its output"
+            answers.append(json.loads(line))
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err.decode(errors="replace")
+    return answers, err.decode(errors="replace")
+
+
+def test_lines_the_proxy_cannot_accept_are_answered_and_go_no_further(tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    batch = b'[{"jsonrpc":"2.0","id":996,"method":"ping"},{"jsonrpc":"2.0","method":"x"},1]'
+    before = [b"", b"   "]  # blank lines carry no message: ignored
+    raw = [
+        *before, *(line for line, _, _ in BAD_LINES), batch, b"[]",
+        json.dumps(call(9, TIME_CALL)).encode(),
+    ]  # fmt: skip
+    answers, err = exchange(data, raw, 9)
+    refusals, last = answers[:-1], answers[-1]
+    expected = [(code, rid) for _, code, rid in BAD_LINES if code is not None]
+    assert [(a["error"]["code"], a["id"]) for a in refusals[: len(expected)]] == expected
+    for answer in refusals[: len(expected)]:
+        assert answer["jsonrpc"] == "2.0" and set(answer) == {"jsonrpc", "id", "error"}
+    # A batch: one error per element that is not a notification, as an array.
+    batch_answer, empty_batch = refusals[len(expected) :]
+    assert [(a["error"]["code"], a["id"]) for a in batch_answer] == [(-32600, 996), (-32600, None)]
+    assert (empty_batch["error"]["code"], empty_batch["id"]) == (-32600, None)
+    # The call after them is governed and answered as ever.
+    assert last["id"] == 9 and last["result"]["isError"] is False
+    assert last["result"]["_meta"]["warden"]["decision"] == "allow"
+    # Each refusal is logged at WARNING, the unanswered notification too.
+    assert err.count("refused a client line") == len(BAD_LINES) + 2
+    assert "a notification, not answered" in err
+    # Nothing of them was recorded: the chains verify and hold as many entries as a
+    # connection that made only the handshake and the call.
+    checked = verify(data)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    baseline, _ = exchange(tmp_path / "only-the-call", [json.dumps(call(9, TIME_CALL)).encode()], 9)
+    assert baseline[-1]["result"]["isError"] is False
+    assert entries(checked.stdout) == entries(verify(tmp_path / "only-the-call").stdout)
+
+
+def entries(verified: str) -> int:
+    """The entry count ``warden verify`` reports for the data directory's store."""
+    found = re.search(r"(\d+) entries", verified)
+    assert found, verified
+    return int(found.group(1))
+
+
+def test_a_bad_line_on_a_regular_file_stdin_is_answered_too(tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(
+        json.dumps(INIT).encode() + b"\n{not json}\n"
+        + b'{"jsonrpc":"2.0","id":5}\n[{"jsonrpc":"2.0","id":996,"method":"ping"}]\n'
+    )  # fmt: skip
+    with source.open("rb") as stdin:
+        done = subprocess.run(
+            proxy_command(tmp_path / "d"), stdin=stdin, capture_output=True, timeout=120,
+            cwd=str(ROOT), env=dict(os.environ), check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    answers = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    # The handshake's answer may come before or after the refusals (they are answered
+    # as they are read); the refusals come in the order of their lines.
+    assert [a["id"] for a in answers if "result" in a] == [0]
+    refusals = [(a["id"], a["error"]["code"]) for a in answers if "error" in a]
+    assert refusals == [(None, -32700), (5, -32600), (996, -32600)]
+    assert done.stderr.decode().count("refused a client line") == 3

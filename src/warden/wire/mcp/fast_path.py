@@ -1,10 +1,12 @@
 """The client side of the proxy over a :class:`StdioChannel`, with a ``tools/call`` fast path.
 
-Every line from the client is parsed as the SDK's stdio transport parses it (the
-JSON-RPC message model). A ``tools/call`` request on a handshake-era connection is
-then answered here, beside the SDK's server rather than through it: the same
-checks the SDK's dispatcher makes (the request against the negotiated version's
-schema, the params model), the same governed handler
+Every line from the client is parsed with the SDK's JSON-RPC message model; a line
+it refuses (not UTF-8, not JSON, not a JSON-RPC message) is answered here with a
+JSON-RPC error (:mod:`warden.wire.mcp.bad_input`) and goes no further. A
+``tools/call`` request on a handshake-era connection is then answered here,
+beside the SDK's server rather than through it: the same checks the SDK's
+dispatcher makes (the request against the negotiated version's schema, the params
+model), the same governed handler
 (:meth:`Proxy.govern_tool_call`), the same result validation and shaping for that
 version, the same error mapping, and the same rule that a request the client
 cancelled is not answered. What it skips is the SDK's per-request machinery
@@ -29,6 +31,7 @@ from mcp_types import methods
 from pydantic import ValidationError
 
 from warden.transport.stdio_channel import StdioChannel
+from warden.wire.mcp.bad_input import Rejection, parse_line
 
 if TYPE_CHECKING:
     from warden.wire.mcp.proxy import Proxy
@@ -45,13 +48,14 @@ async def serve_channel(proxy: Proxy, server: Server[Any], channel: StdioChannel
     async def read(tg: TaskGroup) -> None:
         async with to_server:
             async for line in channel.lines():
-                try:
-                    # As the SDK's stdio transport: UTF-8 with replacement, then the model.
-                    message = types.jsonrpc_message_adapter.validate_json(
-                        line.decode("utf-8", errors="replace"), by_name=False
-                    )
-                except Exception as exc:  # noqa: BLE001 - the SDK's server reports it
-                    await to_server.send(exc)
+                if not line.strip():
+                    continue  # a blank line carries no message (decision 692)
+                message = parse_line(line)
+                if isinstance(message, Rejection):
+                    # Answered here: the SDK's server would drop it unanswered.
+                    log.warning("refused a client line of %d bytes: %s", len(line), message.reason)
+                    if message.answer is not None:
+                        await _write(channel, message.answer)
                     continue
                 if not _take(proxy, message, tg, channel, in_flight):
                     await to_server.send(SessionMessage(message))
@@ -144,9 +148,11 @@ async def _call(
 
 
 async def _send(channel: StdioChannel, message: types.JSONRPCMessage) -> None:
+    await _write(channel, message.model_dump_json(by_alias=True, exclude_unset=True).encode())
+
+
+async def _write(channel: StdioChannel, data: bytes) -> None:
     try:
-        await channel.write_line(
-            message.model_dump_json(by_alias=True, exclude_unset=True).encode()
-        )
+        await channel.write_line(data)
     except (BrokenPipeError, ConnectionResetError):
         log.debug("the client is gone; an answer was dropped")

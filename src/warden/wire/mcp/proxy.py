@@ -27,6 +27,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -41,6 +42,7 @@ from pydantic import BaseModel
 from warden.policy.bundle import Bundle
 from warden.transport.mcp_direct_calls import DirectCalls
 from warden.transport.stdio_channel import claim_stdio
+from warden.wire.mcp.bad_input import rejection_for
 from warden.wire.mcp.fast_path import serve_channel
 from warden.wire.mcp.gateway import Gateway, Ruling, refusal
 from warden.wire.mcp.outcome import (
@@ -409,6 +411,33 @@ async def serve_stdio(
                     await serve_channel(proxy, server, channel)
                     return
             async with stdio_server() as (read, write):
-                await server.run(read, write, server.create_initialization_options())
+                await _serve_sdk_stdio(server, read, write)
         finally:
             await anyio.to_thread.run_sync(gateway.close)
+
+
+async def _serve_sdk_stdio(
+    server: Server[Any],
+    read: MemoryObjectReceiveStream[SessionMessage | Exception],
+    write: MemoryObjectSendStream[SessionMessage],
+) -> None:
+    """Run ``server`` on the SDK's stdio transport, answering the lines that transport
+    could not parse (it yields an exception in their place, which the SDK's server
+    would drop unanswered) as the channel does (:mod:`warden.wire.mcp.bad_input`)."""
+    to_server, server_in = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+    async def relay() -> None:
+        async with read, to_server:
+            async for item in read:
+                if not isinstance(item, Exception):
+                    await to_server.send(item)
+                    continue
+                rejection = rejection_for(item)
+                log.warning("refused a client line: %s", rejection.reason)
+                # One message per error: this transport writes messages, not arrays.
+                for error in rejection.errors:
+                    await write.send(SessionMessage(types.JSONRPCError.model_validate(error)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(relay)
+        await server.run(server_in, write, server.create_initialization_options())

@@ -1,0 +1,80 @@
+"""What the proxy answers for each line it cannot accept (decisions 690–693), without a
+process: the same classification from the raw line (its own channel) and from the
+exception the SDK's stdio transport yields in the line's place (a regular-file stdin)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import mcp_types as types
+import pytest
+
+from warden.wire.mcp.bad_input import Rejection, parse_line, rejection_for
+
+DEEP = b"[" * 250 + b"]" * 250
+
+#: line, then (code, id) of each error answered; [] for none.
+CASES: list[tuple[bytes, list[tuple[int, Any]]]] = [
+    (b"{not json}", [(-32700, None)]),
+    (b"\xff\xfe garbage", [(-32700, None)]),
+    (b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":"\\ud800"}}', [(-32700, None)]),
+    (b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":' + DEEP + b"}}", [(-32700, None)]),
+    (b"{}", [(-32600, None)]),
+    (b'"hello"', [(-32600, None)]),
+    (b'{"jsonrpc":"2.0","id":5}', [(-32600, 5)]),
+    (b'{"jsonrpc":"2.0","id":"a","method":7}', [(-32600, "a")]),
+    (b'{"id":7,"method":"tools/list"}', [(-32600, 7)]),
+    (b'{"jsonrpc":"2.0","id":true}', [(-32600, None)]),
+    (b'[{"jsonrpc":"2.0","id":996,"method":"ping"},1,{"jsonrpc":"2.0","method":"x"}]',
+     [(-32600, 996), (-32600, None)]),
+    (b"[]", [(-32600, None)]),
+    (b'[{"jsonrpc":"2.0","method":"x"}]', []),
+    (b'{"method":"notifications/initialized"}', []),
+]  # fmt: skip
+
+
+def answered(rejection: Rejection) -> list[tuple[int, Any]]:
+    for error in rejection.errors:
+        assert set(error) == {"jsonrpc", "id", "error"} and error["jsonrpc"] == "2.0"
+    return [(e["error"]["code"], e["id"]) for e in rejection.errors]
+
+
+@pytest.mark.parametrize(("line", "expected"), CASES)
+def test_each_line_is_refused_with_its_code_and_id(
+    line: bytes, expected: list[tuple[int, Any]]
+) -> None:
+    rejection = parse_line(line)
+    assert isinstance(rejection, Rejection)
+    assert answered(rejection) == expected
+    if not expected:
+        assert rejection.answer is None
+    elif rejection.batch:
+        assert [e["id"] for e in json.loads(rejection.answer or b"")] == [e[1] for e in expected]
+    else:
+        assert json.loads(rejection.answer or b"")["id"] == expected[0][1]
+
+
+@pytest.mark.parametrize(("line", "expected"), [c for c in CASES if not c[0].startswith(b"\xff")])
+def test_the_sdks_exception_gives_the_same_answer(
+    line: bytes, expected: list[tuple[int, Any]]
+) -> None:
+    # As the SDK's stdio transport parses a line: text decoded with replacement.
+    with pytest.raises(ValueError) as caught:
+        types.jsonrpc_message_adapter.validate_json(line.decode(), by_name=False)
+    assert answered(rejection_for(caught.value)) == expected
+
+
+@pytest.mark.parametrize("rid", [b"1.5", b"null"])
+def test_an_id_the_model_would_drop_is_refused_not_taken_for_a_notification(rid: bytes) -> None:
+    rejection = parse_line(b'{"jsonrpc":"2.0","id":' + rid + b',"method":"tools/list"}')
+    assert isinstance(rejection, Rejection)
+    assert answered(rejection) == [(-32600, None)]
+
+
+def test_valid_messages_pass() -> None:
+    request = parse_line(b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}')
+    assert isinstance(request, types.JSONRPCRequest) and request.id == 1
+    # A notification whose params hold an "id" is still a notification.
+    note = parse_line(b'{"jsonrpc":"2.0","method":"notifications/x","params":{"id":3}}')
+    assert isinstance(note, types.JSONRPCNotification)
