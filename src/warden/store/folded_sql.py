@@ -101,7 +101,7 @@ class _FoldedTx(SqlSpendTx):
         return self._heads[session_id]
 
     def append(self, item: PendingAppend) -> None:
-        from warden.store.sql import _now
+        from warden.store.sql import INSERT_ENTRY, entry_row
 
         store = self._store
         assert store._log_tx is not None  # noqa: SLF001 - read in the first round trip
@@ -119,23 +119,7 @@ class _FoldedTx(SqlSpendTx):
                 item.expected_seq,
             ),
         )
-        self._cur.execute(
-            "INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, entry, "
-            "response, created_at, request, log_index) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                item.session_id,
-                seq,
-                item.entry["entry_hash"],
-                str(item.entry.get("step_id", "")),
-                str(item.entry.get("step_type", "")),
-                _dumps(item.entry),
-                _dumps(item.response) if item.response is not None else None,
-                _now(),
-                item.request,
-                index,
-            ),
-        )
+        self._cur.execute(INSERT_ENTRY.replace("?", "%s"), entry_row(item, item.response, index))
         store._log_tx[1] = index + 1  # noqa: SLF001
         self.moved[item.session_id] = item.entry["entry_hash"]
         self.touched_sessions.add(item.session_id)
@@ -171,7 +155,7 @@ def write_in(store: SqlStore, cur: Any, item: PendingAppend) -> None:
 def append_folded(store: SqlStore, item: PendingAppend) -> Exception | None:
     """PostgreSQL: ``item`` and its folded writes in two round trips (module doc). The
     error it returns has written nothing; ``None`` once COMMIT returned."""
-    from warden.store.sql import _LOG_LOCK, _PG_APPEND, _now
+    from warden.store.sql import _LOG_LOCK, _PG_APPEND, _now, pg_append_params
 
     folded: FoldedWrite | None = item.folded
     assert folded is not None
@@ -224,7 +208,7 @@ def append_folded(store: SqlStore, item: PendingAppend) -> Exception | None:
             flush = store._log_flush().strip().rstrip(";")  # noqa: SLF001
             index = store._log_tx[1]  # noqa: SLF001
             response = item.indexed(index) if item.indexed is not None else item.response
-            append = both.mogrify(_PG_APPEND, _append_params(item, response, _now()))
+            append = both.mogrify(_PG_APPEND, pg_append_params(item, response, _now()))
             moved = "".join(
                 both.mogrify(
                     " AND EXISTS (SELECT 1 FROM sessions WHERE session_id = %s AND head_hash = %s)",
@@ -271,26 +255,6 @@ def _committed(store: SqlStore, folded: FoldedWrite, touched: set[str]) -> None:
     for sid in touched:
         store.forget_session(sid)
     folded.committed()
-
-
-def _append_params(item: PendingAppend, response: Any, now: str) -> dict[str, Any]:
-    return {
-        "key": item.agent_key,
-        "sid": item.session_id,
-        "expected": item.expected_seq,
-        "seq": item.expected_seq + 1,
-        "hash": item.entry["entry_hash"],
-        "sig": _dumps(item.head_signature),
-        "close": bool(item.close),
-        "rid": item.replay.request_id if item.replay is not None else None,
-        "nonce": item.replay.nonce if item.replay is not None else None,
-        "now": now,
-        "step_id": str(item.entry.get("step_id", "")),
-        "step_type": str(item.entry.get("step_type", "")),
-        "entry": _dumps(item.entry),
-        "response": _dumps(response) if response is not None else None,
-        "request": item.request,
-    }
 
 
 def _classify(store: SqlStore, item: PendingAppend, exc: Exception) -> Exception:

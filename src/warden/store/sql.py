@@ -396,6 +396,52 @@ class _LazyBegin:
         self._cur.close()
 
 
+def pg_append_params(item: PendingAppend, response: Any, now: str) -> dict[str, Any]:
+    """:data:`_PG_APPEND`'s parameters for ``item`` with ``response`` (or None)."""
+    return {
+        "key": item.agent_key,
+        "sid": item.session_id,
+        "expected": item.expected_seq,
+        "seq": item.expected_seq + 1,
+        "hash": item.entry["entry_hash"],
+        "sig": _dumps(item.head_signature),
+        "close": bool(item.close),
+        "rid": item.replay.request_id if item.replay is not None else None,
+        "nonce": item.replay.nonce if item.replay is not None else None,
+        "now": now,
+        "step_id": str(item.entry.get("step_id", "")),
+        "step_type": str(item.entry.get("step_type", "")),
+        "entry": _dumps(item.entry),
+        "response": _dumps(response) if response is not None else None,
+        "request": item.request,
+    }
+
+
+#: One ACS entry row (qmark style; :meth:`SqlStore._q` or ``%s`` for PostgreSQL).
+INSERT_ENTRY = (
+    "INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, "
+    "entry, response, created_at, request, log_index) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def entry_row(item: PendingAppend, response: Any, log_index: int) -> tuple[Any, ...]:
+    """:data:`INSERT_ENTRY`'s values for ``item`` (its entry at ``expected_seq + 1``),
+    with ``response`` (the signed answer, or None) and its transparency-log index."""
+    return (
+        item.session_id,
+        item.expected_seq + 1,
+        item.entry["entry_hash"],
+        str(item.entry.get("step_id", "")),
+        str(item.entry.get("step_type", "")),
+        _dumps(item.entry),
+        _dumps(response) if response is not None else None,
+        _now(),
+        item.request,
+        log_index,
+    )
+
+
 class _EntryConflict(Exception):
     """The entry insert hit a uniqueness constraint (seq or step id); classified after
     rolling back to the item's savepoint."""
@@ -933,25 +979,8 @@ class SqlStore:
             from warden.store.folded_sql import append_folded
 
             return append_folded(self, item)
-        seq = item.expected_seq + 1
         index: int | None = None
-        params = {
-            "key": item.agent_key,
-            "sid": item.session_id,
-            "expected": item.expected_seq,
-            "seq": seq,
-            "hash": item.entry["entry_hash"],
-            "sig": _dumps(item.head_signature),
-            "close": bool(item.close),
-            "rid": item.replay.request_id if item.replay is not None else None,
-            "nonce": item.replay.nonce if item.replay is not None else None,
-            "now": _now(),
-            "step_id": self._step_id(item),
-            "step_type": str(item.entry.get("step_type", "")),
-            "entry": _dumps(item.entry),
-            "response": _dumps(item.response) if item.response is not None else None,
-            "request": item.request,
-        }
+        params = pg_append_params(item, item.response, _now())
         with self._lock:
             cur = self._cursor()
             try:
@@ -1065,25 +1094,7 @@ class SqlStore:
         log_index = self._leaf_index(cur)
         response = item.indexed(log_index) if item.indexed is not None else item.response
         try:
-            cur.execute(
-                self._q(
-                    "INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, "
-                    "entry, response, created_at, request, log_index) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                ),
-                (
-                    item.session_id,
-                    seq,
-                    item.entry["entry_hash"],
-                    self._step_id(item),
-                    str(item.entry.get("step_type", "")),
-                    _dumps(item.entry),
-                    _dumps(response) if response is not None else None,
-                    _now(),
-                    item.request,
-                    log_index,
-                ),
-            )
+            cur.execute(self._q(INSERT_ENTRY), entry_row(item, response, log_index))
         except Exception as exc:
             if is_integrity(exc):
                 raise _EntryConflict(str(exc)) from exc
