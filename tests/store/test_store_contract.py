@@ -217,6 +217,81 @@ def test_replay_keys_are_per_session(store: Any) -> None:
     assert store.counts()["replay_keys"] == 4
 
 
+def test_a_chained_request_id_is_recorded_by_its_entry_alone(store: Any) -> None:
+    """Issue 16: no replay_keys row where the entries' unique (session_id, step_id) index
+    already refuses the replay (decision 273); the id is still seen and refused."""
+    sid = new_session(store)
+    before = store.counts()["replay_keys"]
+    append_next(store, sid, step_id="step-a")
+    assert store.counts()["replay_keys"] == before
+    assert store.seen(sid, ReplayKeys("step-a"))
+    assert not store.seen(sid, ReplayKeys("step-b"))
+    frozen = snapshot(store)
+    with pytest.raises(ReplayDetected):
+        store.record_replay(sid, ReplayKeys("step-a"))  # a refusal of the same id, later
+    assert snapshot(store) == frozen
+
+
+def test_a_refused_request_id_is_never_chained_later(store: Any) -> None:
+    """A step refused before its entry recorded its id in replay_keys; an append of that
+    id is ReplayDetected and writes nothing, alone and inside a batch."""
+    sid = new_session(store)
+    store.record_replay(sid, ReplayKeys("refused-1"))
+    state = store.load_session(sid, fresh=True)
+    before = snapshot(store)
+    with pytest.raises(ReplayDetected):
+        store.append(
+            sid,
+            expected_seq=state.head_seq,
+            entry=entry_after(state, "refused-1"),
+            response=None,
+            head_signature=HEAD_SIG,
+            replay=ReplayKeys("refused-1"),
+        )
+    assert snapshot(store) == before
+    other = new_session(store)
+    fresh = entry_after(store.load_session(other))
+    outcomes = store.append_many(
+        [
+            PendingAppend(sid, state.head_seq, entry_after(state, "refused-1"), None, HEAD_SIG,
+                          ReplayKeys("refused-1")),
+            PendingAppend(other, -1, fresh, None, HEAD_SIG, ReplayKeys(fresh["step_id"])),
+        ]
+    )  # fmt: skip
+    assert isinstance(outcomes[0], ReplayDetected) and outcomes[1] is None, outcomes
+    assert store.load_session(sid, fresh=True).head_seq == state.head_seq
+    assert store.load_session(other, fresh=True).head_hash == fresh["entry_hash"]
+
+
+def test_an_appended_steps_nonce_is_still_recorded_and_refused(store: Any) -> None:
+    sid = new_session(store)
+    before = store.counts()["replay_keys"]
+    append_next(store, sid, replay=ReplayKeys("n-step-1", nonce="q" * 16), step_id="n-step-1")
+    assert store.counts()["replay_keys"] == before + 1  # the nonce only
+    assert store.seen(sid, ReplayKeys("unrelated", nonce="q" * 16))
+    state = store.load_session(sid, fresh=True)
+    frozen = snapshot(store)
+    with pytest.raises(ReplayDetected):
+        store.append(
+            sid,
+            expected_seq=state.head_seq,
+            entry=entry_after(state, "n-step-2"),
+            response=None,
+            head_signature=HEAD_SIG,
+            replay=ReplayKeys("n-step-2", nonce="q" * 16),
+        )
+    assert snapshot(store) == frozen
+
+
+def test_a_request_id_other_than_the_step_id_keeps_its_row(store: Any) -> None:
+    sid = new_session(store)
+    before = store.counts()["replay_keys"]
+    append_next(store, sid, replay=ReplayKeys("not-the-step"), step_id="the-step")
+    assert store.counts()["replay_keys"] == before + 1
+    with pytest.raises(ReplayDetected):
+        store.record_replay(sid, ReplayKeys("not-the-step"))
+
+
 # -- appends ------------------------------------------------------------------------------
 
 
@@ -247,7 +322,9 @@ def test_append_advances_the_head(store: Any) -> None:
         "closed": False,
         "signature": HEAD_SIG,
     }
-    assert store.counts() == {"sessions": 1, "replay_keys": 3, "entries": 2}
+    # The steps' request ids are their entries' step ids: no replay_keys row (decision 273).
+    assert store.counts() == {"sessions": 1, "replay_keys": 1, "entries": 2}
+    assert store.seen(sid, ReplayKeys(first["step_id"]))
 
 
 def test_append_stores_the_response_beside_the_entry(store: Any) -> None:
@@ -473,7 +550,7 @@ def test_a_request_id_is_chained_once_even_without_its_replay_keys(store: Any) -
         )
     assert snapshot(store) == before
     assert store.load_session(sid, fresh=True).head_hash == first["entry_hash"]
-    assert not store.seen(sid, ReplayKeys("step-1"))
+    assert store.seen(sid, ReplayKeys("step-1"))  # its entry records it (decision 273)
 
     # In a batch the replay fails alone; the other session's append commits.
     other = new_session(store)
@@ -641,7 +718,7 @@ def test_racing_appends_for_one_seq_have_exactly_one_winner(
     assert all(isinstance(r, HeadMoved) for r in results if r is not None), results
     final = stores[0].load_session(sid, fresh=True)
     assert (final.head_seq, final.head_hash) == (0, entries[winners[0]]["entry_hash"])
-    assert stores[0].counts() == {"sessions": 1, "replay_keys": 2, "entries": 1}
+    assert stores[0].counts() == {"sessions": 1, "replay_keys": 1, "entries": 1}
 
 
 def test_concurrent_writers_build_one_unforked_chain(open_handle: Callable[[], Any]) -> None:
@@ -681,7 +758,7 @@ def test_concurrent_writers_build_one_unforked_chain(open_handle: Callable[[], A
     )
     report = verify_records(records, ikm=TEST_IKM)  # links, hashes and the signed head
     assert (report.entries, report.signatures_checked) == (total, 1)
-    assert stores[0].counts() == {"sessions": 1, "replay_keys": total + 1, "entries": total}
+    assert stores[0].counts() == {"sessions": 1, "replay_keys": 1, "entries": total}
 
 
 def test_a_stale_handle_gets_head_moved_then_reloads(open_handle: Callable[[], Any]) -> None:

@@ -261,10 +261,17 @@ def _classify(store: SqlStore, item: PendingAppend, exc: Exception) -> Exception
     """Why the second round trip failed, after its rollback: a duplicate replay key; the
     check (the entry was not appended: the agent key was revoked or the head moved); any
     other constraint (a chain race) is a stale read, decided again from the database."""
+    from warden.store.sql import _REFUSED, chained_request_id
+
     diag = getattr(exc, "diag", None)
     if getattr(diag, "constraint_name", None) == "pk_replay_keys":
         return ReplayDetected("duplicate request_id or nonce")
     if getattr(diag, "column_name", None) == "next_index":
+        chained = chained_request_id(item)
+        if chained is not None and store._read(  # noqa: SLF001
+            _REFUSED, (item.session_id, chained)
+        ):
+            return ReplayDetected("duplicate request_id or nonce")
         if item.agent_key is not None:
             live = store._read(  # noqa: SLF001
                 "SELECT 1 FROM agent_keys k JOIN agents a ON a.agent_id = k.agent_id "

@@ -294,6 +294,22 @@ _KEY_LIVE = (
     "WHERE k.key_id = ? AND k.revoked_at IS NULL AND a.revoked_at IS NULL)"
 )
 
+#: A request id recorded by a refused step (``record_replay``: no entry was written).
+_REFUSED = "SELECT 1 FROM replay_keys WHERE session_id = ? AND kind = 'request_id' AND value = ?"
+#: The head-move condition that an appended request id was not refused before.
+_NOT_REFUSED = " AND NOT EXISTS (" + _REFUSED + ")"
+
+
+def chained_request_id(item: PendingAppend) -> str | None:
+    """The request id of ``item`` when its entry's step id is that id: the entries'
+    unique ``(session_id, step_id)`` index then refuses its replay, and no replay_keys
+    row is written for it (issue 16: no separate replay-key insert where a unique index
+    already refuses the replay; decision 273). None otherwise."""
+    if item.replay is None or item.entry.get("step_id") != item.replay.request_id:
+        return None
+    return item.replay.request_id
+
+
 #: One ACS append on PostgreSQL as one statement (its own transaction in autocommit, so
 #: one round trip): move the head if it is where the entry was chained and the agent key
 #: is live, record the replay keys, insert the entry as the next transparency-log leaf.
@@ -311,6 +327,9 @@ WITH lk AS (
     AND (%(key)s::text IS NULL OR EXISTS (
       SELECT 1 FROM agent_keys k JOIN agents a ON a.agent_id = k.agent_id
       WHERE k.key_id = %(key)s::text AND k.revoked_at IS NULL AND a.revoked_at IS NULL))
+    AND (%(chained)s::text IS NULL OR NOT EXISTS (
+      SELECT 1 FROM replay_keys WHERE session_id = %(sid)s AND kind = 'request_id'
+        AND value = %(chained)s::text))
   RETURNING session_id
 ), replay AS (
   INSERT INTO replay_keys (session_id, kind, value, seen_at)
@@ -398,6 +417,7 @@ class _LazyBegin:
 
 def pg_append_params(item: PendingAppend, response: Any, now: str) -> dict[str, Any]:
     """:data:`_PG_APPEND`'s parameters for ``item`` with ``response`` (or None)."""
+    chained = chained_request_id(item)
     return {
         "key": item.agent_key,
         "sid": item.session_id,
@@ -406,7 +426,9 @@ def pg_append_params(item: PendingAppend, response: Any, now: str) -> dict[str, 
         "hash": item.entry["entry_hash"],
         "sig": _dumps(item.head_signature),
         "close": bool(item.close),
-        "rid": item.replay.request_id if item.replay is not None else None,
+        # A chained request id is recorded by the entry's step id (decision 273).
+        "rid": item.replay.request_id if item.replay is not None and chained is None else None,
+        "chained": chained,
         "nonce": item.replay.nonce if item.replay is not None else None,
         "now": now,
         "step_id": str(item.entry.get("step_id", "")),
@@ -735,20 +757,31 @@ class SqlStore:
                 log.exception("rollback failed")
 
     @staticmethod
-    def _replay_rows(session_id: str, replay: ReplayKeys) -> list[tuple[str, str, str, str]]:
+    def _replay_rows(
+        session_id: str, replay: ReplayKeys, *, chained: bool = False
+    ) -> list[tuple[str, str, str, str]]:
         now = _now()
-        rows = [(session_id, "request_id", replay.request_id, now)]
+        rows = [] if chained else [(session_id, "request_id", replay.request_id, now)]
         if replay.nonce is not None:
             rows.append((session_id, "nonce", replay.nonce, now))
         return rows
 
-    def _insert_replay(self, cur: Any, session_id: str, replay: ReplayKeys) -> None:
+    def _insert_replay(
+        self, cur: Any, session_id: str, replay: ReplayKeys, *, chained: bool = False
+    ) -> None:
+        """Record ``replay``'s keys; ReplayDetected if one is already there. ``chained``:
+        the request id is the step id of the entry this transaction inserts, so the
+        entries' unique ``(session_id, step_id)`` index records it and no row is written
+        for it (issue 16, decision 273)."""
+        rows = self._replay_rows(session_id, replay, chained=chained)
+        if not rows:
+            return
         try:
             cur.executemany(
                 self._q(
                     "INSERT INTO replay_keys (session_id, kind, value, seen_at) VALUES (?, ?, ?, ?)"
                 ),
-                self._replay_rows(session_id, replay),
+                rows,
             )
         except Exception as exc:
             if is_integrity(exc):
@@ -835,6 +868,7 @@ class SqlStore:
         return state
 
     def seen(self, session_id: str, replay: ReplayKeys) -> bool:
+        # A chained request id is recorded by its entry's step id alone (decision 273).
         values = [replay.request_id]
         sql = (
             "SELECT 1 FROM replay_keys WHERE session_id = ? "
@@ -843,7 +877,8 @@ class SqlStore:
         if replay.nonce is not None:
             sql += " OR (kind = 'nonce' AND value = ?)"
             values.append(replay.nonce)
-        return self._read(sql + ") LIMIT 1", (session_id, *values)) is not None
+        sql += ") UNION ALL SELECT 1 FROM entries WHERE session_id = ? AND step_id = ?"
+        return self._read(sql, (session_id, *values, session_id, replay.request_id)) is not None
 
     def step_entry(self, session_id: str, step_id: str) -> dict[str, Any] | None:
         """The committed entry of request ``step_id`` in the session, or None.
@@ -865,6 +900,13 @@ class SqlStore:
 
     def record_replay(self, session_id: str, replay: ReplayKeys) -> None:
         with self._write() as cur:
+            # A chained request id has no replay_keys row, only its entry (decision 273).
+            cur.execute(
+                self._q("SELECT 1 FROM entries WHERE session_id = ? AND step_id = ?"),
+                (session_id, replay.request_id),
+            )
+            if cur.fetchone() is not None:
+                raise ReplayDetected("duplicate request_id or nonce")
             self._insert_replay(cur, session_id, replay)
 
     def append(
@@ -1041,16 +1083,31 @@ class SqlStore:
         return StoreUnavailable(f"the database connection was lost: {lost}")
 
     def _why_not_appended(self, item: PendingAppend) -> Exception:
-        """No row moved: the agent key was revoked, or the head is no longer expected."""
-        if item.agent_key is not None:
+        """No row moved: the request id was refused before, the agent key was revoked,
+        or the head is no longer expected."""
+        chained = chained_request_id(item)
+        if item.agent_key is not None or chained is not None:
             with self._write() as cur:
-                if not SqlAgents(cur, self._q).key_active(item.agent_key):
+                if chained is not None:
+                    try:
+                        self._check_not_refused(cur, item.session_id, chained)
+                    except ReplayDetected as exc:
+                        return exc
+                if item.agent_key is not None and not SqlAgents(cur, self._q).key_active(
+                    item.agent_key
+                ):
                     return KeyRevoked("the agent key that signed this request is revoked")
         return HeadMoved(f"session {item.session_id} head is no longer seq {item.expected_seq}")
 
     @staticmethod
     def _step_id(item: PendingAppend) -> str:
         return str(item.entry.get("step_id", ""))
+
+    def _check_not_refused(self, cur: Any, session_id: str, request_id: str) -> None:
+        """Raise ReplayDetected if ``request_id`` was recorded by a refused step."""
+        cur.execute(self._q(_REFUSED), (session_id, request_id))
+        if cur.fetchone() is not None:
+            raise ReplayDetected("duplicate request_id or nonce")
 
     def _check_agent_key(self, cur: Any, agent_key: str | None) -> None:
         """Raise KeyRevoked unless ``agent_key`` (if any) and its agent are unrevoked: a
@@ -1068,15 +1125,18 @@ class SqlStore:
             row = cur.fetchone()
             if row is None or str(row[0]) != guard.updated_at:
                 raise StaleRead(f"approval task {guard.task_id} changed since it was read")
+        chained = chained_request_id(item)
         if item.replay is not None:
-            self._insert_replay(cur, item.session_id, item.replay)
-        # The head moves only while the signing agent key is live: one statement checks
-        # both (a revocation on any replica stops the next write here, issue 15).
+            self._insert_replay(cur, item.session_id, item.replay, chained=chained is not None)
+        # The head moves only while the signing agent key is live and the request id was
+        # not refused before: one statement checks all three (a revocation on any replica
+        # stops the next write here, issue 15; decision 273).
         cur.execute(
             self._q(
                 "UPDATE sessions SET head_seq = ?, head_hash = ?, head_signature = ?, "
                 "closed = (closed OR ?) WHERE session_id = ? AND head_seq = ?"
                 + (_KEY_LIVE if item.agent_key is not None else "")
+                + (_NOT_REFUSED if chained is not None else "")
             ),
             (
                 seq,
@@ -1086,9 +1146,12 @@ class SqlStore:
                 item.session_id,
                 item.expected_seq,
                 *((item.agent_key,) if item.agent_key is not None else ()),
+                *((item.session_id, chained) if chained is not None else ()),
             ),
         )
         if cur.rowcount != 1:
+            if chained is not None:
+                self._check_not_refused(cur, item.session_id, chained)
             self._check_agent_key(cur, item.agent_key)
             raise HeadMoved(f"session {item.session_id} head is no longer seq {item.expected_seq}")
         log_index = self._leaf_index(cur)
