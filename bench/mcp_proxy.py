@@ -11,7 +11,9 @@ Each session first makes ``--warmup`` calls, then ``--calls`` timed
 all see the same machine state. Through the proxy each call is two chained ACS steps (the wrapped
 request, then the wrapped response), each committed to SQLite before the answer.
 Reported: median, p99 and mean in ms for both, the added median and p99, and the
-ratio of the medians.
+ratio of the medians; and, on Linux, each proxy process's CPU time (user + system, all its
+threads, from ``/proc``) per timed call, which a loaded machine inflates far less than
+latency.
 
 The proxy runs this checkout's Warden (``--src``). ``--compare-src OTHER/src`` adds a
 second proxied session through that checkout (``before``; this one is ``after``) to
@@ -68,6 +70,23 @@ def prepare_data_dir(data_dir: Path, src: Path) -> Path:
     return agent_key
 
 
+def proxy_cpu_s(data_dir: Path) -> float | None:
+    """CPU seconds (user + system) used so far by the ``mcp-proxy`` process serving
+    ``data_dir`` (found by its command line), or None where ``/proc`` cannot tell."""
+    needle = str(data_dir).encode()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            if b"mcp-proxy" not in cmdline or needle not in cmdline:
+                continue
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # utime and stime: fields 14 and 15 of stat(5), counted after the ")".
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return None
+
+
 def proxy_params(data_dir: Path, src: Path) -> StdioServerParameters:
     """``warden mcp-proxy`` of checkout ``src`` (``PYTHONPATH``; the SDK passes the child
     only a few variables, so without it the venv's installed Warden would run) in front
@@ -116,6 +135,7 @@ async def run(
         for _ in range(warmup):
             for session in sessions.values():
                 await session.call_tool("get_current_time", args)
+        cpu_before = {name: proxy_cpu_s(data_dir / name) for name in proxies}
         order = list(names)
         for _ in range(calls):
             # A fresh order each time: a proxy's work after its answer (a checkpoint, the
@@ -128,6 +148,7 @@ async def run(
                 times[name].append(time.perf_counter() - started)
                 if result.is_error:
                     raise SystemExit(f"{name} call failed: {result.content}")
+        cpu_after = {name: proxy_cpu_s(data_dir / name) for name in proxies}
     out: dict[str, Any] = {"calls": calls, "direct": summary(times["direct"])}
     direct_s = out["direct"]
     for name in proxies:
@@ -139,6 +160,9 @@ async def run(
             "added_p99_ms": proxied_s["p99_ms"] - direct_s["p99_ms"],
             "ratio_median": proxied_s["median_ms"] / direct_s["median_ms"],
         }
+        before, after = cpu_before[name], cpu_after[name]
+        if before is not None and after is not None:
+            out[name]["proxy_cpu_ms_per_call"] = (after - before) * 1000 / calls
     return out
 
 
@@ -184,6 +208,10 @@ def main() -> None:
             f"added ({name}) median {s['added_median_ms']:.2f} ms  p99 {s['added_p99_ms']:.2f} ms"
             f"  ratio of medians {s['ratio_median']:.1f}x ({out['calls']} calls each)"
         )
+    for name in proxies:
+        if "proxy_cpu_ms_per_call" in out[name]:
+            label = name if ns.compare_src is not None else "proxy"
+            print(f"CPU ({label}) {out[name]['proxy_cpu_ms_per_call']:.2f} ms per call")
     if ns.compare_src is not None:
         before, after = out["before"], out["after"]
         out["after_over_before"] = {

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Callable
 from typing import Any, Protocol
 
 import anyio
@@ -44,6 +44,11 @@ class DirectCalls:
 
     def __init__(self, write: _Sender, timeout_s: float) -> None:
         self._write = write
+        #: A memory stream's ``send_nowait`` (what the SDK's transports give); None for
+        #: a writer without one.
+        self._send_nowait: Callable[[SessionMessage], None] | None = getattr(
+            write, "send_nowait", None
+        )
         self._timeout_s = timeout_s
         self._ids = itertools.count(1)
         self._pending: dict[str, list[_Answer]] = {}
@@ -98,7 +103,7 @@ class DirectCalls:
             request = types.JSONRPCRequest(
                 jsonrpc="2.0", id=rid, method="tools/call", params=params
             )
-            await self._write.send(SessionMessage(request))
+            await self._send(SessionMessage(request))
             with anyio.move_on_after(self._timeout_s) as waited:
                 await event.wait()
         except anyio.get_cancelled_exc_class():
@@ -121,6 +126,17 @@ class DirectCalls:
         if not result.is_error:
             await session.validate_tool_result(name, result)
         return result
+
+    async def _send(self, item: SessionMessage) -> None:
+        """Hand ``item`` to the transport's writer at once when it is waiting for one
+        (the usual case), without the loop pass ``send`` takes first; else wait for it."""
+        if self._send_nowait is not None:
+            try:
+                self._send_nowait(item)
+                return
+            except anyio.WouldBlock:
+                pass
+        await self._write.send(item)
 
     async def _cancel(self, rid: str, reason: str) -> None:
         params = {"requestId": rid, "reason": reason}

@@ -39,7 +39,10 @@ class StdioChannel:
 
     def __init__(self, rfd: int, wfd: int) -> None:
         self.rfd, self.wfd = rfd, wfd
-        self._write_lock = anyio.Lock()
+        # fast_acquire: a free lock is taken without yielding to the event loop first
+        # (anyio's default checkpoint would put one more loop pass before every answer);
+        # a writer that must wait for the pipe still yields while it holds the lock.
+        self._write_lock = anyio.Lock(fast_acquire=True)
 
     async def lines(self) -> AsyncIterator[bytes]:
         """Each line (without its newline) until end of input; a last unterminated
