@@ -216,9 +216,12 @@ def wait_ready(port: int, timeout_s: float = 60.0) -> None:
     while True:
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            c.request("GET", "/healthz")
-            if c.getresponse().status == 200:
-                return
+            try:
+                c.request("GET", "/healthz")
+                if c.getresponse().status == 200:
+                    return
+            finally:
+                c.close()
         except OSError:
             if time.monotonic() > deadline:
                 raise
@@ -232,13 +235,17 @@ def _client_proc(
     q: Any,
     mode: str = "sticky",
     offset: int = 0,
+    client: str = "http.client",
 ) -> None:
     """One client process: ``threads`` sessions, each on keep-alive connections to
     ``ports`` (one Warden, or several replicas). ``sticky``: thread ``t`` keeps to
-    replica ``(offset + t) % n``; ``round-robin``: each request goes to the next one."""
+    replica ``(offset + t) % n``; ``round-robin``: each request goes to the next one.
+    ``client``: what sends the timed requests, ``http.client`` (the stdlib's) or
+    ``raw`` (:class:`RawAcsConnection`); the untimed handshake always uses the stdlib's."""
     import threading
 
     port_list = [ports] if isinstance(ports, int) else ports
+    use_raw = client == "raw"
     results: list[tuple[int, list[float], int]] = []
     lock = threading.Lock()
 
@@ -252,6 +259,20 @@ def _client_proc(
                 turn[0] += 1
             conn.request("POST", "/acs", body, {"content-type": "application/json"})
             parsed: dict[str, Any] = json.loads(conn.getresponse().read())
+            return parsed
+
+        raws = [RawAcsConnection(p) for p in port_list] if use_raw else []
+
+        def send_timed(body: bytes) -> dict[str, Any]:
+            """The timed part's sender: ``send``, or the raw-socket client on its own
+            keep-alive connections (opened before the barrier; ``body`` is then the
+            whole request)."""
+            if not raws:
+                return send(body)
+            raw = raws[turn[0] % len(raws)]
+            if mode == "round-robin":
+                turn[0] += 1
+            parsed: dict[str, Any] = json.loads(raw.post(body))
             return parsed
 
         client = agent_client(send)
@@ -269,12 +290,15 @@ def _client_proc(
             ).encode()
             for _ in range(per_thread)
         ]
+        if raws:
+            # Each request's bytes (request line, headers, body) built before the timing.
+            bodies = [RawAcsConnection.request(b) for b in bodies]
         barrier.wait()
         lat = []
         ok = 0
         for b in bodies:
             t0 = time.perf_counter()
-            r = send(b)
+            r = send_timed(b)
             lat.append(time.perf_counter() - t0)
             ok += r.get("result", {}).get("decision") == "allow"
         with lock:
@@ -292,13 +316,72 @@ def _client_proc(
     q.put((elapsed, [x for r in results for x in r[1]], sum(r[2] for r in results)))
 
 
-def _http_load(port: int, total: int, procs: int, threads: int) -> tuple[float, list[float], int]:
+class RawAcsConnection:
+    """A lean HTTP/1.1 client for the timed requests: one keep-alive TCP connection
+    (``TCP_NODELAY``), each request's bytes built before the timing (:meth:`request`),
+    sent in one ``sendall``; the answer read until its headers end and then exactly
+    ``Content-Length`` body bytes. It costs the client processes, which share the
+    machine's cores with the servers, a fraction of the stdlib's ``http.client``
+    (header objects, ``email`` parsing, buffered file reads) per request. Only what a
+    ``warden serve`` ACS answer is, is accepted: status 200 with a Content-Length and no
+    chunked body (anything else raises)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    @staticmethod
+    def request(body: bytes) -> bytes:
+        """The whole ``POST /acs`` request for ``body``."""
+        return (
+            "POST /acs HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode("ascii") + body
+
+    def post(self, request: bytes) -> bytes:
+        """Send ``request`` (from :meth:`request`); return the answer's body."""
+        self.sock.sendall(request)
+        recv = self.sock.recv
+        buf = self.buf
+        while (end := buf.find(b"\r\n\r\n")) < 0:
+            chunk = recv(65536)
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            buf += chunk
+        head = buf[:end].decode("latin-1").split("\r\n")
+        if not head[0].startswith("HTTP/1.1 200 "):
+            raise ConnectionError(f"unexpected answer: {head[0]!r}")
+        length = -1
+        for line in head[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value)
+            elif name.strip().lower() == "transfer-encoding":
+                raise ConnectionError("a chunked answer")
+        if length < 0:
+            raise ConnectionError("an answer without Content-Length")
+        start = end + 4
+        while len(buf) < start + length:
+            chunk = recv(65536)
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            buf += chunk
+        self.buf = buf[start + length :]
+        return buf[start : start + length]
+
+
+def _http_load(
+    port: int, total: int, procs: int, threads: int, client: str = "http.client"
+) -> tuple[float, list[float], int]:
     """``total`` decisions from ``procs`` client processes × ``threads`` threads against
-    the Warden on ``port``: (wall seconds, client latencies in s, decisions allowed)."""
+    the Warden on ``port``, sent by ``client`` (see :func:`_client_proc`): (wall seconds,
+    client latencies in s, decisions allowed)."""
     per_thread = total // (procs * threads)
     q: Any = mp.Queue()
     ps = [
-        mp.Process(target=_client_proc, args=(port, threads, per_thread, q)) for _ in range(procs)
+        mp.Process(target=_client_proc, args=(port, threads, per_thread, q, "sticky", 0, client))
+        for _ in range(procs)
     ]
     for p in ps:
         p.start()
@@ -376,7 +459,9 @@ def compare_http(
         labels = list(checkouts)
         for r in range(ns.rounds):
             for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
-                wall, lat, ok = _http_load(servers[label][1], round_size, ns.procs, ns.threads)
+                wall, lat, ok = _http_load(
+                    servers[label][1], round_size, ns.procs, ns.threads, ns.client
+                )
                 per_round[label].append(len(lat) / wall)
                 walls[label] += wall
                 lats[label].extend(lat)
@@ -399,7 +484,7 @@ def compare_http(
     first = labels[0]
     return {
         "sync": sync,
-        "clients": f"{ns.procs} processes x {ns.threads} threads",
+        "clients": f"{ns.procs} processes x {ns.threads} threads, {ns.client}",
         "rounds": ns.rounds,
         "checkouts": runs,
         "ratios": {
@@ -433,6 +518,14 @@ def main() -> None:
     )
     ap.add_argument("--src", type=Path, default=ROOT / "src", help="with --compare-src")
     ap.add_argument("--rounds", type=int, default=10, help="with --compare-src")
+    ap.add_argument(
+        "--client",
+        choices=["raw", "http.client"],
+        default="raw",
+        help="with --compare-src: what sends the timed requests (default raw: prebuilt "
+        "request bytes on a keep-alive socket; http.client: the stdlib's, as before "
+        "issue 16's fourth session)",
+    )
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     ap.add_argument("--register-agent", metavar="DATABASE_URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
