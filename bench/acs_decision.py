@@ -236,12 +236,17 @@ def _client_proc(
     mode: str = "sticky",
     offset: int = 0,
     client: str = "http.client",
+    start: Any = None,
 ) -> None:
     """One client process: ``threads`` sessions, each on keep-alive connections to
     ``ports`` (one Warden, or several replicas). ``sticky``: thread ``t`` keeps to
     replica ``(offset + t) % n``; ``round-robin``: each request goes to the next one.
     ``client``: what sends the timed requests, ``http.client`` (the stdlib's) or
-    ``raw`` (:class:`RawAcsConnection`); the untimed handshake always uses the stdlib's."""
+    ``raw`` (:class:`RawAcsConnection`); the untimed handshake always uses the stdlib's.
+    ``start``: a ``multiprocessing.Barrier`` of all the client processes, passed once every
+    thread of this one is ready, so that every process's timed part starts together.
+    Puts (seconds, latencies, allowed, started, ended) on ``q``, the last two by
+    ``time.perf_counter`` (CLOCK_MONOTONIC: comparable across processes)."""
     import threading
 
     port_list = [ports] if isinstance(ports, int) else ports
@@ -293,7 +298,8 @@ def _client_proc(
         if raws:
             # Each request's bytes (request line, headers, body) built before the timing.
             bodies = [RawAcsConnection.request(b) for b in bodies]
-        barrier.wait()
+        ready.wait()
+        go.wait()
         lat = []
         ok = 0
         for b in bodies:
@@ -304,16 +310,20 @@ def _client_proc(
         with lock:
             results.append((len(bodies), lat, ok))
 
-    barrier = threading.Barrier(threads + 1)
+    ready = threading.Barrier(threads + 1)
+    go = threading.Barrier(threads + 1)
     ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
     for t in ts:
         t.start()
-    barrier.wait()
+    ready.wait()  # every thread has its session and its signed bodies
+    if start is not None:
+        start.wait()  # ... in every client process
+    go.wait()
     t0 = time.perf_counter()
     for t in ts:
         t.join()
-    elapsed = time.perf_counter() - t0
-    q.put((elapsed, [x for r in results for x in r[1]], sum(r[2] for r in results)))
+    t1 = time.perf_counter()
+    q.put((t1 - t0, [x for r in results for x in r[1]], sum(r[2] for r in results), t0, t1))
 
 
 class RawAcsConnection:
@@ -376,11 +386,17 @@ def _http_load(
 ) -> tuple[float, list[float], int]:
     """``total`` decisions from ``procs`` client processes × ``threads`` threads against
     the Warden on ``port``, sent by ``client`` (see :func:`_client_proc`): (wall seconds,
-    client latencies in s, decisions allowed)."""
+    client latencies in s, decisions allowed). The processes start their timed parts
+    together, and the wall time runs from the first start to the last end: a process
+    that set up faster cannot run ahead alone and count its decisions twice over."""
     per_thread = total // (procs * threads)
     q: Any = mp.Queue()
+    start = mp.Barrier(procs)
     ps = [
-        mp.Process(target=_client_proc, args=(port, threads, per_thread, q, "sticky", 0, client))
+        mp.Process(
+            target=_client_proc,
+            args=(port, threads, per_thread, q, "sticky", 0, client, start),
+        )
         for _ in range(procs)
     ]
     for p in ps:
@@ -388,7 +404,7 @@ def _http_load(
     outs = [q.get(timeout=600) for _ in ps]
     for p in ps:
         p.join()
-    wall = max(o[0] for o in outs)
+    wall = max(o[4] for o in outs) - min(o[3] for o in outs)
     return wall, [x for o in outs for x in o[1]], sum(o[2] for o in outs)
 
 
