@@ -284,12 +284,11 @@ def _client_proc(
             parsed: dict[str, Any] = json.loads(conn.getresponse().read())
             return parsed
 
-        raws = [RawAcsConnection(p) for p in port_list] if use_raw else []
+        raws: list[RawAcsConnection] = []  # opened just before the timing
 
         def send_timed(body: bytes) -> dict[str, Any]:
             """The timed part's sender: ``send``, or the raw-socket client on its own
-            keep-alive connections (opened before the barrier; ``body`` is then the
-            whole request)."""
+            keep-alive connections (``body`` is then the whole request)."""
             if not raws:
                 return send(body)
             raw = raws[turn[0] % len(raws)]
@@ -313,9 +312,12 @@ def _client_proc(
             ).encode()
             for _ in range(per_thread)
         ]
-        if raws:
-            # Each request's bytes (request line, headers, body) built before the timing.
+        if use_raw:
+            # Each request's bytes (request line, headers, body) built before the timing;
+            # the connections opened last, so none idles into the server's keep-alive
+            # timeout while the sessions are set up.
             bodies = [RawAcsConnection.request(b) for b in bodies]
+            raws.extend(RawAcsConnection(p) for p in port_list)
         ready.wait()
         go.wait()
         lat = []
@@ -325,6 +327,8 @@ def _client_proc(
             r = send_timed(b)
             lat.append(time.perf_counter() - t0)
             ok += r.get("result", {}).get("decision") == "allow"
+        for raw in raws:
+            raw.sock.close()
         with lock:
             results.append((len(bodies), lat, ok))
 
