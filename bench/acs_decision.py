@@ -17,9 +17,27 @@ one server per checkout (this checkout's, or ``--src``, labelled ``after``; the 
 labelled ``before``), rounds alternating between them, and reports after ÷ before for
 decisions/s and the median latency.
 
+The load generator (issue 16, fourth session). The client processes run on the same
+cores as the servers, so what they spend per decision is taken from the server under
+test and compresses any difference between checkouts. With ``--compare-src`` the timed
+requests are sent by default by :class:`RawAcsConnection` (``--client raw``): each
+request's bytes (request line, headers, the signed body) are built before the timing and
+sent in one ``sendall`` on a keep-alive socket, the answer read to its Content-Length and
+parsed with ``json.loads`` to count the allows: ~80–90 µs of client CPU per decision
+(body signing included) against ~220–300 µs through ``http.client``
+(``--client http.client``, the sender of earlier sessions' figures). What is measured is
+unchanged: every timed request is a signed step of a session the client opened with
+``handshake/hello`` and ``steps/sessionStart``, authenticated, decided, committed and
+answered signed by ``warden serve``. Every client process also starts its timed part at
+once (a ``multiprocessing`` barrier), and a round's wall time runs from the first start
+to the last end (before, each process timed itself and the longest counted, so a process
+that set up sooner could run partly alone).
+
     python bench/acs_decision.py                      # defaults: 20000 decisions
     python bench/acs_decision.py --decisions 5000 --skip-http
     python bench/acs_decision.py --compare-src ../wt-before/src --sync NORMAL
+    python bench/acs_decision.py --compare-src ../wt-before/src --src src --sync NORMAL \
+        --http-decisions 2000 --rounds 6 [--client http.client]
 """
 
 from __future__ import annotations
@@ -216,9 +234,12 @@ def wait_ready(port: int, timeout_s: float = 60.0) -> None:
     while True:
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            c.request("GET", "/healthz")
-            if c.getresponse().status == 200:
-                return
+            try:
+                c.request("GET", "/healthz")
+                if c.getresponse().status == 200:
+                    return
+            finally:
+                c.close()
         except OSError:
             if time.monotonic() > deadline:
                 raise
@@ -232,13 +253,22 @@ def _client_proc(
     q: Any,
     mode: str = "sticky",
     offset: int = 0,
+    client: str = "http.client",
+    start: Any = None,
 ) -> None:
     """One client process: ``threads`` sessions, each on keep-alive connections to
     ``ports`` (one Warden, or several replicas). ``sticky``: thread ``t`` keeps to
-    replica ``(offset + t) % n``; ``round-robin``: each request goes to the next one."""
+    replica ``(offset + t) % n``; ``round-robin``: each request goes to the next one.
+    ``client``: what sends the timed requests, ``http.client`` (the stdlib's) or
+    ``raw`` (:class:`RawAcsConnection`); the untimed handshake always uses the stdlib's.
+    ``start``: a ``multiprocessing.Barrier`` of all the client processes, passed once every
+    thread of this one is ready, so that every process's timed part starts together.
+    Puts (seconds, latencies, allowed, started, ended) on ``q``, the last two by
+    ``time.perf_counter`` (CLOCK_MONOTONIC: comparable across processes)."""
     import threading
 
     port_list = [ports] if isinstance(ports, int) else ports
+    use_raw = client == "raw"
     results: list[tuple[int, list[float], int]] = []
     lock = threading.Lock()
 
@@ -252,6 +282,19 @@ def _client_proc(
                 turn[0] += 1
             conn.request("POST", "/acs", body, {"content-type": "application/json"})
             parsed: dict[str, Any] = json.loads(conn.getresponse().read())
+            return parsed
+
+        raws: list[RawAcsConnection] = []  # opened just before the timing
+
+        def send_timed(body: bytes) -> dict[str, Any]:
+            """The timed part's sender: ``send``, or the raw-socket client on its own
+            keep-alive connections (``body`` is then the whole request)."""
+            if not raws:
+                return send(body)
+            raw = raws[turn[0] % len(raws)]
+            if mode == "round-robin":
+                turn[0] += 1
+            parsed: dict[str, Any] = json.loads(raw.post(body))
             return parsed
 
         client = agent_client(send)
@@ -269,43 +312,121 @@ def _client_proc(
             ).encode()
             for _ in range(per_thread)
         ]
-        barrier.wait()
+        if use_raw:
+            # Each request's bytes (request line, headers, body) built before the timing;
+            # the connections opened last, so none idles into the server's keep-alive
+            # timeout while the sessions are set up.
+            bodies = [RawAcsConnection.request(b) for b in bodies]
+            raws.extend(RawAcsConnection(p) for p in port_list)
+        ready.wait()
+        go.wait()
         lat = []
         ok = 0
         for b in bodies:
             t0 = time.perf_counter()
-            r = send(b)
+            r = send_timed(b)
             lat.append(time.perf_counter() - t0)
             ok += r.get("result", {}).get("decision") == "allow"
+        for raw in raws:
+            raw.sock.close()
         with lock:
             results.append((len(bodies), lat, ok))
 
-    barrier = threading.Barrier(threads + 1)
+    ready = threading.Barrier(threads + 1)
+    go = threading.Barrier(threads + 1)
     ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
     for t in ts:
         t.start()
-    barrier.wait()
+    ready.wait()  # every thread has its session and its signed bodies
+    if start is not None:
+        start.wait()  # ... in every client process
+    go.wait()
     t0 = time.perf_counter()
     for t in ts:
         t.join()
-    elapsed = time.perf_counter() - t0
-    q.put((elapsed, [x for r in results for x in r[1]], sum(r[2] for r in results)))
+    t1 = time.perf_counter()
+    q.put((t1 - t0, [x for r in results for x in r[1]], sum(r[2] for r in results), t0, t1))
 
 
-def _http_load(port: int, total: int, procs: int, threads: int) -> tuple[float, list[float], int]:
+class RawAcsConnection:
+    """A lean HTTP/1.1 client for the timed requests: one keep-alive TCP connection
+    (``TCP_NODELAY``), each request's bytes built before the timing (:meth:`request`),
+    sent in one ``sendall``; the answer read until its headers end and then exactly
+    ``Content-Length`` body bytes. It costs the client processes, which share the
+    machine's cores with the servers, a fraction of the stdlib's ``http.client``
+    (header objects, ``email`` parsing, buffered file reads) per request. Only what a
+    ``warden serve`` ACS answer is, is accepted: status 200 with a Content-Length and no
+    chunked body (anything else raises)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    @staticmethod
+    def request(body: bytes) -> bytes:
+        """The whole ``POST /acs`` request for ``body``."""
+        return (
+            "POST /acs HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode("ascii") + body
+
+    def post(self, request: bytes) -> bytes:
+        """Send ``request`` (from :meth:`request`); return the answer's body."""
+        self.sock.sendall(request)
+        recv = self.sock.recv
+        buf = self.buf
+        while (end := buf.find(b"\r\n\r\n")) < 0:
+            chunk = recv(65536)
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            buf += chunk
+        head = buf[:end].decode("latin-1").split("\r\n")
+        if not head[0].startswith("HTTP/1.1 200 "):
+            raise ConnectionError(f"unexpected answer: {head[0]!r}")
+        length = -1
+        for line in head[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value)
+            elif name.strip().lower() == "transfer-encoding":
+                raise ConnectionError("a chunked answer")
+        if length < 0:
+            raise ConnectionError("an answer without Content-Length")
+        start = end + 4
+        while len(buf) < start + length:
+            chunk = recv(65536)
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            buf += chunk
+        self.buf = buf[start + length :]
+        return buf[start : start + length]
+
+
+def _http_load(
+    port: int, total: int, procs: int, threads: int, client: str = "http.client"
+) -> tuple[float, list[float], int]:
     """``total`` decisions from ``procs`` client processes × ``threads`` threads against
-    the Warden on ``port``: (wall seconds, client latencies in s, decisions allowed)."""
+    the Warden on ``port``, sent by ``client`` (see :func:`_client_proc`): (wall seconds,
+    client latencies in s, decisions allowed). The processes start their timed parts
+    together, and the wall time runs from the first start to the last end: a process
+    that set up faster cannot run ahead alone and count its decisions twice over."""
     per_thread = total // (procs * threads)
     q: Any = mp.Queue()
+    start = mp.Barrier(procs)
     ps = [
-        mp.Process(target=_client_proc, args=(port, threads, per_thread, q)) for _ in range(procs)
+        mp.Process(
+            target=_client_proc,
+            args=(port, threads, per_thread, q, "sticky", 0, client, start),
+        )
+        for _ in range(procs)
     ]
     for p in ps:
         p.start()
     outs = [q.get(timeout=600) for _ in ps]
     for p in ps:
         p.join()
-    wall = max(o[0] for o in outs)
+    wall = max(o[4] for o in outs) - min(o[3] for o in outs)
     return wall, [x for o in outs for x in o[1]], sum(o[2] for o in outs)
 
 
@@ -376,7 +497,9 @@ def compare_http(
         labels = list(checkouts)
         for r in range(ns.rounds):
             for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
-                wall, lat, ok = _http_load(servers[label][1], round_size, ns.procs, ns.threads)
+                wall, lat, ok = _http_load(
+                    servers[label][1], round_size, ns.procs, ns.threads, ns.client
+                )
                 per_round[label].append(len(lat) / wall)
                 walls[label] += wall
                 lats[label].extend(lat)
@@ -399,7 +522,7 @@ def compare_http(
     first = labels[0]
     return {
         "sync": sync,
-        "clients": f"{ns.procs} processes x {ns.threads} threads",
+        "clients": f"{ns.procs} processes x {ns.threads} threads, {ns.client}",
         "rounds": ns.rounds,
         "checkouts": runs,
         "ratios": {
@@ -433,6 +556,14 @@ def main() -> None:
     )
     ap.add_argument("--src", type=Path, default=ROOT / "src", help="with --compare-src")
     ap.add_argument("--rounds", type=int, default=10, help="with --compare-src")
+    ap.add_argument(
+        "--client",
+        choices=["raw", "http.client"],
+        default="raw",
+        help="with --compare-src: what sends the timed requests (default raw: prebuilt "
+        "request bytes on a keep-alive socket; http.client: the stdlib's, as before "
+        "issue 16's fourth session)",
+    )
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     ap.add_argument("--register-agent", metavar="DATABASE_URL", help=argparse.SUPPRESS)
     args = ap.parse_args()

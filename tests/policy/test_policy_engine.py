@@ -407,3 +407,38 @@ def test_index_keeps_bundle_order_across_globs() -> None:
         "b",
         "d",
     ]
+
+
+def test_a_repeated_evaluation_is_the_same_and_explain_still_traces() -> None:
+    # The engine shares the Evaluation of an allow or deny between requests that fire
+    # the same rules (decision 745); what each caller gets must not change by it.
+    eng = engine(
+        [
+            {"id": "allow-read", "tools": ["read_file"], "effect": "allow"},
+            {
+                "id": "deny-secrets",
+                "tools": ["read_file"],
+                "when": "args.path.startsWith('/etc/')",
+                "effect": "deny",
+                "reasoning": "no",
+                "reason_codes": ["secret_path"],
+            },
+            {"id": "ask-write", "tools": ["write_file"], **DETAILS["ask"], "effect": "ask"},
+        ]
+    )
+    read = tool_call("read_file", path="/srv/a")
+    secret = tool_call("read_file", path="/etc/shadow")
+    first, again = eng.evaluate(read), eng.evaluate(read)
+    assert first == again and first.effect is Effect.ALLOW and first.trace == ()
+    denied = eng.evaluate(secret)
+    assert denied.effect is Effect.DENY and denied.reason_codes == ("secret_path",)
+    assert [r.rule_id for r in denied.references] == ["allow-read", "deny-secrets"]
+    explained = eng.evaluate(read, explain=True)
+    assert [t.rule_id for t in explained.trace] == ["allow-read", "deny-secrets"]
+    assert eng.evaluate(read).trace == ()
+    # An ask's details are the caller's own to change: never shared.
+    write = tool_call("write_file", path="/srv/a")
+    one = eng.evaluate(write)
+    assert one.ask_details is not None
+    one.ask_details["question"] = "changed"
+    assert eng.evaluate(write).ask_details["question"] == "ok?"

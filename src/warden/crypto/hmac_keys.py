@@ -52,8 +52,11 @@ def ikm_fingerprint(ikm: bytes) -> str:
 
 
 def hmac_sign(key: bytes, message: bytes) -> str:
-    """Base64 (padded) HMAC-SHA256 of ``message`` under ``key``."""
-    return base64.b64encode(hmac.new(key, message, hashlib.sha256).digest()).decode("ascii")
+    """Base64 (padded) HMAC-SHA256 of ``message`` under ``key``. ``hmac.digest`` is the
+    one-shot C path (OpenSSL's HMAC): the same bytes as ``hmac.new(...).digest()``
+    without the pure-Python ``HMAC`` object, ~1.5 µs less per call (several per
+    decision)."""
+    return base64.b64encode(hmac.digest(key, message, "sha256")).decode("ascii")
 
 
 def hmac_verify(key: bytes, message: bytes, value: str) -> bool:

@@ -123,6 +123,9 @@ class PolicyEngine:
             tuple[Rule, ...], tuple[frozenset[str], dict[str, frozenset[str] | None]]
         ] = {}
         self._wire_text: dict[int, bytes] = {}
+        #: :meth:`_combine`'s traceless results by fired rules (and wrapped MCP), for the
+        #: results that hold nothing mutable: allow and deny without modifications.
+        self._combined: dict[tuple[tuple[Rule, ...], bool], Evaluation] = {}
         #: Every rule by id (:meth:`rule`).
         self._by_id: dict[str, Rule] = {r.id: r for r in bundle.rules}
         #: The modify rules by id, in bundle order (what :meth:`modifications_of` merges).
@@ -217,9 +220,23 @@ class PolicyEngine:
                     else "no condition"
                 )
                 trace.append(RuleTrace(rule.id, rule.effect, holds, detail))
-        return self._combine(
-            fired, tuple(trace), wrapped_mcp=request.method.startswith("protocols/MCP/")
-        )
+        wrapped_mcp = request.method.startswith("protocols/MCP/")
+        if explain:
+            return self._combine(fired, tuple(trace), wrapped_mcp=wrapped_mcp)
+        key = (tuple(fired), wrapped_mcp)
+        combined = self._combined.get(key)
+        if combined is None:
+            combined = self._combine(fired, (), wrapped_mcp=wrapped_mcp)
+            if (
+                combined.modifications is None
+                and combined.ask_details is None
+                and combined.defer_details is None
+                and len(self._combined) < 4096
+            ):
+                # Immutable throughout (tuples, frozen references, no dict a caller may
+                # change): the same fired rules give the same Evaluation, so it is shared.
+                self._combined[key] = combined
+        return combined
 
     def _combine(
         self, fired: list[Rule], trace: tuple[RuleTrace, ...], *, wrapped_mcp: bool

@@ -99,6 +99,8 @@ class WardenMetrics:
             ("wire", "outcome", "rule"),
             registry=self.registry,
         )
+        self._decision_counters: dict[tuple[str, str, str], Any] = {}
+        self._decision_timers: dict[str, Any] = {}
         self.decision_seconds = Histogram(
             "warden_decision_seconds",
             "Seconds from a request's arrival at the decision to its final verdict.",
@@ -143,8 +145,18 @@ class WardenMetrics:
 
     def observe_decision(self, wire: Wire, decision: str, rule: str, seconds: float) -> None:
         """A :data:`~warden.core.observe.DecisionObserver`."""
-        self.decisions.labels(wire, decision, rule).inc()
-        self.decision_seconds.labels(wire).observe(seconds)
+        # The labelled children, looked up once per label set (bounded: rule ids and
+        # reason codes, never a session); prometheus_client keeps them for the registry's
+        # life, so the cached child is the one it would return.
+        key = (wire, decision, rule)
+        counter = self._decision_counters.get(key)
+        if counter is None:
+            counter = self._decision_counters[key] = self.decisions.labels(wire, decision, rule)
+        counter.inc()
+        timer = self._decision_timers.get(wire)
+        if timer is None:
+            timer = self._decision_timers[wire] = self.decision_seconds.labels(wire)
+        timer.observe(seconds)
 
     def observe_batch(self, size: int, seconds: float) -> None:
         """The group committer's ``on_batch``."""
