@@ -61,6 +61,8 @@ def test_bad_urls_are_refused_with_a_clear_message(tmp_path: Path) -> None:
     ("url", "says"),
     [
         ("postgresql://u:Tr0ub@S3cretPw@127.0.0.1:5432/x", "percent-encode"),
+        # '@' then '/' in the password: the host ends early, the rest reads as a database.
+        ("postgresql://u:Tr0ub@S3cretPw/z@127.0.0.1:5432/x", "percent-encode"),
         ("postgresql://u:p@127.0.0.1:abc/x", "invalid database URL"),
         ("postgresql://u:S3cretPw@127.0.0.1:5432", "names no database"),
         ("postgresql://", "names no database"),

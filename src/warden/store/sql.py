@@ -177,7 +177,9 @@ def parse_database_url(url: str) -> URL:
             "characters in the password)"
         ) from exc
     if parsed.drivername in _PG_DRIVERS:
-        if "@" in (parsed.host or "") or "/" in (parsed.host or ""):
+        # An unencoded '@' followed by a '/' in the password ends the host early and puts
+        # the rest (part of the password) in the database name: refused like the host.
+        if any(c in (parsed.host or "") for c in "@/") or "@" in (parsed.database or ""):
             raise ConfigError(
                 "the database URL's host contains '@' or '/': percent-encode those characters "
                 "in the password (@ is %40, / is %2F), or give the password in PGPASSWORD"
