@@ -37,7 +37,7 @@ counted:
 Each kind is decided ``--repeat`` times after ``--warmup`` decisions; the minimum is
 reported (the steady state) with the maximum beside it: psycopg prepares a statement on
 its fifth use with a ``Parse`` round trip of its own, and a background thread's query
-can only add. The statements of the last decision are listed as sent.
+can only add. The statements of a decision that took the fewest are listed as sent.
 
     python bench/pg_round_trips.py
     python bench/pg_round_trips.py --warden-src ../wt-before/src --warden-src src --json out.json
@@ -264,18 +264,7 @@ def measure(database_url: str, repeat: int, warmup: int) -> dict[str, Any]:
                         rows.append(count(trace.since(mark)))
                         if os.environ.get("BENCH_RT_DEBUG"):
                             print(kind, rows[-1], file=sys.stderr)
-                    trips = [r["round_trips"] for r in rows]
-                    stmts = [r["statements"] for r in rows]
-                    sqls = [r["sql"] for r in rows]
-                    results[kind] = {
-                        "round_trips": min(trips),
-                        "round_trips_max": max(trips),
-                        "statements": min(stmts),
-                        "statements_max": max(stmts),
-                        "sql": min(sqls),
-                        "decisions": len(rows),
-                        "sent": rows[-1]["sent"],
-                    }
+                    results[kind] = _summary(rows)
                 for kind, elsewhere in (("grant", False), ("grant-elsewhere", True)):
                     results[kind] = measure_grant(scenario_warden, trace, repeat, elsewhere)
                 results["spend-quote"] = measure_quote(scenario_warden, trace, repeat)
@@ -286,6 +275,21 @@ def measure(database_url: str, repeat: int, warmup: int) -> dict[str, Any]:
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         admin.dispose()
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fewest round trips of ``rows`` (the steady state), the most beside them, and
+    the statements of a decision that took the fewest."""
+    trips = [r["round_trips"] for r in rows]
+    return {
+        "round_trips": min(trips),
+        "round_trips_max": max(trips),
+        "statements": min(r["statements"] for r in rows),
+        "statements_max": max(r["statements"] for r in rows),
+        "sql": min(r["sql"] for r in rows),
+        "decisions": len(rows),
+        "sent": rows[trips.index(min(trips))]["sent"],
+    }
 
 
 def measure_grant(
@@ -319,16 +323,7 @@ def measure_grant(
         rows.append(count(trace.since(mark)))
         if os.environ.get("BENCH_RT_DEBUG"):
             print("grant", elsewhere, rows[-1], file=sys.stderr)
-    trips = [r["round_trips"] for r in rows]
-    return {
-        "round_trips": min(trips),
-        "round_trips_max": max(trips),
-        "statements": min(r["statements"] for r in rows),
-        "statements_max": max(r["statements"] for r in rows),
-        "sql": min(r["sql"] for r in rows),
-        "decisions": len(rows),
-        "sent": rows[trips.index(min(trips))]["sent"],
-    }
+    return _summary(rows)
 
 
 def measure_quote(scenario_warden: Any, trace: ProtocolTrace, repeat: int) -> dict[str, Any]:
@@ -360,17 +355,7 @@ def measure_quote(scenario_warden: Any, trace: ProtocolTrace, repeat: int) -> di
                 continue  # the app's first requests warm its caches
             statuses.append(f"{answer.status_code} {answer.json().get('data', {}).get('decision')}")
             rows.append(counted)
-    trips = [r["round_trips"] for r in rows]
-    return {
-        "round_trips": min(trips),
-        "round_trips_max": max(trips),
-        "statements": min(r["statements"] for r in rows),
-        "statements_max": max(r["statements"] for r in rows),
-        "sql": min(r["sql"] for r in rows),
-        "decisions": len(rows),
-        "answers": sorted(set(statuses)),
-        "sent": rows[trips.index(min(trips))]["sent"],
-    }
+    return {**_summary(rows), "answers": sorted(set(statuses))}
 
 
 def run_checkout(src: Path, ns: argparse.Namespace) -> dict[str, Any]:

@@ -425,6 +425,31 @@ INSERT_ENTRY = (
 )
 
 
+#: A chain's head moved to an item's entry, only from the head it was chained on (qmark
+#: style, like :data:`INSERT_ENTRY`).
+HEAD_MOVE = (
+    "UPDATE sessions SET head_seq = ?, head_hash = ?, head_signature = ?, "
+    "closed = (closed OR ?) WHERE session_id = ? AND head_seq = ?"
+)
+
+
+def head_move_row(item: PendingAppend) -> tuple[str, tuple[Any, ...]]:
+    """The head move of ``item`` (its entry at ``expected_seq + 1``): :data:`HEAD_MOVE`,
+    with the clause that moves it only while the signing agent key is live when the item
+    carries one (issue 15), and its values."""
+    values = (
+        item.expected_seq + 1,
+        item.entry["entry_hash"],
+        _dumps(item.head_signature),
+        bool(item.close),
+        item.session_id,
+        item.expected_seq,
+    )
+    if item.agent_key is None:
+        return HEAD_MOVE, values
+    return HEAD_MOVE + _KEY_LIVE, (*values, item.agent_key)
+
+
 def entry_row(item: PendingAppend, response: Any, log_index: int) -> tuple[Any, ...]:
     """:data:`INSERT_ENTRY`'s values for ``item`` (its entry at ``expected_seq + 1``),
     with ``response`` (the signed answer, or None) and its transparency-log index."""
@@ -1059,7 +1084,6 @@ class SqlStore:
             raise KeyRevoked("the agent key that signed this request is revoked")
 
     def _append_one(self, cur: Any, item: PendingAppend) -> None:
-        seq = item.expected_seq + 1
         for guard in item.guards:
             cur.execute(
                 self._q("SELECT updated_at FROM tasks WHERE task_id = ?"),
@@ -1072,22 +1096,8 @@ class SqlStore:
             self._insert_replay(cur, item.session_id, item.replay)
         # The head moves only while the signing agent key is live: one statement checks
         # both (a revocation on any replica stops the next write here, issue 15).
-        cur.execute(
-            self._q(
-                "UPDATE sessions SET head_seq = ?, head_hash = ?, head_signature = ?, "
-                "closed = (closed OR ?) WHERE session_id = ? AND head_seq = ?"
-                + (_KEY_LIVE if item.agent_key is not None else "")
-            ),
-            (
-                seq,
-                item.entry["entry_hash"],
-                _dumps(item.head_signature),
-                bool(item.close),
-                item.session_id,
-                item.expected_seq,
-                *((item.agent_key,) if item.agent_key is not None else ()),
-            ),
-        )
+        move, values = head_move_row(item)
+        cur.execute(self._q(move), values)
         if cur.rowcount != 1:
             self._check_agent_key(cur, item.agent_key)
             raise HeadMoved(f"session {item.session_id} head is no longer seq {item.expected_seq}")
