@@ -1011,7 +1011,9 @@ class SqlStore:
         for item, outcome in zip(items, outcomes, strict=True):
             if outcome is None:
                 self._advance_cache(item)
-            elif isinstance(outcome, HeadMoved):
+            elif isinstance(outcome, HeadMoved) and not isinstance(outcome, StaleRead):
+                # (A failed read guard moved no head: the cached session stays, decision
+                # 703; the next append checks its head anyway.)
                 self._cache.pop(item.session_id, None)
         return outcomes
 
