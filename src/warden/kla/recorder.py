@@ -36,9 +36,6 @@ class KlaTx(DeskTx, Recording, LiveCheckTx, Protocol):
     @property
     def kla(self) -> SqlKlaRecords: ...
 
-    def prefetch(self, *, budgets: tuple[str, ...] = (), chains: tuple[str, ...] = ()) -> None:
-        """Reads to send with the transaction's ``BEGIN`` (a hint; see the store)."""
-
 
 class KlaStore(Protocol):
     def transaction(self) -> AbstractContextManager[KlaTx]: ...

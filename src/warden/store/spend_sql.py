@@ -203,14 +203,22 @@ class SqlSpendTx:
         #: 701; only this class writes ``budget_usage``).
         self._usage: dict[tuple[str, str], tuple[Decimal, Decimal]] = {}
 
-    def prefetch(self, *, budgets: tuple[str, ...] = (), chains: tuple[str, ...] = ()) -> None:
+    def prefetch(
+        self,
+        *,
+        budgets: tuple[str, ...] = (),
+        chains: tuple[str, ...] = (),
+        usage: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         """PostgreSQL: read ``budgets`` and lock and read the heads of the Warden chains
         ``chains`` with this transaction's ``BEGIN`` (no round trip of their own,
         decision 700); a later :meth:`budget` or :meth:`session_head` of one of them is
         answered from what was read. Only a hint: nothing is read once the transaction
         has begun (nor on SQLite), and a read that was not prefetched is made when asked.
-        Chain heads are locked in the order given, before anything else this
-        transaction locks."""
+        ``usage``: (budget, bucket) rows locked and read (a row that does not exist yet
+        is created and read when asked, as before). Usage rows, then chain heads, are
+        locked in the order given, before anything else this transaction locks (the
+        order an operation takes them in: its cap check, then its entries)."""
         from warden.store.sql import _LazyBegin
 
         cur = self._cur
@@ -223,8 +231,20 @@ class SqlSpendTx:
                     (budget_id,),
                     partial(self._prefetched_budget, budget_id),
                 )
+        for row_key in usage:
+            if row_key not in self._usage:
+                cur.prefetch(
+                    "SELECT reserved, settled FROM budget_usage "
+                    "WHERE budget_id = %s AND bucket = %s FOR UPDATE",
+                    row_key,
+                    partial(self._prefetched_usage, row_key),
+                )
         for sid in chains:
             cur.prefetch(_HEAD_LOCK, (sid,), partial(self._locked_head, sid))
+
+    def _prefetched_usage(self, row_key: tuple[str, str], row: Any) -> None:
+        if row is not None:  # locked: this transaction's until it ends
+            self._usage[row_key] = (Decimal(row[0]), Decimal(row[1]))
 
     def _prefetched_budget(self, budget_id: str, row: Any) -> None:
         self._budgets[budget_id] = _budget(row) if row is not None else None
@@ -347,6 +367,8 @@ class SqlSpendTx:
         """(reserved, settled) of one bucket. On PostgreSQL the row is created if absent
         and locked until the transaction ends, so two replicas' cap checks on one budget
         run one after the other (SQLite's ``BEGIN IMMEDIATE`` already serialises them)."""
+        if (budget_id, bucket) in self._usage:  # locked by this transaction (decision 701)
+            return self._usage[(budget_id, bucket)]
         if self._row_locks:
             # Sent with the read after it (decision 701): nothing reads its result.
             (getattr(self._cur, "defer", None) or self._cur.execute)(
@@ -356,8 +378,6 @@ class SqlSpendTx:
                 ),
                 (budget_id, bucket),
             )
-        if (budget_id, bucket) in self._usage:
-            return self._usage[(budget_id, bucket)]
         row = self._one(
             "SELECT reserved, settled FROM budget_usage WHERE budget_id = ? AND bucket = ?"
             + self._for_update,

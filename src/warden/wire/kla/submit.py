@@ -34,7 +34,7 @@ from warden.errors import WardenError
 from warden.identity.api_keys import Identity, KeyStillLive
 from warden.kla.asks import decide, decided_record, policy_decision_record
 from warden.kla.digest import record_digest
-from warden.kla.evidence import HELD, PROCESSED, execution_session_id, now_stamp
+from warden.kla.evidence import HELD, PROCESSED, now_stamp
 from warden.kla.recorder import KlaTx, Recorder, canonical_text, new_id
 from warden.kla.records import (
     SUPPORTED_SCHEMA_VERSIONS,
@@ -196,12 +196,12 @@ def _process(
     execution: str = record["correlation"]["execution_id"]
     live = key_check()
     with rec.store.transaction() as tx:
-        # Sent with BEGIN and the record's read (decision 700): the caller's key still
-        # live (when answered from memory) and the execution's chain head, locked (both
-        # of this request's entries go there).
+        # Sent with BEGIN and the record's read (decision 702): the caller's key still
+        # live, when answered from memory. Not the execution's chain head: a desk
+        # transition of this execution's task locks the desk chain before it, and this
+        # request may file a task after it (decision 700).
         if live is not None:
             live.prefetch(tx)
-        tx.prefetch(chains=(execution_session_id(execution),))
         existing = tx.kla.get(rid)
         _confirm(tx, live)
         if existing is not None:
