@@ -32,8 +32,7 @@ from warden.spend.asks import (
     decide_quote,
     winning_gate,
 )
-from warden.spend.audit import spend_session_id
-from warden.spend.budgets import Budget, Period, period_key
+from warden.spend.budgets import Budget, period_key
 from warden.spend.engine import DEFAULT_HOLD_SECONDS, SpendEngine, SpendTx
 from warden.spend.money import parse_amount, to_wire
 from warden.spend.ownership import (
@@ -147,9 +146,9 @@ class SpendWire:
         self.auth = auth
         self.idempotency = idempotency
         self.max_body_bytes = max_body_bytes
-        #: budget id → its path (the budget, then its ancestors: id and period), as the
-        #: last quote against it read it: what the next quote's transaction reads first.
-        self._paths: dict[str, tuple[tuple[str, Period], ...]] = {}
+        #: budget id → the ids of its path (the budget, then its ancestors), as the last
+        #: quote against it read them: what the next quote's transaction reads first.
+        self._paths: dict[str, tuple[str, ...]] = {}
 
     # -- the mutation step ------------------------------------------------------------
 
@@ -238,27 +237,19 @@ class SpendWire:
 
     def quote_reads(self, tx: WireTx, body: QuoteRequest) -> None:
         """What a quote reads first, sent with its transaction's ``BEGIN`` (decision
-        700), as the last quote against its budget found its path (the first quote:
-        nothing): the path's budgets, their usage rows now, locked, then the head of the
-        tree's spend chain, locked (every quote appends there: its hold or its policy
-        decision) — usage before the head, the order a hold, a settlement and a release
-        take them in."""
-        path = self._paths.get(body.budgetId)
-        if path is None:
-            return
-        now = self.engine.now()
-        tx.prefetch(
-            budgets=tuple(bid for bid, _ in path),
-            usage=tuple((bid, period_key(period, now)) for bid, period in path),
-            chains=(spend_session_id(path[-1][0]),),
-        )
+        700): its budget's path as the last quote against it found it (else the budget
+        alone). Nothing is locked there: a quote's hold first releases expired holds
+        (``SpendEngine._expire``), whose usage rows must be locked before a chain head
+        as every settlement and release locks them, so the spend chain's head is locked
+        when the quote appends, not before."""
+        tx.prefetch(budgets=self._paths.get(body.budgetId, (body.budgetId,)))
 
     def quote(self, tx: WireTx, eng: SpendEngine, body: QuoteRequest) -> Answer:
         amount = parse_amount(body.amount, allow_zero=False)
         who = caller()
         # Ownership first: nothing (policy, desk, audit) may see another's budget.
         path = spendable_path(eng, body.budgetId, who)
-        self._paths[body.budgetId] = tuple((b.id, b.period) for b in path)
+        self._paths[body.budgetId] = tuple(b.id for b in path)
         self.usd_only(f"budget {body.budgetId}", path[0].currency)
         if body.currency != CURRENCY:
             raise currency_not_supported("the amount", body.currency, fixable=True)
