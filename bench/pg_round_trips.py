@@ -19,7 +19,11 @@ schema dropped afterwards) decides, in process through ``AcsService.handle``:
   app, an agent API key of the scenario's agent, $5 on a budget bound to it, a fresh
   ``Idempotency-Key`` each time), whatever the bundle decides for it; the app's
   background workers (webhook delivery, expiry) share the trace, so the minimum is the
-  figure.
+  figure;
+- ``kla-request``: ``POST /v1/action-requests`` (the same way: the KLA schema's
+  ``basic-read`` example with a fresh id, one execution throughout);
+- ``adcp-check``: AdCP ``check_governance`` (``POST /adcp/check_governance``, an intent
+  check of a $10 ``create_media_buy`` against a plan synced once).
 
 Every psycopg connection the process opens is traced with libpq's own protocol trace
 (``PGconn.trace``), so whatever layer sends SQL (the store's raw connection, an engine,
@@ -37,7 +41,7 @@ counted:
 Each kind is decided ``--repeat`` times after ``--warmup`` decisions; the minimum is
 reported (the steady state) with the maximum beside it: psycopg prepares a statement on
 its fifth use with a ``Parse`` round trip of its own, and a background thread's query
-can only add. The statements of the last decision are listed as sent.
+can only add. The statements of a decision that took the fewest are listed as sent.
 
     python bench/pg_round_trips.py
     python bench/pg_round_trips.py --warden-src ../wt-before/src --warden-src src --json out.json
@@ -264,21 +268,12 @@ def measure(database_url: str, repeat: int, warmup: int) -> dict[str, Any]:
                         rows.append(count(trace.since(mark)))
                         if os.environ.get("BENCH_RT_DEBUG"):
                             print(kind, rows[-1], file=sys.stderr)
-                    trips = [r["round_trips"] for r in rows]
-                    stmts = [r["statements"] for r in rows]
-                    sqls = [r["sql"] for r in rows]
-                    results[kind] = {
-                        "round_trips": min(trips),
-                        "round_trips_max": max(trips),
-                        "statements": min(stmts),
-                        "statements_max": max(stmts),
-                        "sql": min(sqls),
-                        "decisions": len(rows),
-                        "sent": rows[-1]["sent"],
-                    }
+                    results[kind] = _summary(rows)
                 for kind, elsewhere in (("grant", False), ("grant-elsewhere", True)):
                     results[kind] = measure_grant(scenario_warden, trace, repeat, elsewhere)
                 results["spend-quote"] = measure_quote(scenario_warden, trace, repeat)
+                results["kla-request"] = measure_kla(scenario_warden, trace, repeat)
+                results["adcp-check"] = measure_adcp(scenario_warden, trace, repeat)
             finally:
                 scenario_warden.close()
             return {"warden": str(Path(warden.__file__).resolve().parent), "kinds": results}
@@ -286,6 +281,21 @@ def measure(database_url: str, repeat: int, warmup: int) -> dict[str, Any]:
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         admin.dispose()
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fewest round trips of ``rows`` (the steady state), the most beside them, and
+    the statements of a decision that took the fewest."""
+    trips = [r["round_trips"] for r in rows]
+    return {
+        "round_trips": min(trips),
+        "round_trips_max": max(trips),
+        "statements": min(r["statements"] for r in rows),
+        "statements_max": max(r["statements"] for r in rows),
+        "sql": min(r["sql"] for r in rows),
+        "decisions": len(rows),
+        "sent": rows[trips.index(min(trips))]["sent"],
+    }
 
 
 def measure_grant(
@@ -319,16 +329,7 @@ def measure_grant(
         rows.append(count(trace.since(mark)))
         if os.environ.get("BENCH_RT_DEBUG"):
             print("grant", elsewhere, rows[-1], file=sys.stderr)
-    trips = [r["round_trips"] for r in rows]
-    return {
-        "round_trips": min(trips),
-        "round_trips_max": max(trips),
-        "statements": min(r["statements"] for r in rows),
-        "statements_max": max(r["statements"] for r in rows),
-        "sql": min(r["sql"] for r in rows),
-        "decisions": len(rows),
-        "sent": rows[trips.index(min(trips))]["sent"],
-    }
+    return _summary(rows)
 
 
 def measure_quote(scenario_warden: Any, trace: ProtocolTrace, repeat: int) -> dict[str, Any]:
@@ -360,17 +361,113 @@ def measure_quote(scenario_warden: Any, trace: ProtocolTrace, repeat: int) -> di
                 continue  # the app's first requests warm its caches
             statuses.append(f"{answer.status_code} {answer.json().get('data', {}).get('decision')}")
             rows.append(counted)
-    trips = [r["round_trips"] for r in rows]
-    return {
-        "round_trips": min(trips),
-        "round_trips_max": max(trips),
-        "statements": min(r["statements"] for r in rows),
-        "statements_max": max(r["statements"] for r in rows),
-        "sql": min(r["sql"] for r in rows),
-        "decisions": len(rows),
-        "answers": sorted(set(statuses)),
-        "sent": rows[trips.index(min(trips))]["sent"],
+    return {**_summary(rows), "answers": sorted(set(statuses))}
+
+
+def _http_rows(
+    client: Any, trace: ProtocolTrace, repeat: int, send: Any, answer_of: Any
+) -> dict[str, Any]:
+    """Round trips of ``send(client, i)`` (one request) ``repeat`` times after two that
+    warm the app's caches; ``answer_of(response)`` names each answer."""
+    rows, answers = [], []
+    for i in range(repeat + 2):
+        mark = trace.mark()
+        response = send(client, i)
+        counted = count(trace.since(mark))
+        if i < 2:
+            continue
+        answers.append(f"{response.status_code} {answer_of(response)}")
+        rows.append(counted)
+    return {**_summary(rows), "answers": sorted(set(answers))}
+
+
+def measure_kla(scenario_warden: Any, trace: ProtocolTrace, repeat: int) -> dict[str, Any]:
+    """Round trips of ``POST /v1/action-requests`` (a KLA action request v1, the schema's
+    ``basic-read`` example with a fresh id, one execution throughout), whatever the
+    bundle decides for it."""
+    from datetime import UTC, datetime
+
+    from fastapi.testclient import TestClient
+    from warden_case import AGENT_ID
+
+    from warden.identity.api_keys import Role
+    from warden.server.app import create_app
+
+    rt = scenario_warden.runtime
+    example = Path(__import__("warden").__file__).parent / "schemas/kla/examples/basic-read.json"
+    record = json.loads(example.read_text(encoding="utf-8"))
+    execution = f"exec_bench_{uuid.uuid4().hex[:12]}"
+    _, token = rt.api_keys.create(AGENT_ID, Role.AGENT)
+
+    def send(client: Any, i: int) -> Any:
+        body = {
+            **record,
+            "action_request_id": f"req_bench_{uuid.uuid4().hex}",
+            "correlation": {**record["correlation"], "execution_id": execution},
+            "requested_at": datetime.now(UTC).isoformat(timespec="milliseconds")[:-6] + "Z",
+        }
+        headers = {"Authorization": f"Bearer {token}"}
+        return client.post("/v1/action-requests", json=body, headers=headers)
+
+    def answer_of(response: Any) -> Any:
+        data = response.json().get("data") or {}
+        return (data.get("decision") or {}).get("decision")
+
+    with TestClient(create_app(rt)) as client:
+        return _http_rows(client, trace, repeat, send, answer_of)
+
+
+def measure_adcp(scenario_warden: Any, trace: ProtocolTrace, repeat: int) -> dict[str, Any]:
+    """Round trips of AdCP ``check_governance`` (``POST /adcp/check_governance``, an
+    intent check of a $10 ``create_media_buy`` against a plan synced once), whatever the
+    bundle decides for it."""
+    from fastapi.testclient import TestClient
+    from warden_case import AGENT_ID
+
+    from warden.identity.api_keys import Role
+    from warden.server.app import create_app
+
+    rt = scenario_warden.runtime
+    _, token = rt.api_keys.create(AGENT_ID, Role.AGENT)
+    headers = {"Authorization": f"Bearer {token}"}
+    plan_id = f"plan-bench-{uuid.uuid4().hex[:8]}"
+    plan = {
+        "plan_id": plan_id,
+        "brand": {"domain": "acmeoutdoor.example"},
+        "objectives": "bench",
+        "budget": {"total": 10**9, "currency": "USD", "reallocation_threshold": 10**9},
+        "flight": {"start": "2020-01-01T00:00:00Z", "end": "2099-06-30T23:59:59Z"},
+        "countries": ["US"],
     }
+
+    def send(client: Any, i: int) -> Any:
+        body = {
+            "plan_id": plan_id,
+            "caller": "https://pinnacle-agency.example",
+            "target_agent": "https://seller.example.com",
+            "tool": "create_media_buy",
+            "purchase_type": "media_buy",
+            "proposed_commitment": {"amount": 10, "currency": "USD"},
+            "payload": {
+                "brand": {"domain": "acmeoutdoor.example"},
+                "total_budget": {"amount": 10, "currency": "USD"},
+                "start_time": "asap",
+                "end_time": "2099-06-30T23:59:59Z",
+                "packages": [{"product_id": "p1", "budget": 10, "pricing_option_id": "cpm"}],
+                "idempotency_key": f"cmb-{uuid.uuid4().hex}",
+            },
+        }
+        return client.post("/adcp/check_governance", json=body, headers=headers)
+
+    with TestClient(create_app(rt)) as client:
+        synced = client.post(
+            "/adcp/sync_plans",
+            json={"idempotency_key": str(uuid.uuid4()), "plans": [plan]},
+            headers=headers,
+        )
+        if synced.status_code != 200:
+            raise SystemExit(f"adcp: sync_plans answered {synced.status_code}: {synced.text}")
+        return _http_rows(client, trace, repeat, send, lambda r: r.json().get("verdict"))
 
 
 def run_checkout(src: Path, ns: argparse.Namespace) -> dict[str, Any]:

@@ -33,8 +33,9 @@ from warden.core.guardian import Guardian
 from warden.crypto.canonical import parse_strict_json
 from warden.identity.api_keys import Identity
 from warden.ledger.ledger import Ledger
-from warden.ledger.warden_chain import WardenChain
-from warden.spend.budgets import period_key
+from warden.ledger.warden_chain import WardenChain, chain_session_id
+from warden.spend.audit import spend_session_id
+from warden.spend.budgets import Period, period_key
 from warden.spend.engine import SpendEngine
 from warden.store.adcp_sql import PlanRow, SqlAdcp, adcp_rows
 from warden.store.idempotency import IdempotencyKeys
@@ -136,6 +137,24 @@ class AdcpState:
         name = f"{principal}/{plan_id}"
         entry = self.chain.append(tx, name, event, new_id(event), detail)
         return str(entry["entry_hash"])
+
+    def check_reads(self, tx: Any, principal: str, plan_id: str) -> None:
+        """What an intent check of ``plan_id`` reads, sent with its transaction's
+        ``BEGIN`` (a hint; decision 704): the plan budget (an org budget of no period,
+        :func:`~warden.adcp.plan_money.apply_cap`), its usage row, locked, and the heads
+        of its spend chain (a hold) and of the plan's chain (the check's entry), locked."""
+        prefetch = getattr(tx, "prefetch", None)
+        if prefetch is None:
+            return
+        budget = budget_id_for(principal, plan_id)
+        prefetch(
+            budgets=(budget,),
+            usage=((budget, period_key(Period.NONE, self.clock())),),
+            chains=(
+                spend_session_id(budget),
+                chain_session_id(CHAIN_KIND, f"{principal}/{plan_id}"),
+            ),
+        )
 
     def plan(self, tx: Any, principal: str, plan_id: str) -> PlanRow:
         """The caller's plan; ``PLAN_NOT_FOUND`` when absent *or another caller's* (one

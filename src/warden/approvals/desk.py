@@ -339,9 +339,11 @@ class ApprovalDesk:
                     folded=_Filing(self, task, key),
                 )
         with self._reading() as view:
-            head = view.tasks.latest_state(*key)
+            found = view.tasks.latest_state_or_grant(*key)
+            head = found[0] if found is not None else None
             if head is not None and head[1] == ApprovalState.APPROVED.value:
-                approved = view.tasks.get(head[0]) if self._folds(ask, consumer) else None
+                assert found is not None
+                approved = found[1] if self._folds(ask, consumer) else None
                 if approved is None:
                     return None
                 # updated_at as stored (the guard compares the column's text).

@@ -40,12 +40,13 @@ import hmac
 import json
 import re
 import secrets
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from hashlib import sha256
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -53,7 +54,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from warden.core.types import NO_AGENT, Principal, PrincipalKind, agent_facts
 from warden.errors import ConfigError, StoreUnavailable
 from warden.store.agents_sql import AgentRow, SqlAgents
-from warden.store.api_keys_sql import ApiKeyRow, SqlApiKeys, read_cursor
+from warden.store.api_keys_sql import LIVE_KEY, ApiKeyRow, SqlApiKeys, read_cursor
 from warden.store.desk_sessions_sql import SqlDeskSessions
 from warden.store.driver_errors import is_integrity
 
@@ -292,6 +293,63 @@ def _identity(row: ApiKeyRow) -> Identity:
     return Identity(info.key_id, info.principal, info.role, info.groups)
 
 
+#: How long :meth:`ApiKeys.authenticate_remembered` remembers a key, and how many.
+REMEMBER_S = 60.0
+REMEMBER_MAX = 4096
+
+
+def _well_formed(token: str | None) -> bool:
+    return (
+        isinstance(token, str)
+        and bool(token)
+        and len(token) <= MAX_TOKEN_CHARS
+        and _B64TOKEN.match(token) is not None
+    )
+
+
+class LiveCheckTx(Protocol):
+    """The write transaction a remembered key is checked in."""
+
+    def prefetch_read(
+        self, sql: str, params: tuple[Any, ...], receive: Callable[[Any], object]
+    ) -> bool: ...
+
+    def read_one(self, sql: str, params: tuple[Any, ...]) -> Any: ...
+
+
+class KeyStillLive:
+    """The check that a key answered from memory
+    (:meth:`ApiKeys.authenticate_remembered`) is still unrevoked, with its agent, made in
+    the request's own write transaction: read with its ``BEGIN`` (:meth:`prefetch`, no
+    round trip of its own) and confirmed before the request changes or answers anything
+    (:meth:`confirm`), so a key revoked on any replica changes nothing from then on, as
+    with a key read from the database (issue 15)."""
+
+    def __init__(self, keys: ApiKeys, digest: str, key_id: str) -> None:
+        self._keys = keys
+        self._digest = digest
+        self._key_id = key_id
+        self._row: Any = None
+        self._read = False
+
+    def _receive(self, row: Any) -> None:
+        self._row, self._read = row, True
+
+    def prefetch(self, tx: LiveCheckTx) -> None:
+        """Send the check with ``tx``'s ``BEGIN`` (if it has not begun)."""
+        tx.prefetch_read(LIVE_KEY, (self._key_id,), self._receive)
+
+    def confirm(self, tx: LiveCheckTx) -> bool:
+        """True if the key and its agent are still unrevoked (read in ``tx``, now if the
+        prefetch was not sent); False forgets the key."""
+        if not self._read:
+            self._receive(tx.read_one(LIVE_KEY, (self._key_id,)))
+        if self._row is None:
+            self._keys.forget(self._digest)
+            return False
+        return True
+
+
 class ApiKeys:
     """API keys in the store's ``api_keys`` table, hashed under ``pepper``.
 
@@ -313,6 +371,8 @@ class ApiKeys:
         self._store = store
         self._pepper = pepper
         self._clock = clock
+        #: token digest → (identity, monotonic time it is remembered until).
+        self._remembered: dict[str, tuple[Identity, float]] = {}
 
     @staticmethod
     def _audit(tx: Any, event: str, detail: dict[str, Any]) -> None:
@@ -457,14 +517,39 @@ class ApiKeys:
 
         Raises :class:`StoreUnavailable` only if the store cannot be read.
         """
-        if (
-            not isinstance(token, str)
-            or not token
-            or len(token) > MAX_TOKEN_CHARS
-            or not _B64TOKEN.match(token)
-        ):
+        if not _well_formed(token):
             return None
+        assert token is not None
+        return self._authenticate(token, self._hash(token))
+
+    def authenticate_remembered(
+        self, token: str | None
+    ) -> tuple[Identity | None, KeyStillLive | None]:
+        """:meth:`authenticate` for a route that checks the key again in its own write
+        transaction (decision 702): on PostgreSQL a key this process authenticated from
+        the database less than :data:`REMEMBER_S` seconds ago is answered from memory,
+        with the :class:`KeyStillLive` check the route must pass before it changes or
+        answers anything; otherwise the database is read (no check: None). Unknown,
+        malformed and revoked tokens are never remembered."""
+        if not self._store.row_locks or not _well_formed(token):
+            return self.authenticate(token), None
+        assert token is not None
         digest = self._hash(token)
+        hit = self._remembered.get(digest)
+        if hit is not None and hit[1] > time.monotonic():
+            return hit[0], KeyStillLive(self, digest, hit[0].key_id)
+        who = self._authenticate(token, digest)
+        if who is not None:
+            if len(self._remembered) >= REMEMBER_MAX:
+                self._remembered.clear()
+            self._remembered[digest] = (who, time.monotonic() + REMEMBER_S)
+        return who, None
+
+    def forget(self, digest: str) -> None:
+        """Drop a remembered key (its check found it revoked)."""
+        self._remembered.pop(digest, None)
+
+    def _authenticate(self, token: str, digest: str) -> Identity | None:
         with read_cursor(self._store) as cur:
             # The key and (an agent key's) agent in one read: one round trip.
             joined = SqlApiKeys(cur, self._store._q).by_hash_with_agent(digest)
@@ -511,6 +596,7 @@ class ApiKeys:
         approval-desk sessions end in the same transaction
         (:mod:`warden.identity.desk_sessions`)."""
         revoked_at = _rfc3339(self._clock())
+        self._remembered.clear()
         with self._store.transaction() as tx:
             cur = tx.cursor
             found = SqlApiKeys(cur, self._store._q).revoke(key_id, revoked_at)

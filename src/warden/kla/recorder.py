@@ -21,6 +21,7 @@ from warden.approvals.tasks import Task
 from warden.core.guardian import Guardian
 from warden.core.pipeline import Pipeline, Recording
 from warden.crypto.canonical import canonical_bytes
+from warden.identity.api_keys import LiveCheckTx
 from warden.kla.evidence import CHAIN_KIND, PROCESSED, Signer
 from warden.kla.keys import KeyRegistry
 from warden.kla.records import RecordKind, SealedRecord, seal
@@ -29,7 +30,7 @@ from warden.ledger.warden_chain import WardenChain
 from warden.store.kla_sql import KlaRow, SqlKlaRecords
 
 
-class KlaTx(DeskTx, Recording, Protocol):
+class KlaTx(DeskTx, Recording, LiveCheckTx, Protocol):
     """One store write transaction as the action request wire uses it."""
 
     @property

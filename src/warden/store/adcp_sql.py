@@ -196,7 +196,9 @@ class SqlAdcp(_Adjustments):
 
     # checks
     def insert_check(self, c: CheckRow) -> None:
-        self._cur.execute(
+        # On PostgreSQL sent with the transaction's next statement: nothing reads its
+        # result (:meth:`~warden.store.sql._LazyBegin.defer`, decision 701).
+        (getattr(self._cur, "defer", None) or self._cur.execute)(
             self._q(f"INSERT INTO adcp_checks ({_CHECK}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
             (
                 c.check_id,

@@ -49,6 +49,15 @@ def _row(row: Any) -> ApiKeyRow:
     return (str(row[0]), str(row[1]), str(row[2]), str(row[3]), str(row[4]), row[5])
 
 
+#: A key still usable (qmark style): unrevoked, and an agent key's agent registered and
+#: unrevoked; one row if so, none otherwise.
+LIVE_KEY = (
+    "SELECT 1 FROM api_keys k LEFT JOIN agents a ON k.role = 'agent' AND a.agent_id = k.principal "
+    "WHERE k.key_id = ? AND k.revoked_at IS NULL "
+    "AND (k.role <> 'agent' OR (a.agent_id IS NOT NULL AND a.revoked_at IS NULL))"
+)
+
+
 class SqlApiKeys:
     """The ``api_keys`` table on an open DB-API cursor (``q`` adapts ``?`` placeholders)."""
 

@@ -101,24 +101,13 @@ class _FoldedTx(SqlSpendTx):
         return self._heads[session_id]
 
     def append(self, item: PendingAppend) -> None:
-        from warden.store.sql import INSERT_ENTRY, entry_row
+        from warden.store.sql import INSERT_ENTRY, entry_row, head_move_row
 
         store = self._store
         assert store._log_tx is not None  # noqa: SLF001 - read in the first round trip
         index = store._log_tx[1]  # noqa: SLF001
-        seq = item.expected_seq + 1
-        self._cur.execute(
-            "UPDATE sessions SET head_seq = %s, head_hash = %s, head_signature = %s, "
-            "closed = (closed OR %s) WHERE session_id = %s AND head_seq = %s",
-            (
-                seq,
-                item.entry["entry_hash"],
-                _dumps(item.head_signature),
-                bool(item.close),
-                item.session_id,
-                item.expected_seq,
-            ),
-        )
+        move, values = head_move_row(item)
+        self._cur.execute(move.replace("?", "%s"), values)
         self._cur.execute(INSERT_ENTRY.replace("?", "%s"), entry_row(item, item.response, index))
         store._log_tx[1] = index + 1  # noqa: SLF001
         self.moved[item.session_id] = item.entry["entry_hash"]

@@ -67,8 +67,11 @@ class SqlKlaRecords:
         self._q = q
 
     def insert(self, row: KlaRow) -> None:
-        """Insert one record (the caller checked that its id is unused)."""
-        self._cur.execute(
+        """Insert one record (the caller checked that its id is unused). On PostgreSQL
+        it is sent with the transaction's next statement (nothing reads its result;
+        :meth:`~warden.store.sql._LazyBegin.defer`, decision 701)."""
+        defer = getattr(self._cur, "defer", None)
+        (defer or self._cur.execute)(
             self._q(
                 f"INSERT INTO kla_records ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             ),

@@ -19,9 +19,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from warden.crypto.canonical import parse_strict_json
+from warden.errors import HeadMoved
 from warden.spend.budgets import Budget, BudgetKind, Period
 from warden.spend.money import to_wire
 from warden.spend.records import HoldStatus, Receipt, Reservation
@@ -54,6 +56,32 @@ SELECT head.session_id, %(seq)s, %(hash)s, %(step_id)s, %(step_type)s, %(entry)s
        %(response)s, %(now)s, %(request)s, %(index)s
 FROM head
 """
+
+
+#: PostgreSQL: the same with the entry numbered by the log counter in the statement
+#: itself (as :data:`~warden.store.sql._PG_APPEND` does), for a transaction that has not
+#: read the counter: the counter is locked by this statement, not before it.
+_CHAINED_APPEND_LEAF = """
+WITH lk AS (
+  SELECT next_index FROM log_state WHERE id = 1 FOR UPDATE
+), head AS (
+  UPDATE sessions SET head_seq = %(seq)s, head_hash = %(hash)s, head_signature = %(sig)s,
+         closed = (closed OR %(close)s)
+  WHERE session_id = %(sid)s AND head_seq = %(expected)s AND EXISTS (SELECT 1 FROM lk)
+  RETURNING session_id
+), leaf AS (
+  UPDATE log_state SET next_index = next_index + 1
+  WHERE id = 1 AND EXISTS (SELECT 1 FROM head)
+  RETURNING next_index - 1 AS i
+)
+INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, entry, response,
+                     created_at, request, log_index)
+SELECT head.session_id, %(seq)s, %(hash)s, %(step_id)s, %(step_type)s, %(entry)s,
+       %(response)s, %(now)s, %(request)s, leaf.i
+FROM head, leaf
+"""
+
+_HEAD_LOCK = "SELECT head_seq, head_hash FROM sessions WHERE session_id = %s FOR UPDATE"
 
 
 def _dumps(value: Any) -> str:
@@ -167,6 +195,82 @@ class SqlSpendTx:
         #: drops the entry), so the second read is answered here: one round trip less
         #: on PostgreSQL (decision 680).
         self._budgets: dict[str, Budget | None] = {}
+        #: PostgreSQL: the heads of the chains this transaction holds locked, as this
+        #: transaction leaves them (it is their only writer until it ends).
+        self._held: dict[str, tuple[int, str | None]] = {}
+        #: PostgreSQL: usage rows this transaction holds locked (read ``FOR UPDATE``),
+        #: as this transaction leaves them: a second read is answered here (decision
+        #: 701; only this class writes ``budget_usage``).
+        self._usage: dict[tuple[str, str], tuple[Decimal, Decimal]] = {}
+
+    def prefetch(
+        self,
+        *,
+        budgets: tuple[str, ...] = (),
+        chains: tuple[str, ...] = (),
+        usage: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        """PostgreSQL: read ``budgets`` and lock and read the heads of the Warden chains
+        ``chains`` with this transaction's ``BEGIN`` (no round trip of their own,
+        decision 700); a later :meth:`budget` or :meth:`session_head` of one of them is
+        answered from what was read. Only a hint: nothing is read once the transaction
+        has begun (nor on SQLite), and a read that was not prefetched is made when asked.
+        ``usage``: (budget, bucket) rows locked and read (a row that does not exist yet
+        is created and read when asked, as before). Usage rows, then chain heads, are
+        locked in the order given, before anything else this transaction locks (the
+        order an operation takes them in: its cap check, then its entries)."""
+        from warden.store.sql import _LazyBegin
+
+        cur = self._cur
+        if not isinstance(cur, _LazyBegin):
+            return
+        for budget_id in budgets:
+            if budget_id not in self._budgets:
+                cur.prefetch(
+                    f"SELECT {_BUDGET_COLUMNS} FROM budgets WHERE budget_id = %s",
+                    (budget_id,),
+                    partial(self._prefetched_budget, budget_id),
+                )
+        for row_key in usage:
+            if row_key not in self._usage:
+                cur.prefetch(
+                    "SELECT reserved, settled FROM budget_usage "
+                    "WHERE budget_id = %s AND bucket = %s FOR UPDATE",
+                    row_key,
+                    partial(self._prefetched_usage, row_key),
+                )
+        for sid in chains:
+            cur.prefetch(_HEAD_LOCK, (sid,), partial(self._locked_head, sid))
+
+    def _prefetched_usage(self, row_key: tuple[str, str], row: Any) -> None:
+        if row is not None:  # locked: this transaction's until it ends
+            self._usage[row_key] = (Decimal(row[0]), Decimal(row[1]))
+
+    def _prefetched_budget(self, budget_id: str, row: Any) -> None:
+        self._budgets[budget_id] = _budget(row) if row is not None else None
+
+    def prefetch_read(
+        self, sql: str, params: tuple[Any, ...], receive: Callable[[Any], object]
+    ) -> bool:
+        """PostgreSQL: send the read ``sql`` (qmark style) with this transaction's
+        ``BEGIN`` and hand its first row (or None) to ``receive`` then; False (nothing
+        will be sent) once the transaction has begun, or on SQLite."""
+        from warden.store.sql import _LazyBegin
+
+        cur = self._cur
+        return isinstance(cur, _LazyBegin) and cur.prefetch(self._q(sql), params, receive)
+
+    def read_one(self, sql: str, params: tuple[Any, ...]) -> Any:
+        """The first row of the read ``sql`` (qmark style) in this transaction, or None."""
+        return self._one(sql, params)
+
+    def _locked_head(self, session_id: str, row: Any) -> tuple[int, str | None] | None:
+        """Remember the head of a chain this transaction just locked (None: no chain)."""
+        if row is None:
+            return None
+        head = (int(row[0]), row[1])
+        self._held[session_id] = head
+        return head
 
     def after_commit(self, report: Callable[[], None]) -> None:
         """Run ``report`` once this transaction has committed (never if it rolls back):
@@ -263,8 +367,11 @@ class SqlSpendTx:
         """(reserved, settled) of one bucket. On PostgreSQL the row is created if absent
         and locked until the transaction ends, so two replicas' cap checks on one budget
         run one after the other (SQLite's ``BEGIN IMMEDIATE`` already serialises them)."""
+        if (budget_id, bucket) in self._usage:  # locked by this transaction (decision 701)
+            return self._usage[(budget_id, bucket)]
         if self._row_locks:
-            self._cur.execute(
+            # Sent with the read after it (decision 701): nothing reads its result.
+            (getattr(self._cur, "defer", None) or self._cur.execute)(
                 self._q(
                     "INSERT INTO budget_usage (budget_id, bucket, reserved, settled) "
                     "VALUES (?, ?, '0', '0') ON CONFLICT (budget_id, bucket) DO NOTHING"
@@ -276,7 +383,10 @@ class SqlSpendTx:
             + self._for_update,
             (budget_id, bucket),
         )
-        return (Decimal(row[0]), Decimal(row[1])) if row is not None else (Decimal(0), Decimal(0))
+        found = (Decimal(row[0]), Decimal(row[1])) if row is not None else (Decimal(0), Decimal(0))
+        if self._row_locks:
+            self._usage[(budget_id, bucket)] = found
+        return found
 
     def set_usage(self, budget_id: str, bucket: str, reserved: Decimal, settled: Decimal) -> None:
         if reserved < 0 or settled < 0:
@@ -289,6 +399,11 @@ class SqlSpendTx:
             ),
             (budget_id, bucket, to_wire(reserved), to_wire(settled)),
         )
+        if self._row_locks:
+            self._usage[(budget_id, bucket)] = (
+                Decimal(to_wire(reserved)),
+                Decimal(to_wire(settled)),
+            )
 
     # reservations and receipts
     def reservation(self, reservation_id: str) -> Reservation | None:
@@ -355,14 +470,18 @@ class SqlSpendTx:
         # to this Warden-authored session waits here instead of losing the head race.
         sql = "SELECT head_seq, head_hash FROM sessions WHERE session_id = ?" + self._for_update
         store = self._store
-        if not self._row_locks or store._log_tx is not None:  # noqa: SLF001
+        if not self._row_locks:
             row = self._one(sql, (session_id,))
             return (int(row[0]), row[1]) if row is not None else None
-        # PostgreSQL, no leaf yet: the log counter the append will number its entry from
-        # is locked and read in the same round trip, after the head (the order the
-        # append took them in before, decision 681).
-        from warden.store.sql import _LOG_LOCK
+        if session_id in self._held:  # locked by this transaction: it is the only writer
+            return self._held[session_id]
+        from warden.store.sql import _LOG_LOCK, _LazyBegin
 
+        if isinstance(self._cur, _LazyBegin) or store._log_tx is not None:  # noqa: SLF001
+            # The append numbers its entry itself (decision 701), or the counter is read.
+            return self._locked_head(session_id, self._one(sql, (session_id,)))
+        # No leaf yet: the log counter the append will number its entry from is locked
+        # and read in the same round trip, after the head (decision 681).
         client = store._client_cursor()  # noqa: SLF001 - binds the two statements' string
         try:
             bound = client.mogrify(self._q(sql), (session_id,))
@@ -372,62 +491,93 @@ class SqlSpendTx:
         row = self._cur.fetchone()
         self._cur.nextset()
         store._log_tx = store._log_start(self._cur.fetchone())  # noqa: SLF001
-        return (int(row[0]), row[1]) if row is not None else None
+        return self._locked_head(session_id, row)
 
     def insert_session(self, state: SessionState) -> bool:
         """Create a Warden-authored session unless it exists; False if another writer
         (a replica) created it first — the caller then reads its head again."""
         created = self._store._insert_session(self._cur, state, if_absent=True)  # noqa: SLF001
         self.touched_sessions.add(state.session_id)
+        if created and self._row_locks:  # the new row is this transaction's until it ends
+            self._held[state.session_id] = (state.head_seq, state.head_hash)
         return created
 
     def append(self, item: PendingAppend) -> None:
+        from warden.store.sql import _LazyBegin
+
         store = self._store
-        if (
+        simple = (
             self._row_locks
-            and store._log_tx is not None  # noqa: SLF001
             and not item.guards
             and item.replay is None
             and item.agent_key is None
             and item.indexed is None
-        ):
+        )
+        head = self._held.get(item.session_id)
+        if simple and isinstance(self._cur, _LazyBegin) and head is not None:
+            if head[0] != item.expected_seq:
+                raise HeadMoved(
+                    f"session {item.session_id} head is no longer seq {item.expected_seq}"
+                )
+            self._append_deferred(self._cur, item)
+        elif simple and store._log_tx is not None:  # noqa: SLF001
             self._append_chained(item)
         else:
             store._append_one(self._cur, item)  # noqa: SLF001
+        if self._row_locks:
+            self._held[item.session_id] = (item.expected_seq + 1, item.entry["entry_hash"])
         self.touched_sessions.add(item.session_id)
+
+    def _params(self, item: PendingAppend) -> dict[str, Any]:
+        from warden.store.sql import _now
+
+        return {
+            "seq": item.expected_seq + 1,
+            "hash": item.entry["entry_hash"],
+            "sig": _dumps(item.head_signature),
+            "close": bool(item.close),
+            "sid": item.session_id,
+            "expected": item.expected_seq,
+            "step_id": self._store._step_id(item),  # noqa: SLF001
+            "step_type": str(item.entry.get("step_type", "")),
+            "entry": _dumps(item.entry),
+            "response": _dumps(item.response) if item.response is not None else None,
+            "now": _now(),
+            "request": item.request,
+        }
+
+    def _append_deferred(self, cur: Any, item: PendingAppend) -> None:
+        """PostgreSQL, a Warden-authored entry on a chain whose head this transaction
+        locked at ``item.expected_seq``: the head move and the entry, one statement, sent
+        with the transaction's next statement or its ``COMMIT`` (decision 701). Nobody
+        else can move the head, so it moves; ``COMMIT`` is refused if it did not. The
+        entry is numbered by the counter in the statement unless this transaction
+        already read the counter (then from the count kept in memory)."""
+        store = self._store
+        params = self._params(item)
+        if store._log_tx is None:  # noqa: SLF001
+            cur.defer(_CHAINED_APPEND_LEAF, params, item.session_id, item.entry["entry_hash"])
+            return
+        index = store._log_tx[1]  # noqa: SLF001
+        params["index"] = index
+        cur.defer(_CHAINED_APPEND, params, item.session_id, item.entry["entry_hash"])
+        store._log_tx[1] = index + 1  # noqa: SLF001
 
     def _append_chained(self, item: PendingAppend) -> None:
         """PostgreSQL, a Warden-authored entry whose leaf index is known (the counter was
         read with the head): the head move and the entry insert in one statement, one
         round trip instead of two (decision 681). The entry is inserted only if the head
         moved; the same errors as :meth:`SqlStore._append_one`."""
-        from warden.errors import HeadMoved
         from warden.store.driver_errors import is_integrity
-        from warden.store.sql import _EntryConflict, _now
+        from warden.store.sql import _EntryConflict
 
         store = self._store
         assert store._log_tx is not None  # noqa: SLF001
         index = store._log_tx[1]  # noqa: SLF001
-        seq = item.expected_seq + 1
+        params = self._params(item)
+        params["index"] = index
         try:
-            self._cur.execute(
-                _CHAINED_APPEND,
-                {
-                    "seq": seq,
-                    "hash": item.entry["entry_hash"],
-                    "sig": _dumps(item.head_signature),
-                    "close": bool(item.close),
-                    "sid": item.session_id,
-                    "expected": item.expected_seq,
-                    "step_id": store._step_id(item),  # noqa: SLF001
-                    "step_type": str(item.entry.get("step_type", "")),
-                    "entry": _dumps(item.entry),
-                    "response": _dumps(item.response) if item.response is not None else None,
-                    "now": _now(),
-                    "request": item.request,
-                    "index": index,
-                },
-            )
+            self._cur.execute(_CHAINED_APPEND, params)
         except Exception as exc:
             if is_integrity(exc):
                 raise _EntryConflict(str(exc)) from exc

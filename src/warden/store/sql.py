@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -354,13 +354,21 @@ RETURNING seq
 
 
 class _LazyBegin:
-    """PostgreSQL: a transaction's cursor whose ``BEGIN`` goes with its first statement.
+    """PostgreSQL: a transaction's cursor whose ``BEGIN`` goes with its first statement,
+    whose reads known in advance go with that ``BEGIN``, and whose writes nobody reads
+    back go with the statement after them.
 
-    The first ``execute`` sends ``BEGIN; <statement bound client-side>`` in one string
-    (one round trip); its results are read from that client-side cursor, every later
-    statement runs on the store's cursor as before. A transaction that sent nothing
-    commits nothing (``commit`` sends no ``COMMIT`` without a ``BEGIN``, but a deferred
-    write gets its ``BEGIN`` then)."""
+    The first ``execute`` sends ``BEGIN; <prefetched reads>; <statement bound
+    client-side>`` in one string (one round trip, decision 683); each prefetched read's
+    row is handed to the callback that asked for it (:meth:`prefetch`, decision 700), the
+    statement's results are read from that client-side cursor. A deferred write
+    (:meth:`defer`: a Warden-chain append whose head this transaction holds locked,
+    decision 701) is
+    sent in one string with the next statement, or with ``COMMIT``, in the order it was
+    made, so every later statement sees it; ``COMMIT`` is refused unless every deferred
+    head move landed (:meth:`_moved_check`). Every other statement runs on the store's
+    cursor as before. A transaction that sent nothing commits nothing (``commit`` sends
+    no ``COMMIT`` without a ``BEGIN``, but a deferred write gets its ``BEGIN`` then)."""
 
     def __init__(self, store: SqlStore, cur: Any) -> None:
         self._store = store
@@ -368,20 +376,64 @@ class _LazyBegin:
         self._client = store._client_cursor()  # noqa: SLF001 - the store's own helper
         self._active = cur
         self.begun = False
+        self._prefetch: list[tuple[str, Callable[[Any], object]]] = []
+        self._pending: list[str] = []
+        #: chain session id → the entry hash its head holds once the deferred writes ran.
+        self._moved: dict[str, str] = {}
+
+    def prefetch(self, sql: str, params: Any, receive: Callable[[Any], object]) -> bool:
+        """Send the read ``sql`` with ``BEGIN`` and hand its first row (or None) to
+        ``receive`` then; False (nothing sent) once the transaction has begun."""
+        if self.begun:
+            return False
+        self._prefetch.append((self._client.mogrify(sql, params), receive))
+        return True
+
+    def defer(
+        self,
+        sql: str,
+        params: Any,
+        session_id: str | None = None,
+        entry_hash: str | None = None,
+    ) -> None:
+        """Send the write ``sql`` with the next statement (its results are never read;
+        a failure fails that statement, or ``COMMIT``, and the transaction rolls back).
+        ``session_id``: it moves that chain's head, locked by this transaction, to
+        ``entry_hash``, which ``COMMIT`` checks."""
+        if not self.begun:  # nothing to send it after: send it now
+            self.execute(sql, params)
+            return
+        self._pending.append(self._client.mogrify(sql, params))
+        if session_id is not None and entry_hash is not None:
+            self._moved[session_id] = entry_hash
 
     def execute(self, sql: str, params: Any = None) -> Any:
-        if self.begun:
+        if sql == "ROLLBACK":
+            self._pending.clear()
+            self._moved.clear()
+            if not self.begun:
+                return None  # nothing was begun
+            self._active = self._cur
+            return self._cur.execute(sql)
+        if self.begun and not self._pending:
             self._active = self._cur
             return self._cur.execute(sql, params)
-        if sql == "ROLLBACK":
-            return None  # nothing was begun
-        bound = self._client.mogrify(sql, params) if params else sql
+        self._send(self._client.mogrify(sql, params) if params else sql)
+        return self._client
+
+    def _send(self, last: str) -> None:
+        """``last`` in one string after ``BEGIN`` and the prefetched reads (the first
+        statement) and the deferred writes; the client cursor left on ``last``'s result."""
+        first = not self.begun
+        lead = ["BEGIN", *(sql for sql, _ in self._prefetch)] if first else []
+        pending, self._pending = self._pending, []
+        text = "; ".join([*lead, *pending, last])
         self.begun = True  # from here a failure rolls back whatever the server began
         try:
-            self._client.execute("BEGIN; " + bound)
+            self._client.execute(text)
         except Exception:
             store = self._store
-            if not store._broken():  # noqa: SLF001
+            if not first or not store._broken():  # noqa: SLF001
                 raise
             # The server dropped the connection before this transaction's first
             # statement (restart, failover): nothing was done, so reconnect and send it
@@ -389,22 +441,47 @@ class _LazyBegin:
             self._cur.close()
             self._cur = store._cursor()  # noqa: SLF001
             self._client = store._client_cursor()  # noqa: SLF001
-            self._client.execute("BEGIN; " + bound)
-        self._client.nextset()  # past BEGIN's result: the statement's
+            self._client.execute(text)
+        if first:
+            self._client.nextset()  # past BEGIN's result
+            prefetched, self._prefetch = self._prefetch, []
+            for _, receive in prefetched:
+                receive(self._client.fetchone())
+                self._client.nextset()
+        for _ in pending:
+            self._client.nextset()
         self._active = self._client
-        return self._client
 
     def executemany(self, sql: str, rows: Any) -> Any:
-        if not self.begun:
-            self._client.execute("BEGIN")
-            self.begun = True
+        if not self.begun or self._pending:
+            self._send("SELECT 1")
         self._active = self._cur
         return self._cur.executemany(sql, rows)
 
+    def _moved_check(self) -> str:
+        """A statement that writes NULL into the NOT NULL log counter (refusing the
+        commit) unless every deferred head move landed; "" if nothing was deferred."""
+        if not self._moved:
+            return ""
+        moved = " AND ".join(
+            self._client.mogrify(
+                "EXISTS (SELECT 1 FROM sessions WHERE session_id = %s AND head_hash = %s)",
+                (sid, digest),
+            )
+            for sid, digest in self._moved.items()
+        )
+        return (
+            f"UPDATE log_state SET next_index = CASE WHEN {moved} THEN next_index "
+            "ELSE NULL END WHERE id = 1; "
+        )
+
     def commit(self, end: str) -> None:
-        """Send ``end`` (``… COMMIT``), with ``BEGIN`` first if nothing was sent yet."""
+        """Send ``end`` (``… COMMIT``) after the deferred writes and their check, with
+        ``BEGIN`` first if nothing was sent yet."""
+        pending = "".join(sql + "; " for sql in self._pending) + self._moved_check()
+        self._pending = []
         if self.begun:
-            self._cur.execute(end)
+            self._cur.execute(pending + end)
         elif end != "COMMIT":
             self._cur.execute("BEGIN; " + end)
 
@@ -447,6 +524,38 @@ INSERT_ENTRY = (
     "entry, response, created_at, request, log_index) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+#: A chain's head moved to an item's entry, only from the head it was chained on (qmark
+#: style, like :data:`INSERT_ENTRY`).
+HEAD_MOVE = (
+    "UPDATE sessions SET head_seq = ?, head_hash = ?, head_signature = ?, "
+    "closed = (closed OR ?) WHERE session_id = ? AND head_seq = ?"
+)
+
+
+def head_move_row(item: PendingAppend) -> tuple[str, tuple[Any, ...]]:
+    """The head move of ``item`` (its entry at ``expected_seq + 1``): :data:`HEAD_MOVE`,
+    with the clause that moves it only while the signing agent key is live when the item
+    carries one (issue 15), and only while a chained request id was not refused before
+    (:func:`chained_request_id`, decision 273), and its values."""
+    sql = HEAD_MOVE
+    values: tuple[Any, ...] = (
+        item.expected_seq + 1,
+        item.entry["entry_hash"],
+        _dumps(item.head_signature),
+        bool(item.close),
+        item.session_id,
+        item.expected_seq,
+    )
+    if item.agent_key is not None:
+        sql += _KEY_LIVE
+        values = (*values, item.agent_key)
+    chained = chained_request_id(item)
+    if chained is not None:
+        sql += _NOT_REFUSED
+        values = (*values, item.session_id, chained)
+    return sql, values
 
 
 def entry_row(item: PendingAppend, response: Any, log_index: int) -> tuple[Any, ...]:
@@ -955,7 +1064,9 @@ class SqlStore:
         for item, outcome in zip(items, outcomes, strict=True):
             if outcome is None:
                 self._advance_cache(item)
-            elif isinstance(outcome, HeadMoved):
+            elif isinstance(outcome, HeadMoved) and not isinstance(outcome, StaleRead):
+                # (A failed read guard moved no head: the cached session stays, decision
+                # 703; the next append checks its head anyway.)
                 self._cache.pop(item.session_id, None)
         return outcomes
 
@@ -1120,7 +1231,6 @@ class SqlStore:
             raise KeyRevoked("the agent key that signed this request is revoked")
 
     def _append_one(self, cur: Any, item: PendingAppend) -> None:
-        seq = item.expected_seq + 1
         for guard in item.guards:
             cur.execute(
                 self._q("SELECT updated_at FROM tasks WHERE task_id = ?"),
@@ -1135,24 +1245,8 @@ class SqlStore:
         # The head moves only while the signing agent key is live and the request id was
         # not refused before: one statement checks all three (a revocation on any replica
         # stops the next write here, issue 15; decision 273).
-        cur.execute(
-            self._q(
-                "UPDATE sessions SET head_seq = ?, head_hash = ?, head_signature = ?, "
-                "closed = (closed OR ?) WHERE session_id = ? AND head_seq = ?"
-                + (_KEY_LIVE if item.agent_key is not None else "")
-                + (_NOT_REFUSED if chained is not None else "")
-            ),
-            (
-                seq,
-                item.entry["entry_hash"],
-                _dumps(item.head_signature),
-                bool(item.close),
-                item.session_id,
-                item.expected_seq,
-                *((item.agent_key,) if item.agent_key is not None else ()),
-                *((item.session_id, chained) if chained is not None else ()),
-            ),
-        )
+        move, values = head_move_row(item)
+        cur.execute(self._q(move), values)
         if cur.rowcount != 1:
             if chained is not None:
                 self._check_not_refused(cur, item.session_id, chained)

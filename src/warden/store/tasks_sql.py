@@ -102,6 +102,26 @@ class SqlTasks:
         row = self._cur.fetchone()
         return (str(row[0]), str(row[1]), str(row[2]), str(row[3])) if row is not None else None
 
+    def latest_state_or_grant(
+        self, scope: str, action_hash: str
+    ) -> tuple[tuple[str, str, str, str], Task | None] | None:
+        """:meth:`latest_state` and, when that task is approved, the task itself, in one
+        read (decision 703): the grant an ask consumes without a second round trip."""
+        self._cur.execute(
+            self._q(
+                "SELECT task_id, state, updated_at, expires_at, "
+                "CASE WHEN state = ? THEN record END FROM tasks "
+                "WHERE session_id = ? AND action_hash = ? "
+                "ORDER BY created_at DESC, task_id DESC LIMIT 1"
+            ),
+            (ApprovalState.APPROVED.value, scope, action_hash),
+        )
+        row = self._cur.fetchone()
+        if row is None:
+            return None
+        head = (str(row[0]), str(row[1]), str(row[2]), str(row[3]))
+        return head, Task.from_dict(parse_strict_json(row[4])) if row[4] is not None else None
+
     def latest_for(self, scope: str, action_hash: str) -> Task | None:
         self._cur.execute(
             self._q(

@@ -547,8 +547,12 @@ class AcsService:
             if self.approval_gate is not None
             else None
         )
+        stale_read = False
         for attempt in range(_APPEND_ATTEMPTS):
-            session = self.store.load_session(sid, fresh=attempt > 0)
+            # A failed read guard moved no head (nothing was written): the session as
+            # this replica knows it is as good as on the first attempt, and the append
+            # checks its head anyway (decision 703). A moved head is read again.
+            session = self.store.load_session(sid, fresh=attempt > 0 and not stale_read)
             if session is None:
                 raise CapabilityNotNegotiated(
                     "no handshake/hello for this session", method=msg["method"]
@@ -598,7 +602,8 @@ class AcsService:
                 if after:
                     self.provenance.committed(sid, pending.entry["entry_hash"], after[0])
                 return pending.response
-            if isinstance(outcome, StaleRead) and approval is not None:
+            stale_read = isinstance(outcome, StaleRead)
+            if stale_read and approval is not None:
                 # The pending task the answer was read from changed: ask the desk again.
                 approval.forget()
             if gate is not None and gate.held is not None:

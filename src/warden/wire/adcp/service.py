@@ -212,6 +212,8 @@ class AdcpService:
             st.desk.expire_due()  # an unanswered review resolves (denied) before it is read
         call = Call(who, req, st.clock(), stated_plan_id=stated_plan)
         with st.store.transaction() as tx:
+            if task == "check_governance" and isinstance(req.get("plan_id"), str):
+                st.check_reads(tx, who.principal, req["plan_id"])
             if key is not None:
                 scope = scope_of(who.principal, req)
                 stored = self.idempotency.begin(

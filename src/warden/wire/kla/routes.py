@@ -35,7 +35,7 @@ from warden.wire.kla.models import (
     SubmitData,
 )
 from warden.wire.kla.service import KlaService
-from warden.wire.spend.auth import KeyAuth, caller
+from warden.wire.spend.auth import KeyAuth, caller, checks_caller_in_transaction
 from warden.wire.spend.models import ErrorEnvelope, Success
 from warden.wire.spend.render import invalid, json_response
 from warden.wire.spend.routes import PREFIX, RawBody, make_route_class
@@ -105,6 +105,7 @@ def kla_router(service: KlaService, keys: ApiKeys, *, max_body_bytes: int = 1 <<
         openapi_extra={"requestBody": ACTION_REQUEST_BODY},
         dependencies=[Depends(_one_signature)],
     )
+    @checks_caller_in_transaction
     def submit_action_request(
         raw: RawBody, signature: Signature = None, key_id: KeyId = None
     ) -> Response:

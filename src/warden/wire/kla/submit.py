@@ -31,11 +31,11 @@ from typing import Any
 from warden.approvals.tasks import Task
 from warden.core.observe import TraceParent
 from warden.errors import WardenError
-from warden.identity.api_keys import Identity
+from warden.identity.api_keys import Identity, KeyStillLive
 from warden.kla.asks import decide, decided_record, policy_decision_record
 from warden.kla.digest import record_digest
 from warden.kla.evidence import HELD, PROCESSED, now_stamp
-from warden.kla.recorder import Recorder, canonical_text, new_id
+from warden.kla.recorder import KlaTx, Recorder, canonical_text, new_id
 from warden.kla.records import (
     SUPPORTED_SCHEMA_VERSIONS,
     RecordKind,
@@ -55,6 +55,7 @@ from warden.wire.kla.answers import (
     task_ref,
 )
 from warden.wire.kla.models import RequestRef, SubmitData
+from warden.wire.spend.auth import key_check, unauthenticated
 from warden.wire.spend.render import Refusal, retry, success
 
 MAX_ID = 256
@@ -123,6 +124,13 @@ def _trace_parent(record: dict[str, Any]) -> TraceParent | None:
     return None
 
 
+def _confirm(tx: KlaTx, live: KeyStillLive | None) -> None:
+    """A key answered from memory changes and answers nothing unless it is still live,
+    read in this transaction (decision 702)."""
+    if live is not None and not live.confirm(tx):
+        raise unauthenticated("Bearer")
+
+
 def _usable_id(value: Any) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= MAX_ID else None
 
@@ -156,8 +164,10 @@ def _hold(
         status=HELD,
         created_at=now_stamp(rec.now()),
     )
+    live = key_check()
     with rec.store.transaction() as tx:
         existing = tx.kla.get(row.record_id)
+        _confirm(tx, live)
         if existing is None:
             tx.kla.insert(row)
             rec.append(tx, row, body, event="held")
@@ -184,8 +194,16 @@ def _process(
 ) -> Answer:
     rid: str = record["action_request_id"]
     execution: str = record["correlation"]["execution_id"]
+    live = key_check()
     with rec.store.transaction() as tx:
+        # Sent with BEGIN and the record's read (decision 702): the caller's key still
+        # live, when answered from memory. Not the execution's chain head: a desk
+        # transition of this execution's task locks the desk chain before it, and this
+        # request may file a task after it (decision 700).
+        if live is not None:
+            live.prefetch(tx)
         existing = tx.kla.get(rid)
+        _confirm(tx, live)
         if existing is not None:
             if (
                 existing.kind != RecordKind.ACTION_REQUEST.value

@@ -15,15 +15,19 @@ The caller's identity is kept in a context variable for the request
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
+from typing import Any, TypeVar
 
-from warden.identity.api_keys import ApiKeys, Identity, Role
+from warden.identity.api_keys import ApiKeys, Identity, KeyStillLive, Role
 from warden.wire.spend.models import Resolution
 from warden.wire.spend.render import Refusal
 
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="warden"'}
 
 _CALLER: ContextVar[Identity | None] = ContextVar("warden_caller", default=None)
+_LIVE: ContextVar[KeyStillLive | None] = ContextVar("warden_caller_check", default=None)
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def caller() -> Identity:
@@ -34,32 +38,68 @@ def caller() -> Identity:
     return who
 
 
+def unauthenticated(authorization: str | None) -> Refusal:
+    """``401 auth:required``: no token, or one that is malformed, unknown or revoked."""
+    return Refusal(
+        "auth:required",
+        401,
+        "missing, invalid or revoked bearer token"
+        if authorization
+        else "this route requires an API key",
+        resolution=Resolution(
+            type="authenticate",
+            hint="send Authorization: Bearer <token>; create keys with `warden keys "
+            "create`; the bootstrap admin token is <data-dir>/api.token (mode 0600)",
+        ),
+        headers=CHALLENGE,
+    )
+
+
+def key_check() -> KeyStillLive | None:
+    """The check the request must make in its write transaction when its key was answered
+    from memory (:meth:`KeyAuth.check` with ``remembered``), else None."""
+    return _LIVE.get()
+
+
+def checks_caller_in_transaction(endpoint: _F) -> _F:
+    """Mark a route whose every answer comes from :meth:`~warden.wire.spend.operations.
+    SpendWire.mutate`, which confirms a remembered key in its transaction
+    (:func:`key_check`): its token may be answered from memory (decision 702)."""
+    setattr(endpoint, "checks_caller_in_transaction", True)  # noqa: B010 - a function attribute
+    return endpoint
+
+
 class KeyAuth:
     """Checks ``Authorization`` headers against the API key store."""
 
     def __init__(self, keys: ApiKeys) -> None:
         self.keys = keys
 
-    def check(self, authorization: str | None, role: Role | None = Role.AGENT) -> Identity:
+    def check(
+        self,
+        authorization: str | None,
+        role: Role | None = Role.AGENT,
+        *,
+        remembered: bool = False,
+    ) -> Identity:
         """The caller's identity (also set as :func:`caller`); raises :class:`Refusal`
         ``auth:required`` (401) or ``auth:forbidden`` (403). ``role`` None admits any
-        valid key (the route checks what the caller may see)."""
+        valid key (the route checks what the caller may see). ``remembered``: the route
+        confirms the key in its transaction (:func:`checks_caller_in_transaction`), so a
+        key authenticated a moment ago may be answered from memory."""
         scheme, _, credentials = (authorization or "").strip().partition(" ")
-        who = self.keys.authenticate(credentials.strip()) if scheme.lower() == "bearer" else None
+        token = credentials.strip() if scheme.lower() == "bearer" else None
+        live: KeyStillLive | None = None
+        if token is None:
+            who = None
+        elif remembered:
+            who, live = self.keys.authenticate_remembered(token)
+            if live is not None and who is not None and role is not None and not who.may(role):
+                who, live = self.keys.authenticate(token), None  # refused: from the database
+        else:
+            who = self.keys.authenticate(token)
         if who is None:
-            raise Refusal(
-                "auth:required",
-                401,
-                "missing, invalid or revoked bearer token"
-                if authorization
-                else "this route requires an API key",
-                resolution=Resolution(
-                    type="authenticate",
-                    hint="send Authorization: Bearer <token>; create keys with `warden keys "
-                    "create`; the bootstrap admin token is <data-dir>/api.token (mode 0600)",
-                ),
-                headers=CHALLENGE,
-            )
+            raise unauthenticated(authorization)
         if role is not None and not who.may(role):
             raise Refusal(
                 "auth:forbidden",
@@ -74,4 +114,5 @@ class KeyAuth:
                 ),
             )
         _CALLER.set(who)
+        _LIVE.set(live)
         return who

@@ -24,7 +24,7 @@ from warden.core.guardian import Guardian
 from warden.core.pipeline import Pipeline
 from warden.core.types import Effect as VerdictEffect
 from warden.errors import CouldNotDecide, WardenError
-from warden.identity.api_keys import Role
+from warden.identity.api_keys import LiveCheckTx, Role
 from warden.spend.asks import (
     BUDGET_APPROVERS,
     QuoteDecision,
@@ -44,7 +44,7 @@ from warden.spend.ownership import (
     undoable_receipt,
 )
 from warden.store.idempotency import Idempotency, IdempotencyKeys, request_hash
-from warden.wire.spend.auth import KeyAuth, caller
+from warden.wire.spend.auth import KeyAuth, caller, key_check, unauthenticated
 from warden.wire.spend.models import (
     BudgetData,
     BudgetDefineData,
@@ -88,13 +88,22 @@ from warden.wire.spend.render import (
 )
 
 
-class WireTx(SpendTx, DeskTx, Protocol):
+class WireTx(SpendTx, DeskTx, LiveCheckTx, Protocol):
     """One store write transaction as the spend wire uses it."""
 
     @property
     def idempotency_keys(self) -> IdempotencyKeys: ...
 
     def after_commit(self, report: Callable[[], None]) -> None: ...
+
+    def prefetch(
+        self,
+        *,
+        budgets: tuple[str, ...] = (),
+        chains: tuple[str, ...] = (),
+        usage: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        """Reads to send with the transaction's ``BEGIN`` (a hint; see the store)."""
 
 
 class WireStore(Protocol):
@@ -137,25 +146,50 @@ class SpendWire:
         self.auth = auth
         self.idempotency = idempotency
         self.max_body_bytes = max_body_bytes
+        #: budget id → the ids of its path (the budget, then its ancestors), as the last
+        #: quote against it read them: what the next quote's transaction reads first.
+        self._paths: dict[str, tuple[str, ...]] = {}
 
     # -- the mutation step ------------------------------------------------------------
 
     def mutate(
-        self, route: str, path: dict[str, str], body: Any, key: str | None, effect: Effect
+        self,
+        route: str,
+        path: dict[str, str],
+        body: Any,
+        key: str | None,
+        effect: Effect,
+        prefetch: Callable[[WireTx], None] | None = None,
     ) -> Response:
         """Run ``effect`` once per Idempotency-Key, in one transaction with the key's claim
         and its stored answer. A refusal is raised after the transaction commits (its
-        audit entry is kept; its claim is released: errors are never cached)."""
+        audit entry is kept; its claim is released: errors are never cached).
+        ``prefetch`` names the reads the effect will make (sent with ``BEGIN``)."""
         scope = f"{caller().principal} {route}"
         req_hash = request_hash({"path": path, "body": body})  # validates the JCS domain
         refusal: WardenError | None = None
+        live = key_check()
         with self.store.spend_transaction() as tx:
-            if key is not None:
-                stored = self.idempotency.begin(tx.idempotency_keys, scope, key, req_hash)
-                if stored is not None:
-                    replay = json.loads(stored.body)
-                    replay["replayed"] = True
-                    return json_response(stored.status_code, replay)
+            if live is not None:
+                live.prefetch(tx)
+            if prefetch is not None:
+                prefetch(tx)
+            # A key answered from memory changes and answers nothing unless it is still
+            # live, read in this transaction (decision 702).
+            stored = None
+            try:
+                if key is not None:
+                    stored = self.idempotency.begin(tx.idempotency_keys, scope, key, req_hash)
+            except WardenError:
+                if live is not None and not live.confirm(tx):
+                    raise unauthenticated("Bearer") from None  # the key's answer comes first
+                raise
+            if live is not None and not live.confirm(tx):
+                raise unauthenticated("Bearer")
+            if stored is not None:
+                replay = json.loads(stored.body)
+                replay["replayed"] = True
+                return json_response(stored.status_code, replay)
             try:
                 answer = effect(tx, self.engine.within(tx))
             except CouldNotDecide:
@@ -201,11 +235,21 @@ class SpendWire:
 
     # -- effects --------------------------------------------------------------------------
 
+    def quote_reads(self, tx: WireTx, body: QuoteRequest) -> None:
+        """What a quote reads first, sent with its transaction's ``BEGIN`` (decision
+        700): its budget's path as the last quote against it found it (else the budget
+        alone). Nothing is locked there: a quote's hold first releases expired holds
+        (``SpendEngine._expire``), whose usage rows must be locked before a chain head
+        as every settlement and release locks them, so the spend chain's head is locked
+        when the quote appends, not before."""
+        tx.prefetch(budgets=self._paths.get(body.budgetId, (body.budgetId,)))
+
     def quote(self, tx: WireTx, eng: SpendEngine, body: QuoteRequest) -> Answer:
         amount = parse_amount(body.amount, allow_zero=False)
         who = caller()
         # Ownership first: nothing (policy, desk, audit) may see another's budget.
         path = spendable_path(eng, body.budgetId, who)
+        self._paths[body.budgetId] = tuple(b.id for b in path)
         self.usd_only(f"budget {body.budgetId}", path[0].currency)
         if body.currency != CURRENCY:
             raise currency_not_supported("the amount", body.currency, fixable=True)

@@ -26,7 +26,7 @@ from warden.crypto.canonical import parse_request_json
 from warden.identity.api_keys import ApiKeys, Role
 from warden.spend.engine import SpendEngine
 from warden.store.idempotency import KEY_PATTERN, KEY_RULE, Idempotency, InvalidIdempotencyKey
-from warden.wire.spend.auth import KeyAuth
+from warden.wire.spend.auth import KeyAuth, checks_caller_in_transaction
 from warden.wire.spend.models import (
     BudgetData,
     BudgetDefineData,
@@ -155,9 +155,11 @@ def make_route_class(
                 else role or (Role.ADMIN if self.methods == {"PUT"} else Role.AGENT)
             )
 
+            remembered = getattr(self.endpoint, "checks_caller_in_transaction", False)
+
             async def guarded(request: Request) -> Response:
                 try:
-                    auth.check(request.headers.get("authorization"), need)
+                    auth.check(request.headers.get("authorization"), need, remembered=remembered)
                     length = request.headers.get("content-length", "")
                     if length.isdigit() and int(length) > limit:
                         raise _too_large(limit)
@@ -274,9 +276,15 @@ def spend_router(
         response_model=Success[QuoteData],
         summary="Quote and reserve a spend (holds the amount against every budget on the path)",
     )
+    @checks_caller_in_transaction
     def create_quote(body: QuoteRequest, raw: RawBody, key: IdempotencyKey = None) -> Response:
         return wire.mutate(
-            "POST /v1/quotes", {}, raw, key, lambda tx, eng: wire.quote(tx, eng, body)
+            "POST /v1/quotes",
+            {},
+            raw,
+            key,
+            lambda tx, eng: wire.quote(tx, eng, body),
+            lambda tx: wire.quote_reads(tx, body),
         )
 
     @router.post(
