@@ -148,3 +148,14 @@ def test_request_parse_refuses_lone_surrogates(text: str, pointer: str) -> None:
 
 def test_request_parse_keeps_surrogate_pairs_and_escaped_backslashes() -> None:
     assert parse_request_json('["\\ud83d\\ude00", "\\\\ud800"]') == ["\U0001f600", "\\ud800"]
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1E+999", "1" * 400 + ".0"])
+def test_finite_refuses_a_number_that_overflows_a_double(number: str) -> None:
+    # Without the flag the value parses (as infinity) and canonical_bytes refuses it:
+    # /acs answers -32600 jcs_domain, unchanged (decision 761).
+    assert math.isinf(parse_strict_json(f'{{"n":{number}}}')["n"])
+    with pytest.raises(ParseError) as caught:
+        parse_strict_json(f'{{"n":{number}}}', finite=True)
+    assert caught.value.reason == "non_standard_number"
+    assert parse_strict_json('{"n":1.5e308}', finite=True) == {"n": 1.5e308}

@@ -135,3 +135,56 @@ def test_stored_text_keeps_a_lone_surrogate_as_the_standard_encoder_does() -> No
 def test_a_lone_surrogate_fails_as_with_the_standard_encoder() -> None:
     with pytest.raises(UnicodeEncodeError):
         _dump({"id": None, "text": "\ud800"})
+
+
+class _Acs:
+    max_body_bytes = 1024
+
+    async def handle_async(self, body: bytes, committer: Any) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": 1, "result": {"read": len(body)}}
+
+
+def _call_acs(headers: list[tuple[bytes, bytes]], chunks: list[bytes]) -> tuple[Any, int]:
+    """POST /acs through AcsEndpoint: (the response's status and body, receive() calls)."""
+    from warden.server.app import AcsEndpoint
+
+    sent: list[dict[str, Any]] = []
+    calls = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        if calls > len(chunks):
+            raise AssertionError("read past the body")
+        return {"type": "http.request", "body": chunks[calls - 1], "more_body": calls < len(chunks)}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def fallback(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("not /acs")
+
+    scope = {"type": "http", "path": "/acs", "method": "POST", "headers": headers}
+    asyncio.run(AcsEndpoint(_Acs(), None, fallback)(scope, receive, send))  # type: ignore[arg-type]
+    return (sent[0]["status"], json.loads(sent[1]["body"])), calls
+
+
+def test_acs_declared_length_over_the_cap_is_answered_unread() -> None:
+    (status, body), calls = _call_acs([(b"content-length", b"2000000")], [b"x" * 1024] * 3)
+    assert calls == 0
+    assert status == 200
+    assert body["id"] is None
+    assert body["error"]["code"] == -32600
+    assert body["error"]["data"]["reason"] == "body_too_large"
+
+
+def test_acs_body_without_a_length_still_stops_at_the_cap() -> None:
+    (status, body), calls = _call_acs([], [b"x" * 1000, b"x" * 1000, b"x" * 1000])
+    assert calls == 2
+    assert body["error"]["data"]["reason"] == "body_too_large"
+
+
+def test_acs_declared_length_at_the_cap_is_read() -> None:
+    (status, body), calls = _call_acs([(b"content-length", b"1024")], [b"x" * 1024])
+    assert calls == 1
+    assert body["result"] == {"read": 1024}

@@ -124,14 +124,28 @@ def parse_request_json(raw: bytes | str) -> Any:
     return value
 
 
-def parse_strict_json(raw: bytes | str, *, max_depth: int | None = None) -> Any:
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if value - value != 0.0:  # inf - inf is nan; nan is never a token here
+        raise ParseError(
+            f"the number {token[:40]} overflows a double (it reads as infinity)",
+            reason="non_standard_number",
+        )
+    return value
+
+
+def parse_strict_json(
+    raw: bytes | str, *, max_depth: int | None = None, finite: bool = False
+) -> Any:
     """Parse JSON text strictly.
 
     Raises :class:`~warden.errors.ParseError` for invalid UTF-8, invalid JSON,
     duplicate object keys, ``NaN``/``Infinity``/``-Infinity`` tokens, and (with
     ``max_depth``) arrays/objects nested deeper than ``max_depth`` (reason
     ``too_deep``). Numbers outside the JCS domain (``1e400``, integers that are not
-    IEEE doubles) parse here and are refused by :func:`canonical_bytes`.
+    IEEE doubles) parse here and are refused by :func:`canonical_bytes`; with
+    ``finite``, a number that overflows a double (``1e400``) is refused here too
+    (reason ``non_standard_number``, as for an ``Infinity`` token).
     """
     if max_depth is not None:
         data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
@@ -145,7 +159,12 @@ def parse_strict_json(raw: bytes | str, *, max_depth: int | None = None) -> Any:
     except UnicodeDecodeError as exc:
         raise ParseError("body is not valid UTF-8", reason="invalid_utf8") from exc
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        return json.loads(
+            text,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_no_constants,
+            parse_float=_finite_float if finite else None,
+        )
     except ParseError:
         raise
     except RecursionError as exc:

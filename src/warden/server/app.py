@@ -68,6 +68,10 @@ class AcsEndpoint:
             await _send(send, 405, b'{"detail":"Method Not Allowed"}', [(b"allow", b"POST")])
             return
         limit = self.acs.max_body_bytes
+        if _declared_length(scope) > limit:
+            # A declared length over the cap is answered from the headers, unread.
+            await _send(send, 200, _too_large(limit), [(b"connection", b"close")])
+            return
         chunks: list[bytes] = []
         size = 0
         more = True
@@ -79,16 +83,26 @@ class AcsEndpoint:
             size += len(chunk)
             if size > limit:
                 # Stop reading at the cap: an oversized body is refused, never buffered.
-                body = error_response(
-                    None,
-                    InvalidRequest(f"request body exceeds {limit} bytes", reason="body_too_large"),
-                )
-                await _send(send, 200, _dump(body), [(b"connection", b"close")])
+                await _send(send, 200, _too_large(limit), [(b"connection", b"close")])
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
         response = await self.acs.handle_async(b"".join(chunks), self.committer)
         await _send(send, 200, _dump(response))
+
+
+def _declared_length(scope: Scope) -> int:
+    """The request's ``content-length`` (-1 when absent or not a number: chunked)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else -1
+    return -1
+
+
+def _too_large(limit: int) -> bytes:
+    """The JSON-RPC ``-32600 body_too_large`` answer (``id: null``)."""
+    exc = InvalidRequest(f"request body exceeds {limit} bytes", reason="body_too_large")
+    return _dump(error_response(None, exc))
 
 
 def _dump(body: dict[str, Any]) -> bytes:

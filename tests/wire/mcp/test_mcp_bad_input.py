@@ -78,3 +78,53 @@ def test_valid_messages_pass() -> None:
     # A notification whose params hold an "id" is still a notification.
     note = parse_line(b'{"jsonrpc":"2.0","method":"notifications/x","params":{"id":3}}')
     assert isinstance(note, types.JSONRPCNotification)
+
+
+TOOLS_CALL = b'{"jsonrpc":"2.0","id":23,"method":"tools/call","params":{"name":"echo",'
+
+#: Lines the SDK's model accepts and Warden's strict parse refuses (decisions 760–762):
+#: line, (code, id), a part of the message.
+STRICT: list[tuple[bytes, tuple[int, Any], str]] = [
+    (TOOLS_CALL + b'"arguments":{"text":"x","n":NaN}}}', (-32700, 23), "token NaN"),
+    (TOOLS_CALL + b'"arguments":{"n":Infinity}}}', (-32700, 23), "token Infinity"),
+    (TOOLS_CALL + b'"arguments":{"n":-Infinity}}}', (-32700, 23), "token -Infinity"),
+    (TOOLS_CALL + b'"arguments":{"n":1e400}}}', (-32700, 23), "1e400 overflows"),
+    (TOOLS_CALL + b'"arguments":{"n":-1E+999}}}', (-32700, 23), "overflows"),
+    (TOOLS_CALL + b'"arguments":{},"name":"read_file"}}', (-32700, 23), "duplicate object key"),
+    (b'{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}', (-32700, None), "key 'id'"),
+    (b'{"jsonrpc":"2.0","id":"p","method":"ping","params":{"n":NaN}}', (-32700, "p"), "NaN"),
+    (b'{"jsonrpc":"2.0","method":"notifications/x","params":{"n":NaN}}', (-32700, None), "NaN"),
+    (b"[" * 201 + b"]" * 201, (-32700, None), "deeper than 200"),
+    (TOOLS_CALL + b'"arguments":{"a":[1,123456789012345678901234567890]}}}',
+     (-32602, 23), "/params/arguments/a/1"),
+    (TOOLS_CALL + b'"arguments":{"a/b":-1152921504606846976}}}',
+     (-32602, 23), "/params/arguments/a~1b"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("line", "expected", "says"), STRICT)
+def test_what_is_not_strict_json_is_a_parse_error(
+    line: bytes, expected: tuple[int, Any], says: str
+) -> None:
+    rejection = parse_line(line)
+    assert isinstance(rejection, Rejection)
+    assert answered(rejection) == [expected]
+    assert says in rejection.errors[0]["error"]["message"]
+    assert json.loads(rejection.answer or b"")["id"] == expected[1]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"9007199254740991", b"-9007199254740991", b"100000000000000000000", b"1.5e300", b"2.5"],
+)
+def test_numbers_inside_the_jcs_domain_pass(value: bytes) -> None:
+    # 10^20 is a double ECMAScript writes as these digits: /acs accepts it too.
+    message = parse_line(TOOLS_CALL + b'"arguments":{"n":' + value + b"}}}")
+    assert isinstance(message, types.JSONRPCRequest)
+    assert message.params == {"name": "echo", "arguments": {"n": json.loads(value)}}
+
+
+def test_a_large_integer_outside_a_tools_call_is_left_to_the_upstream() -> None:
+    message = parse_line(b'{"jsonrpc":"2.0","id":1,"method":"resources/read",'
+                         b'"params":{"uri":"x","n":123456789012345678901234567890}}')  # fmt: skip
+    assert isinstance(message, types.JSONRPCRequest)

@@ -139,6 +139,17 @@ BAD_LINES: list[tuple[bytes, int | None, Any]] = [
     (b'{"id":7,"method":"tools/list"}', -32600, 7),
     (b'"hello"', -32600, None),
     (b'{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}', -32600, None),
+    # Not strict JSON (decisions 760–762): -32700 with the id when it can be read.
+    (b'{"jsonrpc":"2.0","id":23,"method":"tools/call","params":{"name":"get_current_time",'
+     b'"arguments":{"timezone":"UTC","n":NaN}}}', -32700, 23),
+    (b'{"jsonrpc":"2.0","id":24,"method":"tools/call","params":{"name":"get_current_time",'
+     b'"arguments":{"timezone":"UTC","n":1e400}}}', -32700, 24),
+    (b'{"jsonrpc":"2.0","id":25,"method":"tools/call","params":{"name":"delete_file",'
+     b'"arguments":{"timezone":"UTC"},"name":"get_current_time"}}', -32700, 25),
+    (b'{"jsonrpc":"2.0","id":26,"method":"ping","params":{"n":-Infinity}}', -32700, 26),
+    (b"[" * 201 + b"]" * 201, -32700, None),
+    (b'{"jsonrpc":"2.0","id":27,"method":"tools/call","params":{"name":"get_current_time",'
+     b'"arguments":{"timezone":"UTC","n":123456789012345678901234567890}}}', -32602, 27),
     (b'{"method":"notifications/initialized"}', None, None),
 ]  # fmt: skip
 

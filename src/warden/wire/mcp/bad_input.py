@@ -5,8 +5,12 @@ dispatcher drops with a DEBUG log: the client waits for an answer that never com
 The proxy answers it itself, on the line it read, and forwards and records nothing
 (docs/decisions.md 690–692):
 
-- ``-32700`` Parse error, ``id: null``: bytes that are not UTF-8, not JSON (a lone
-  surrogate escape included), or nested deeper than the parser's limit (200);
+- ``-32700`` Parse error: bytes that are not UTF-8, not strict JSON (Warden's parser,
+  as ``/acs``: a duplicate key, ``NaN``/``Infinity``, a number that overflows a double,
+  a lone surrogate escape), or nested deeper than 200 levels; ``id: null``, or the
+  request's id when the line is JSON apart from such a number or key (760–762);
+- ``-32602`` Invalid params, the request's id: a ``tools/call`` whose params hold an
+  integer outside the RFC 8785 domain, named by its JSON pointer (763);
 - ``-32600`` Invalid Request: JSON that is not a JSON-RPC 2.0 message (``{}``, a
   string, a request without ``jsonrpc`` or ``method``, an ``id`` that is neither a
   string nor an integer), with the request's ``id`` when it is one, else ``null``;
@@ -19,11 +23,29 @@ The proxy answers it itself, on the line it read, and forwards and records nothi
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
 import pydantic_core
+
+from warden.crypto.canonical import (
+    _MAX_SAFE_INT,
+    _pointer_token,
+    canonical_bytes,
+    lone_surrogate_at,
+    may_hold_surrogates,
+    parse_strict_json,
+)
+from warden.errors import InvalidRequest, ParseError
+
+#: An integer beyond ±(2^53−1) has at least 16 digits: a line without such a run has
+#: none, and its params are not walked.
+_SIXTEEN_DIGITS = re.compile(rb"[0-9]{16}")
+
+#: The deepest nesting a line may have: the SDK's parser's (jiter's) limit, kept.
+MAX_DEPTH = 200
 
 #: The SDK's message model; a line it accepts is a message.
 _ADAPTER = types.jsonrpc_message_adapter
@@ -48,18 +70,87 @@ class Rejection:
 
 
 def parse_line(line: bytes) -> types.JSONRPCMessage | Rejection:
-    """The message on ``line`` (bytes without the newline), or why it is refused."""
+    """The message on ``line`` (bytes without the newline), or why it is refused.
+
+    One strict parse (Warden's, as ``/acs`` parses: no duplicate keys, no ``NaN`` or
+    ``Infinity``, no number that overflows a double, no lone surrogate, at most
+    :data:`MAX_DEPTH` levels), then the SDK's model on the parsed value."""
     try:
-        message = _ADAPTER.validate_json(line, by_name=False)
+        value = parse_strict_json(line, max_depth=MAX_DEPTH, finite=True)
+    except ParseError as exc:
+        return _parse_error(exc.message, _readable_id(line, exc.reason))
+    if may_hold_surrogates(line):
+        at = lone_surrogate_at(value)
+        if at is not None:
+            return _parse_error(
+                f"the string at {at} holds a lone surrogate escape (\\uD800–\\uDFFF "
+                "without its pair): not Unicode text",
+                None,
+            )
+    try:
+        message = _ADAPTER.validate_python(value, by_name=False)
     except ValueError:
-        return _reject(line)
+        return _reject_value(value)
     # The notification model ignores unknown keys, so a request whose id is not a
     # string or an integer (1.5, null) would pass as a notification and go unanswered.
-    if isinstance(message, types.JSONRPCNotification) and b'"id"' in line:
-        value = pydantic_core.from_json(line)
-        if isinstance(value, dict) and "id" in value:
+    if isinstance(message, types.JSONRPCNotification):
+        if "id" in value:
             return _invalid("id must be a string or an integer", None)
+    elif (
+        isinstance(message, types.JSONRPCRequest)
+        and message.method == "tools/call"
+        and _SIXTEEN_DIGITS.search(line) is not None  # else no integer beyond 2^53
+    ):
+        at = _outside_jcs(value.get("params"))
+        if at is not None:
+            return _invalid_params(at, message.id)
     return message
+
+
+def _readable_id(line: bytes, reason: str) -> str | int | None:
+    """The request's id for a line that is JSON but not strict JSON (a ``NaN`` token,
+    an overflowing number, a duplicate key other than a top-level ``id``); else None."""
+    if reason not in ("non_standard_number", "duplicate_key"):
+        return None
+    try:
+        # Lenient: NaN and Infinity accepted, members kept as pairs (duplicates seen).
+        pairs = json.loads(line, object_pairs_hook=lambda p: p)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(pairs, list) or not all(isinstance(p, tuple) for p in pairs):
+        return None
+    ids = [v for k, v in pairs if k == "id"]
+    return _id({"id": ids[0]}) if len(ids) == 1 else None
+
+
+def _outside_jcs(params: object) -> str | None:
+    """The RFC 6901 pointer (from the message root) of the first number in a
+    ``tools/call``'s params that is outside the RFC 8785 domain (an integer beyond
+    ±(2^53−1) that is not the JCS form of a double, as ``/acs`` refuses), or None.
+    Non-finite numbers and lone surrogates were refused by the parse."""
+    stack: list[tuple[Any, str]] = [(params, "/params")]
+    while stack:
+        v, at = stack.pop()
+        t = type(v)
+        if t is int:
+            if not -_MAX_SAFE_INT <= v <= _MAX_SAFE_INT:
+                try:
+                    canonical_bytes(v)
+                except InvalidRequest:
+                    return at
+        elif t is dict:
+            stack.extend((x, f"{at}/{_pointer_token(k)}") for k, x in v.items())
+        elif t is list:
+            stack.extend((x, f"{at}/{i}") for i, x in enumerate(v))
+    return None
+
+
+def _invalid_params(at: str, rid: str | int) -> Rejection:
+    text = (
+        f"Invalid params: the integer at {at} is outside the RFC 8785 (JCS) domain "
+        "(beyond ±(2^53−1) and not the RFC 8785 form of a double); send it as a string"
+    )
+    return Rejection(text, (_error(types.INVALID_PARAMS, text, rid),))
 
 
 def rejection_for(exc: Exception) -> Rejection:
@@ -95,9 +186,9 @@ def _reject(line: bytes) -> Rejection:
     return _reject_value(value)
 
 
-def _parse_error(detail: str) -> Rejection:
+def _parse_error(detail: str, rid: str | int | None = None) -> Rejection:
     text = f"Parse error: {detail}"
-    return Rejection(text, (_error(types.PARSE_ERROR, text, None),))
+    return Rejection(text, (_error(types.PARSE_ERROR, text, rid),))
 
 
 def _reject_value(value: object) -> Rejection:

@@ -1,12 +1,12 @@
 """The client side of the proxy over a :class:`StdioChannel`, with a ``tools/call`` fast path.
 
-Every line from the client is parsed with the SDK's JSON-RPC message model; a line
-it refuses (not UTF-8, not JSON, not a JSON-RPC message) is answered here with a
-JSON-RPC error (:mod:`warden.wire.mcp.bad_input`) and goes no further. A
-``tools/call`` request on a handshake-era connection is then answered here,
-beside the SDK's server rather than through it: the same checks the SDK's
-dispatcher makes (the request against the negotiated version's schema, the params
-model), the same governed handler
+Every line from the client is parsed strictly (Warden's parser) and validated with the
+SDK's JSON-RPC message model; a line refused (not UTF-8, not strict JSON, not a
+JSON-RPC message) is answered here with a JSON-RPC error
+(:mod:`warden.wire.mcp.bad_input`) and goes no further. A ``tools/call`` request on
+a handshake-era connection is then answered here, beside the SDK's server rather
+than through it: the same checks the SDK's dispatcher makes (the request against the
+negotiated version's schema, the params model), the same governed handler
 (:meth:`Proxy.govern_tool_call`), the same result validation and shaping for that
 version, the same error mapping, and the same rule that a request the client
 cancelled is not answered. What it skips is the SDK's per-request machinery
