@@ -26,6 +26,7 @@ from warden.cli_keys import keys_app
 from warden.cli_ledger import export_cmd, verify_cmd
 from warden.cli_log import log_app, witness_cmd
 from warden.cli_mcp import mcp_proxy_cmd
+from warden.cli_output import print_json
 from warden.cli_policy import policy_app
 from warden.cli_records import verify_bundle_cmd, verify_record_cmd
 from warden.cli_replay import replay_app
@@ -70,8 +71,15 @@ from warden.cli_serve_options import (  # noqa: E402 - issue 18's serve options
 
 
 @app.command()
-def version() -> None:
+def version(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document (docs/cli-json.md) on stdout.")
+    ] = False,
+) -> None:
     """Print Warden's version."""
+    if as_json:
+        print_json({"version": __version__})
+        return
     console.print(__version__)
 
 

@@ -356,11 +356,16 @@ def revoke(
     """Revoke an agent, its ACS keys and its agent API keys, on every replica at once."""
     try:
         with _registry(data_dir, database_url, key_file) as reg:
+            before = reg.get(agent_id)
             agent = reg.revoke(agent_id)
     except WardenError as exc:
         raise _not_found(exc) from exc
+    already = before is not None and before.revoked_at is not None
     if as_json:
-        print_json(agent.as_dict())
+        print_json({**agent.as_dict(), "already_revoked": already})
+        return
+    if already:
+        console.print(f"{escape(agent.agent_id)} was already revoked at {agent.revoked_at}")
         return
     console.print(f"revoked {escape(agent.agent_id)} at {agent.revoked_at}")
 
@@ -442,10 +447,11 @@ def revoke_signing_key(
         raise _fail(exc, EXIT_NOT_FOUND) from exc
     except WardenError as exc:
         raise _fail(exc) from exc
+    already = before is not None and before.revoked_at is not None
     if as_json:
-        print_json(revoked.as_dict())
+        print_json({**revoked.as_dict(), "already_revoked": already})
         return
-    if before is not None and before.revoked_at is not None:
+    if already:
         console.print(
             f"signing key {escape(revoked.kid)} was already revoked at {revoked.revoked_at}"
         )

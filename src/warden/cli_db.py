@@ -12,13 +12,19 @@ damaged database, a schema newer than this Warden).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from warden.cli_options import DataDir, DbUrl, _fail, console, existing_database_url, shown_url
+from warden.cli_output import print_json
 from warden.errors import WardenError
 
 db_app = typer.Typer(help="The database schema (Alembic migrations).", no_args_is_help=True)
+
+AsJson = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document (docs/cli-json.md) on stdout.")
+]
 
 
 def _url(data_dir: Path, database_url: str | None) -> str:
@@ -26,7 +32,9 @@ def _url(data_dir: Path, database_url: str | None) -> str:
 
 
 @db_app.command()
-def upgrade(data_dir: DataDir = Path(".warden"), database_url: DbUrl = None) -> None:
+def upgrade(
+    as_json: AsJson = False, data_dir: DataDir = Path(".warden"), database_url: DbUrl = None
+) -> None:
     """Create the schema, or migrate it to this Warden's revision."""
     from warden.store import open_store
     from warden.store.sql import head_revision
@@ -36,11 +44,16 @@ def upgrade(data_dir: DataDir = Path(".warden"), database_url: DbUrl = None) -> 
         open_store(url, migrate=True).close()
     except WardenError as exc:
         raise _fail(exc) from exc
+    if as_json:
+        print_json({"database_url": shown_url(url), "revision": head_revision()})
+        return
     console.print(f"{shown_url(url)}: schema at revision {head_revision()}")
 
 
 @db_app.command()
-def current(data_dir: DataDir = Path(".warden"), database_url: DbUrl = None) -> None:
+def current(
+    as_json: AsJson = False, data_dir: DataDir = Path(".warden"), database_url: DbUrl = None
+) -> None:
     """Print the schema revision of the database and the one this Warden writes."""
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -54,4 +67,15 @@ def current(data_dir: DataDir = Path(".warden"), database_url: DbUrl = None) -> 
     except SQLAlchemyError as exc:
         detail = getattr(exc, "orig", None) or exc
         raise _fail(WardenError(f"cannot read the database: {detail}")) from exc
+    if as_json:
+        head = head_revision()
+        print_json(
+            {
+                "database_url": shown_url(url),
+                "revision": revision,
+                "head": head,
+                "up_to_date": revision == head,
+            }
+        )
+        return
     console.print(f"database: {revision or 'none (empty)'}\nthis Warden: {head_revision()}")

@@ -26,7 +26,12 @@ from warden.cli_options import (
     err_console,
     existing_database_url,
 )
+from warden.cli_output import print_json
 from warden.errors import IntegrityError, WardenError
+
+AsJson = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document (docs/cli-json.md) on stdout.")
+]
 
 
 def export_evidence_cmd(
@@ -54,6 +59,7 @@ def export_evidence_cmd(
             "directory): their public keys are written into keys/ too.",
         ),
     ] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Write the evidence bundle of one execution (records.jsonl, a signed manifest.json
     with the audit chain head, keys/jwks.json) from the database, offline."""
@@ -85,6 +91,18 @@ def export_evidence_cmd(
         raise _fail(exc) from exc
     finally:
         store.close()
+    if as_json:
+        print_json(
+            {
+                "out": str(out),
+                "execution_id": execution_id,
+                "records": len(evidence.sealed),
+                "chain_head": evidence.chain_head,
+                "kid": kid,
+                "held_for_review": list(evidence.held_for_review),
+            }
+        )
+        return
     console.print(
         f"[green]wrote[/green] {escape(str(out))}: {len(evidence.sealed)} records, chain head "
         f"{escape(evidence.chain_head or '-')}, manifest signed by {escape(kid)}",

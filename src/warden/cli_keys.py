@@ -159,17 +159,26 @@ def list_keys(
 @keys_app.command()
 def revoke(
     key_id: Annotated[str, typer.Argument(help="The key_id to revoke (see `warden keys list`).")],
+    as_json: AsJson = False,
     data_dir: DataDir = Path(".warden"),
     database_url: DbUrl = None,
     key_file: KeyFile = None,
 ) -> None:
-    """Revoke a key; it stops authenticating on the next request. Exit 1 if unknown."""
+    """Revoke a key; it stops authenticating on the next request. Exit 1 if unknown; a key
+    already revoked is left as it is (exit 0, "already revoked at ...")."""
     try:
         with _api_keys(data_dir, database_url, key_file) as keys:
-            found = keys.revoke(key_id)
+            result = keys.revoke_key(key_id)
     except WardenError as exc:
         raise _fail(exc) from exc
-    if not found:
+    if result is None:
         err_console.print(f"[red]error:[/red] no API key {escape(key_id)}")
         raise typer.Exit(EXIT_NOT_FOUND)
-    console.print(f"revoked {escape(key_id)}")
+    info, newly = result
+    if as_json:
+        print_json({**info.as_dict(), "already_revoked": not newly})
+        return
+    if newly:
+        console.print(f"revoked {escape(key_id)} at {info.revoked_at}")
+    else:
+        console.print(f"{escape(key_id)} was already revoked at {info.revoked_at}")

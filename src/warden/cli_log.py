@@ -96,6 +96,7 @@ def key_cmd(
     origin: Annotated[
         str | None, typer.Option(envvar="WARDEN_LOG_ORIGIN", help="The log's origin.")
     ] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Print the checkpoint verifier key: give it to witnesses and auditors."""
     from warden.tlog.keys import load_checkpoint_signer
@@ -106,6 +107,9 @@ def key_cmd(
         )
     except WardenError as exc:
         raise _bad(exc.message) from exc
+    if as_json:
+        print_json({"origin": signer.name, "vkey": signer.vkey()})
+        return
     console.print(signer.vkey(), soft_wrap=True, highlight=False)
 
 

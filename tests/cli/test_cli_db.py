@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
@@ -33,6 +34,34 @@ def test_upgrade_creates_the_schema_and_current_reports_it(
     assert f"database: {head_revision()}" in after.stdout
     again = run("upgrade", *dd)  # idempotent
     assert again.exit_code == 0, again.output
+
+
+def test_db_json(database_url: str, tmp_path: Path) -> None:
+    from warden.cli_options import shown_url
+
+    dd = ["--data-dir", str(tmp_path / "d"), "--database-url", database_url]
+    shown = shown_url(database_url)
+    up = run("upgrade", *dd, "--json")
+    assert up.exit_code == 0, up.output
+    assert json.loads(up.stdout) == {"database_url": shown, "revision": head_revision()}
+    now = run("current", *dd, "--json")
+    assert now.exit_code == 0, now.output
+    assert json.loads(now.stdout) == {
+        "database_url": shown,
+        "revision": head_revision(),
+        "head": head_revision(),
+        "up_to_date": True,
+    }
+    missing = run("current", "--data-dir", str(tmp_path / "none"), "--json")
+    assert missing.exit_code == 2 and missing.stdout == ""
+
+
+def test_version_json() -> None:
+    from warden import __version__
+
+    result = CliRunner().invoke(app, ["version", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"version": __version__}
 
 
 def test_the_default_sqlite_file_is_created_private(tmp_path: Path) -> None:

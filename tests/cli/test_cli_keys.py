@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,39 @@ def test_revoke_unknown_key_exits_1(data_dir: Path) -> None:
     result = run("revoke", "0123456789ab", "--data-dir", str(data_dir))
     assert result.exit_code == 1
     assert "no API key" in result.stderr
+    as_json = run("revoke", "0123456789ab", "--json", "--data-dir", str(data_dir))
+    assert as_json.exit_code == 1 and as_json.stdout == ""  # nothing on stdout: no report
+    assert "no API key" in as_json.stderr
+
+
+def _log_state(data_dir: Path) -> tuple[int, list[tuple[str, str | None]]]:
+    """The transparency log's leaf count and every key's ``(key_id, revoked_at)``."""
+    with sqlite3.connect(data_dir / "warden.db") as conn:
+        leaves = conn.execute("SELECT next_index FROM log_state").fetchone()[0]
+        keys = conn.execute("SELECT key_id, revoked_at FROM api_keys ORDER BY key_id").fetchall()
+    return leaves, keys
+
+
+def test_revoking_twice_says_so_and_writes_nothing(data_dir: Path) -> None:
+    """Decision 771: a second revocation changes nothing, adds no log leaf, says so
+    (exit 0: the key is revoked, as asked)."""
+    dd = ["--data-dir", str(data_dir)]
+    made = json.loads(run("create", "--principal", "dave", "--role", "admin", "--json", *dd).stdout)
+    key_id = made["key_id"]
+    first = run("revoke", key_id, "--json", *dd)
+    assert first.exit_code == 0, first.output
+    doc = json.loads(first.stdout)
+    assert doc["key_id"] == key_id and doc["already_revoked"] is False
+    assert doc["revoked_at"] is not None and doc["principal"] == "dave"
+    before = _log_state(data_dir)
+
+    again = run("revoke", key_id, *dd)
+    assert again.exit_code == 0, again.output
+    assert f"{key_id} was already revoked at {doc['revoked_at']}" in again.stdout
+    again_json = run("revoke", key_id, "--json", *dd)
+    assert again_json.exit_code == 0, again_json.output
+    assert json.loads(again_json.stdout) == {**doc, "already_revoked": True}
+    assert _log_state(data_dir) == before  # no new leaf, revoked_at unchanged
 
 
 @pytest.mark.parametrize(

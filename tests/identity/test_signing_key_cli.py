@@ -67,3 +67,50 @@ def test_signing_key_commands(runtime: Runtime, tmp_path: Path) -> None:
     akp.write_text(json.dumps({"kty": "AKP", "alg": "ML-DSA-65", "pub": "AAAA", "kid": "pq"}))
     code, out = warden("add-signing-key", "buyer-bot", "--key", str(akp))
     assert code == 2 and "pq-bot.jwk" in out, out
+
+
+def _leaves(runtime: Runtime) -> int:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(runtime.settings.resolved_database_url())
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text("SELECT next_index FROM log_state")).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def test_revoking_an_agent_or_signing_key_twice_says_so(runtime: Runtime, tmp_path: Path) -> None:
+    """Decision 771: a second revocation keeps the first time, writes no log leaf, exits 0
+    and says so; ``--json`` has ``already_revoked``."""
+    data = ["--data-dir", str(runtime.settings.data_dir)]
+    runner = CliRunner()
+
+    def warden(*args: str) -> tuple[int, str]:
+        result = runner.invoke(app, ["agents", *args, *data])
+        return result.exit_code, result.stdout
+
+    assert warden("add", "twice-bot", "--owner", "alice", "--json")[0] == 0
+    key = tmp_path / "twice.jwk"
+    key.write_text(json.dumps(public_jwk(Ed25519PrivateKey.generate(), "twice-2026")))
+    assert warden("add-signing-key", "twice-bot", "--key", str(key))[0] == 0
+
+    code, out = warden("revoke-signing-key", "twice-2026", "--json")
+    first_key = json.loads(out)
+    assert code == 0 and first_key["already_revoked"] is False
+    leaves = _leaves(runtime)
+    code, out = warden("revoke-signing-key", "twice-2026", "--json")
+    assert code == 0 and json.loads(out) == {**first_key, "already_revoked": True}
+    assert _leaves(runtime) == leaves
+
+    code, out = warden("revoke", "twice-bot", "--json")
+    first = json.loads(out)
+    assert code == 0 and first["already_revoked"] is False and first["active"] is False
+    leaves = _leaves(runtime)
+    code, out = warden("revoke", "twice-bot")
+    assert code == 0 and out.strip() == f"twice-bot was already revoked at {first['revoked_at']}"
+    code, out = warden("revoke", "twice-bot", "--json")
+    assert code == 0 and json.loads(out) == {**first, "already_revoked": True}
+    assert _leaves(runtime) == leaves
+    code, out = warden("revoke", "no-such-bot", "--json")
+    assert code == 1 and out == ""

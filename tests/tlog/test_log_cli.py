@@ -58,6 +58,15 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"root": root, "dir": d, "sids": sids, "notes": notes, "sizes": sizes, "vkey": vkey}
 
 
+def test_log_key_json(data: dict[str, Any]) -> None:
+    proc = _warden("log", "key", "--data-dir", str(data["dir"]), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc == {"origin": data["vkey"].split("+")[0], "vkey": data["vkey"]}
+    missing = _warden("log", "key", "--data-dir", str(data["root"] / "nowhere"), "--json")
+    assert missing.returncode == 2 and missing.stdout == "" and missing.stderr
+
+
 def test_prove_and_check_offline(data: dict[str, Any]) -> None:
     root, d = data["root"], data["dir"]
     old_size, size = data["sizes"][-2], data["sizes"][-1]

@@ -592,18 +592,26 @@ class ApiKeys:
 
     def revoke(self, key_id: str) -> bool:
         """Revoke ``key_id`` from now on: True if the key exists (an already revoked
-        key keeps its first ``revoked_at``), False if there is no such key. Its
-        approval-desk sessions end in the same transaction
-        (:mod:`warden.identity.desk_sessions`)."""
+        key keeps its first ``revoked_at``), False if there is no such key
+        (:meth:`revoke_key` says which)."""
+        return self.revoke_key(key_id) is not None
+
+    def revoke_key(self, key_id: str) -> tuple[ApiKeyInfo, bool] | None:
+        """Revoke ``key_id`` from now on: the key afterwards and whether this call revoked
+        it, or None if there is no such key. Its approval-desk sessions end in the same
+        transaction (:mod:`warden.identity.desk_sessions`). A key already revoked is left
+        as it is — its first ``revoked_at``, no second audit event (decision 771)."""
         revoked_at = _rfc3339(self._clock())
         self._remembered.clear()
         with self._store.transaction() as tx:
             cur = tx.cursor
-            found = SqlApiKeys(cur, self._store._q).revoke(key_id, revoked_at)
-            if found:
+            table = SqlApiKeys(cur, self._store._q)
+            newly = table.revoke(key_id, revoked_at)
+            if newly:
                 SqlDeskSessions(cur, self._store._q).delete_for_key(key_id)
                 self._audit(tx, "revoked", {"key_id": key_id, "revoked_at": revoked_at})
-            return found
+            row = table.by_key_id(key_id)
+        return (_info(row), newly) if row is not None else None
 
 
 def _key_detail(

@@ -127,9 +127,10 @@ class SqlApiKeys:
         return [_row(r) for r in self._cur.fetchall()]
 
     def revoke(self, key_id: str, revoked_at: str) -> bool:
-        """Mark ``key_id`` revoked (keeping an earlier ``revoked_at``); False if unknown."""
+        """Mark ``key_id`` revoked if it is active: True if this call revoked it, False if
+        it is unknown or already revoked (its first ``revoked_at`` is kept)."""
         self._cur.execute(
-            self._q("UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE key_id = ?"),
+            self._q("UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL"),
             (revoked_at, key_id),
         )
         return bool(self._cur.rowcount)

@@ -176,6 +176,25 @@ def test_export_evidence_offline_and_warden_verify_the_database(
         ["export-evidence", "nope", "--out", str(tmp_path / "x"), "--data-dir", str(data_dir)],
     )
     assert missing.exit_code == 1
+    # --json: one summary document; nothing on stdout when there is nothing to write.
+    as_json = runner.invoke(
+        cli_app,
+        ["export-evidence", EXECUTION, "--out", str(tmp_path / "j"), "--data-dir",
+         str(data_dir), "--json"],
+    )  # fmt: skip
+    assert as_json.exit_code == 0, as_json.output
+    doc = json.loads(as_json.stdout)
+    assert doc == {
+        "out": str(tmp_path / "j"), "execution_id": EXECUTION, "records": 7,
+        "chain_head": outcome.chain_head, "kid": doc["kid"], "held_for_review": ["req_future"],
+    }  # fmt: skip
+    assert doc["kid"] and verify_bundle(tmp_path / "j", trusted_keys=trusted(agent, tmp_path)).ok
+    missing = runner.invoke(
+        cli_app,
+        ["export-evidence", "nope", "--out", str(tmp_path / "y"), "--data-dir", str(data_dir),
+         "--json"],
+    )  # fmt: skip
+    assert missing.exit_code == 1 and missing.stdout == ""
     # verify-record is registered on warden's CLI too.
     one = runner.invoke(cli_app, ["verify-record", str(BASIC)])
     assert one.exit_code == 0 and record_digest(load(BASIC)) in one.output
