@@ -103,16 +103,19 @@ def may_hold_surrogates(raw: bytes) -> bool:
     return b"\\u" in raw and _SURROGATE_ESCAPE.search(raw) is not None
 
 
-def parse_request_json(raw: bytes | str) -> Any:
+def parse_request_json(
+    raw: bytes | str, *, max_depth: int = MAX_REQUEST_DEPTH, finite: bool = False
+) -> Any:
     """Parse a request body: :func:`parse_strict_json` with the request limits.
 
-    Raises :class:`~warden.errors.ParseError` as :func:`parse_strict_json` does, and
-    also for nesting deeper than :data:`MAX_REQUEST_DEPTH` (reason ``too_deep``) and
+    Raises :class:`~warden.errors.ParseError` as :func:`parse_strict_json` does (with
+    ``finite`` as it takes it), and also for nesting deeper than ``max_depth`` (default
+    :data:`MAX_REQUEST_DEPTH`; reason ``too_deep``) and
     for a string or member name holding a lone surrogate (reason ``lone_surrogate``;
     the message names its JSON pointer, never its text).
     """
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
-    value = parse_strict_json(raw, max_depth=MAX_REQUEST_DEPTH)
+    value = parse_strict_json(raw, max_depth=max_depth, finite=finite)
     if may_hold_surrogates(data):
         at = lone_surrogate_at(value)
         if at is not None:

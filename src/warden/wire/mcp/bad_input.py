@@ -34,9 +34,7 @@ from warden.crypto.canonical import (
     _MAX_SAFE_INT,
     _pointer_token,
     canonical_bytes,
-    lone_surrogate_at,
-    may_hold_surrogates,
-    parse_strict_json,
+    parse_request_json,
 )
 from warden.errors import InvalidRequest, ParseError
 
@@ -76,17 +74,12 @@ def parse_line(line: bytes) -> types.JSONRPCMessage | Rejection:
     ``Infinity``, no number that overflows a double, no lone surrogate, at most
     :data:`MAX_DEPTH` levels), then the SDK's model on the parsed value."""
     try:
-        value = parse_strict_json(line, max_depth=MAX_DEPTH, finite=True)
+        value = parse_request_json(line, max_depth=MAX_DEPTH, finite=True)
     except ParseError as exc:
-        return _parse_error(exc.message, _readable_id(line, exc.reason))
-    if may_hold_surrogates(line):
-        at = lone_surrogate_at(value)
-        if at is not None:
-            return _parse_error(
-                f"the string at {at} holds a lone surrogate escape (\\uD800–\\uDFFF "
-                "without its pair): not Unicode text",
-                None,
-            )
+        # A lone surrogate is answered with a null id (its line is not Unicode text);
+        # every other parse error echoes the id when it can be read.
+        rid = None if exc.reason == "lone_surrogate" else _readable_id(line, exc.reason)
+        return _parse_error(exc.message, rid)
     try:
         message = _ADAPTER.validate_python(value, by_name=False)
     except ValueError:
