@@ -51,10 +51,14 @@ def http(srv: Live) -> Iterator[httpx.Client]:
 
 
 def snapshot(rt: Runtime) -> dict[str, int]:
+    """Rows per table, but for ``log_checkpoints``: the log's checkpoint worker may sign
+    a checkpoint of earlier leaves at any tick (a slow refused request gives it time);
+    that is no write of the request. Its leaves are counted in their own tables."""
     with rt.store.engine.connect() as conn:
         return {
             t.name: int(conn.execute(select(func.count()).select_from(t)).scalar_one())
             for t in metadata.sorted_tables
+            if t.name != "log_checkpoints"
         }
 
 
