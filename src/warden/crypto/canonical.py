@@ -91,6 +91,28 @@ def lone_surrogate_at(value: Any) -> str | None:
     return None
 
 
+def integer_outside_jcs_at(value: Any, at: str = "") -> str | None:
+    """The RFC 6901 pointer (``at`` + the path inside ``value``) of the first integer in
+    ``value`` outside the RFC 8785 domain — beyond ±(2^53−1) and not the JCS form of a
+    double, as :func:`canonical_bytes` refuses it — or None. Other values are not
+    checked (a parsed request holds no non-finite number)."""
+    stack: list[tuple[Any, str]] = [(value, at)]
+    while stack:
+        v, here = stack.pop()
+        t = type(v)
+        if t is int:
+            if not -_MAX_SAFE_INT <= v <= _MAX_SAFE_INT:
+                try:
+                    canonical_bytes(v)
+                except InvalidRequest:
+                    return here
+        elif t is dict:
+            stack.extend((x, f"{here}/{_pointer_token(k)}") for k, x in v.items())
+        elif t is list:
+            stack.extend((x, f"{here}/{i}") for i, x in enumerate(v))
+    return None
+
+
 def _pointer_token(key: str) -> str:
     # A key holding a lone surrogate is reported by its parent, never printed.
     return key.replace("~", "~0").replace("/", "~1")

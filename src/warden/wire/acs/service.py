@@ -34,18 +34,16 @@ silent allow and never an unsigned error.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
 import time
 import uuid
-import weakref
 from collections.abc import Generator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
+from warden.core.flow import SessionLock, SessionLocks, drive, drive_async
 from warden.core.guardian import Guardian
 from warden.core.observe import Wire
 from warden.core.pipeline import Decided, Gate, Offload, Pipeline, abandon
@@ -115,15 +113,6 @@ _FAILURE_TEXT = {
 }
 
 
-@dataclass(frozen=True)
-class SessionLock:
-    """Yielded by the dispatch before it reads a session: the driver serialises the
-    steps of one session (held until the response is ready), so concurrent calls
-    on one session queue instead of racing for its head."""
-
-    session_id: str
-
-
 #: The dispatch generator: yields a session lock, appends to commit and blocking work to
 #: run; receives the outcome of each (None or the error for an append, the value for
 #: offloaded work); returns the response.
@@ -187,11 +176,7 @@ class AcsService:
         self.pipeline = Pipeline(guardian)
         self.provenance = ProvenanceTracker(store, provenance_cache_bytes)
         self._clock = clock
-        self._thread_locks = [threading.Lock() for _ in range(64)]
-        # One asyncio lock per live session; dropped when no request holds it.
-        self._async_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
-            weakref.WeakValueDictionary()
-        )
+        self._locks = SessionLocks()
         # Compile every validator now: a missing schema stops start-up, not a request.
         self.schemas.validator("request-envelope.json")
         self.schemas.validator("response-envelope.json")
@@ -210,79 +195,23 @@ class AcsService:
         Commits each audit entry on its own before answering. Thread-safe: steps
         of one session are serialised by a lock stripe.
         """
-        held: threading.Lock | None = None
         try:
-            flow = self._flow(body)
-            item = next(flow)
-            while True:
-                outcome: Exception | None = None
-                if isinstance(item, Offload):
-                    try:
-                        value = item.run()
-                    except Exception as exc:  # noqa: BLE001 - the flow decides what it means
-                        item = flow.throw(exc)
-                    else:
-                        item = flow.send(value)
-                    continue
-                if isinstance(item, SessionLock):
-                    held = self._thread_locks[hash(item.session_id) % len(self._thread_locks)]
-                    held.acquire()
-                else:
-                    try:
-                        self.ledger.commit(item)
-                    except WardenError as exc:
-                        outcome = exc
-                item = flow.send(outcome)
-        except StopIteration as done:
-            response: dict[str, Any] = done.value
-            return response
+            return drive(self._flow(body), lock_for=self._locks.thread, commit=self.ledger.commit)
         except Exception:  # noqa: BLE001 - outermost layer: an internal error, unsigned
             log.exception("internal error while handling an ACS request")
             return error_response(None, _internal())
-        finally:
-            if held is not None:
-                held.release()
 
     async def handle_async(self, body: bytes, committer: GroupCommitter) -> dict[str, Any]:
         """:meth:`handle` for an event loop: audit entries of concurrent requests are
         committed together by ``committer`` (group commit); each response is
         returned only after its own entry is durable. Never raises."""
-        held: asyncio.Lock | None = None
         try:
-            flow = self._flow(body)
-            item = next(flow)
-            while True:
-                outcome: Exception | None = None
-                if isinstance(item, Offload):
-                    try:
-                        value = await asyncio.to_thread(item.run)
-                    except Exception as exc:  # noqa: BLE001 - the flow decides what it means
-                        item = flow.throw(exc)
-                    else:
-                        item = flow.send(value)
-                    continue
-                if isinstance(item, SessionLock):
-                    lock = self._async_locks.get(item.session_id)
-                    if lock is None:
-                        lock = asyncio.Lock()
-                        self._async_locks[item.session_id] = lock
-                    await lock.acquire()
-                    held = lock
-                else:
-                    try:
-                        await committer.commit(item)
-                    except WardenError as exc:
-                        outcome = exc
-                item = flow.send(outcome)
-        except StopIteration as done:
-            response: dict[str, Any] = done.value
-            return response
+            return await drive_async(
+                self._flow(body), lock_for=self._locks.loop, commit=committer.commit
+            )
         except Exception:  # noqa: BLE001 - outermost layer: an internal error, unsigned
             log.exception("internal error while handling an ACS request")
             return error_response(None, _internal())
-        finally:
-            if held is not None:
-                held.release()
 
     def _flow(self, body: bytes) -> Flow:
         """The whole dispatch as a generator: it yields each audit entry to commit and

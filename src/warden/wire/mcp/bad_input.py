@@ -30,13 +30,8 @@ from typing import Any
 import mcp_types as types
 import pydantic_core
 
-from warden.crypto.canonical import (
-    _MAX_SAFE_INT,
-    _pointer_token,
-    canonical_bytes,
-    parse_request_json,
-)
-from warden.errors import InvalidRequest, ParseError
+from warden.crypto.canonical import integer_outside_jcs_at, parse_request_json
+from warden.errors import ParseError
 
 #: An integer beyond ±(2^53−1) has at least 16 digits: a line without such a run has
 #: none, and its params are not walked.
@@ -94,7 +89,7 @@ def parse_line(line: bytes) -> types.JSONRPCMessage | Rejection:
         and message.method == "tools/call"
         and _SIXTEEN_DIGITS.search(line) is not None  # else no integer beyond 2^53
     ):
-        at = _outside_jcs(value.get("params"))
+        at = integer_outside_jcs_at(value.get("params"), "/params")
         if at is not None:
             return _invalid_params(at, message.id)
     return message
@@ -114,28 +109,6 @@ def _readable_id(line: bytes, reason: str) -> str | int | None:
         return None
     ids = [v for k, v in pairs if k == "id"]
     return _id({"id": ids[0]}) if len(ids) == 1 else None
-
-
-def _outside_jcs(params: object) -> str | None:
-    """The RFC 6901 pointer (from the message root) of the first number in a
-    ``tools/call``'s params that is outside the RFC 8785 domain (an integer beyond
-    ±(2^53−1) that is not the JCS form of a double, as ``/acs`` refuses), or None.
-    Non-finite numbers and lone surrogates were refused by the parse."""
-    stack: list[tuple[Any, str]] = [(params, "/params")]
-    while stack:
-        v, at = stack.pop()
-        t = type(v)
-        if t is int:
-            if not -_MAX_SAFE_INT <= v <= _MAX_SAFE_INT:
-                try:
-                    canonical_bytes(v)
-                except InvalidRequest:
-                    return at
-        elif t is dict:
-            stack.extend((x, f"{at}/{_pointer_token(k)}") for k, x in v.items())
-        elif t is list:
-            stack.extend((x, f"{at}/{i}") for i, x in enumerate(v))
-    return None
 
 
 def _invalid_params(at: str, rid: str | int) -> Rejection:
