@@ -139,7 +139,9 @@ def serve(
         int | None,
         typer.Option(
             envvar="WARDEN_MAX_BODY_BYTES",
-            help="Largest accepted request body; larger ones get -32600 unread.",
+            help="Largest accepted request body; larger ones get -32600 unread (`/acs`: "
+            "from a `Content-Length` over it, before reading; a body without one is read up "
+            "to the cap, no further).",
         ),
     ] = None,
     provenance_cache_bytes: Annotated[

@@ -12,6 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from conftest import postgres_schema
 
 from warden.errors import StoreUnavailable
 from warden.ledger.chain import chain_entry
@@ -98,9 +99,18 @@ def test_appends_in_one_transaction_chain_one_after_the_other(store: Any) -> Non
     assert event == indexes[0] + 2 and indexes[2] == indexes[0] + 3
 
 
-def test_a_deferred_head_move_that_did_not_land_refuses_the_commit(store: Any) -> None:
-    if not store.row_locks:
-        pytest.skip("SQLite runs every statement when made: nothing is deferred")
+@pytest.fixture
+def pg_store() -> Iterator[Any]:
+    """PostgreSQL only: SQLite runs every statement when made, nothing is deferred."""
+    with postgres_schema() as url:
+        handle = open_store(url)
+        yield handle
+        handle.close()
+
+
+def test_a_deferred_head_move_that_did_not_land_refuses_the_commit(pg_store: Any) -> None:
+    store = pg_store
+    assert store.row_locks
     budget = Budget("wb", BudgetKind.ORG, "USD", Decimal(1), Period.NONE, principals=("p",))
     with pytest.raises(StoreUnavailable), store.transaction() as tx:
         tx.put_budget(budget)
