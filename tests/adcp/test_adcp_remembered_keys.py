@@ -194,3 +194,47 @@ def test_a_live_key_is_confirmed_with_the_checks_begin(
     assert any("FROM api_keys" in sql for sql in prefetched)  # confirmed with BEGIN
     checks = [t for t in trips.values() if "adcp_plans" in t[0]]
     assert len(checks) == 1 and len(checks[0]) == 2, "\n".join(x[:300] for x in checks[0])
+
+
+def _mcp(b: Buyer, arguments: Any, token: str | None = None) -> Any:
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call"}
+    call["params"] = {"name": "check_governance", "arguments": arguments}
+    headers = {
+        "authorization": f"Bearer {token or b.token}",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": "2025-06-18",
+    }
+    return b.client.post("/mcp", json=call, headers=headers)
+
+
+@pytest.mark.parametrize("what", ["key", "agent", "key-bad-schema"])
+def test_over_mcp_a_key_revoked_on_another_replica_is_refused_and_changes_nothing(
+    make_runtime: Callable[..., Runtime], buyer: tuple[Runtime, Buyer], what: str
+) -> None:
+    """``/mcp`` answers a revoked key with the endpoint's own HTTP 401, as an unknown
+    key, also when the key was answered from memory and refused in the tool's
+    transaction, or before it (a schema error; decision 813)."""
+    rt, b = buyer
+    for _ in range(2):  # the second is answered from memory (PG)
+        r = _mcp(b, intent(b.plan_id, 10))
+        assert r.status_code == 200, r.text
+        assert r.json()["result"]["structuredContent"]["status"] == "completed", r.text
+    assert len(rt.api_keys._remembered) == (1 if rt.store.row_locks else 0)  # noqa: SLF001
+    other = make_runtime()
+    if what == "agent":
+        assert other.agents is not None
+        other.agents.revoke("buyer-agent")
+    else:
+        assert other.api_keys.revoke(b.key_id)
+    before = _rows(rt)
+    unknown = _mcp(b, intent(b.plan_id, 10), token="wdn_000000000000_" + "A" * 43)
+    assert unknown.status_code == 401
+    args = (
+        {**intent(b.plan_id, 10), "tool": 7} if what == "key-bad-schema" else intent(b.plan_id, 10)
+    )
+    refused = _mcp(b, args)
+    assert refused.status_code == 401, refused.text
+    assert refused.headers["www-authenticate"] == 'Bearer realm="warden"'
+    assert _body(refused) == _body(unknown)
+    assert not rt.api_keys._remembered  # noqa: SLF001 - forgotten once refused
+    assert _rows(rt) == before
