@@ -1,9 +1,10 @@
-"""AdCP ``check_governance`` answers its caller's API key from memory and confirms it in
-the check's own transaction (decision 810): a key (or its agent) revoked on another
-replica — another runtime on the same database, whose revocation this process's memory
-is not told of — is refused from its next check on exactly as an unknown key is
-(``AUTH_INVALID``, 401), and nothing is written: no check row, no chain entry, no hold,
-no idempotency claim. On SQLite nothing is remembered (every request reads the key)."""
+"""AdCP ``check_governance`` (REST and ``/mcp``) answers its caller's API key from memory
+and confirms it in the check's own transaction (decisions 810–813): a key (or its agent)
+revoked on another replica — another runtime on the same database, whose revocation this
+process's memory is not told of — is refused from its next check on exactly as an unknown
+key is (``AUTH_INVALID``, 401), and nothing is written: no check row, no chain entry, no
+hold, no idempotency claim. On SQLite nothing is remembered (every request reads the
+key)."""
 
 from __future__ import annotations
 
@@ -209,16 +210,28 @@ def _mcp(b: Buyer, arguments: Any, token: str | None = None) -> Any:
 
 @pytest.mark.parametrize("what", ["key", "agent", "key-bad-schema"])
 def test_over_mcp_a_key_revoked_on_another_replica_is_refused_and_changes_nothing(
-    make_runtime: Callable[..., Runtime], buyer: tuple[Runtime, Buyer], what: str
+    make_runtime: Callable[..., Runtime],
+    buyer: tuple[Runtime, Buyer],
+    what: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``/mcp`` answers a revoked key with the endpoint's own HTTP 401, as an unknown
     key, also when the key was answered from memory and refused in the tool's
     transaction, or before it (a schema error; decision 813)."""
     rt, b = buyer
+    key_reads: list[str] = []
+    original = SqlApiKeys.by_hash_with_agent
+
+    def counted(self: SqlApiKeys, secret_hash: str) -> Any:
+        key_reads.append(secret_hash)
+        return original(self, secret_hash)
+
+    monkeypatch.setattr(SqlApiKeys, "by_hash_with_agent", counted)
     for _ in range(2):  # the second is answered from memory (PG)
         r = _mcp(b, intent(b.plan_id, 10))
         assert r.status_code == 200, r.text
         assert r.json()["result"]["structuredContent"]["status"] == "completed", r.text
+    assert len(key_reads) == (1 if rt.store.row_locks else 2)
     assert len(rt.api_keys._remembered) == (1 if rt.store.row_locks else 0)  # noqa: SLF001
     other = make_runtime()
     if what == "agent":
