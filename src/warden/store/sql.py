@@ -36,6 +36,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, func, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 
+from warden.approvals.tasks import ApprovalState
 from warden.crypto.canonical import parse_strict_json
 from warden.errors import (
     ConfigError,
@@ -56,9 +57,16 @@ if TYPE_CHECKING:
     from warden.spend.budgets import Budget
     from warden.store.spend_sql import SqlSpendTx
 from warden.store.agents_sql import SqlAgents
-from warden.store.base import PendingAppend, ReplayKeys, SessionSigner, SessionState
+from warden.store.base import (
+    PendingAppend,
+    ReplayKeys,
+    SessionSigner,
+    SessionState,
+    TaskUnchanged,
+)
 from warden.store.driver_errors import is_integrity
 from warden.store.schema import entries, replay_keys, sessions
+from warden.store.tasks_sql import LATEST_OR_GRANT, grant_row
 
 SYNC_MODES = ("FULL", "NORMAL", "EXTRA")
 #: The next leaf index. PostgreSQL: the counter row, locked until COMMIT. SQLite (whose
@@ -66,6 +74,14 @@ SYNC_MODES = ("FULL", "NORMAL", "EXTRA")
 #: read from the two unique indexes, so no page is dirtied for the counter (writing a
 #: counter row would add a page to every commit's WAL frame set: measurably slower).
 _LOG_LOCK = "SELECT next_index FROM log_state WHERE id = 1 FOR UPDATE"
+#: A read guard's task still as read (parameters: task id, updated_at as stored).
+_GUARD_HOLDS = "EXISTS (SELECT 1 FROM tasks g WHERE g.task_id = %s AND g.updated_at = %s)"
+#: The newest task bound to a guarded action, read only when the guard fails: what
+#: ``ApprovalDesk.peek`` reads after a ``StaleRead`` (``SqlTasks.latest_state_or_grant``).
+_FOUND = LATEST_OR_GRANT.replace("?", "%s").replace(
+    " ORDER BY", " AND NOT " + _GUARD_HOLDS + " ORDER BY"
+)
+_APPROVED = ApprovalState.APPROVED.value
 _LOG_MAX = (
     "SELECT COALESCE(MAX(m), -1) + 1 FROM (SELECT MAX(log_index) AS m FROM entries "
     "UNION ALL SELECT MAX(log_index) FROM log_events)"
@@ -672,25 +688,44 @@ class SqlStore:
 
     def _pg_begin_guarded(self, cur: Any, item: PendingAppend) -> int:
         """PostgreSQL, one round trip: ``BEGIN``, the log counter locked and read, and
-        each read guard's task row. Returns
-        the next leaf index; raises :class:`StaleRead` (the caller rolls back) when a
-        guarded task changed."""
+        each read guard's task row. Returns the next leaf index; raises
+        :class:`StaleRead` (the caller rolls back) when a guarded task changed, with
+        ``found``: the newest task bound to the guarded action, read in the same round
+        trip (only when the guard fails), so the desk need not read it again (decision
+        820)."""
         sql = "BEGIN; " + _LOG_LOCK
         args: list[str] = []
+        keyed = [g for g in item.guards if g.scope is not None and g.action_hash is not None]
         for guard in item.guards:
             # Not locked: a desk transaction locks its task before the log counter, so
             # locking the task after the counter here could deadlock with it. A change
             # committed after this read is as if it came after the step.
             sql += "; SELECT updated_at FROM tasks WHERE task_id = %s"
             args.append(guard.task_id)
+        for guard in keyed:
+            # What the desk reads next when the guard fails: no row (and no scan) else.
+            sql += "; " + _FOUND
+            args += [_APPROVED, str(guard.scope), str(guard.action_hash)]
+            args += [guard.task_id, guard.updated_at]
         cur.execute(sql, args)
         cur.nextset()
         index = int(self._log_start(cur.fetchone())[0])
+        failed: TaskUnchanged | None = None
         for guard in item.guards:
             cur.nextset()
             row = cur.fetchone()
-            if row is None or str(row[0]) != guard.updated_at:
-                raise StaleRead(f"approval task {guard.task_id} changed since it was read")
+            if failed is None and (row is None or str(row[0]) != guard.updated_at):
+                failed = guard
+        found: Any = StaleRead.MISSING
+        for guard in keyed:
+            cur.nextset()
+            row = cur.fetchone()
+            if guard is failed:
+                found = grant_row(row)
+        if failed is not None:
+            stale = StaleRead(f"approval task {failed.task_id} changed since it was read")
+            stale.found = found
+            raise stale
         return index
 
     def _client_cursor(self) -> Any:
