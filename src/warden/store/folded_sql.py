@@ -149,12 +149,14 @@ def append_folded(store: SqlStore, item: PendingAppend) -> Exception | None:
     folded: FoldedWrite | None = item.folded
     assert folded is not None
     with store._lock:  # noqa: SLF001 - the store's one writing connection
-        cur = store._cursor()  # noqa: SLF001
+        cur = store._cursor(absorb=True)  # noqa: SLF001
         both = store._client_cursor()  # noqa: SLF001
         begun = False
         tx: _FoldedTx | None = None
         try:
-            sql = "BEGIN"
+            # With the end of a transaction a failed read guard left open (the
+            # resubmission of a grant approved on another replica, decision 821).
+            sql, skip = store._begin()  # noqa: SLF001
             args: list[Any] = []
             for task_id in folded.locks:
                 sql += "; " + _TASK_LOCK
@@ -171,6 +173,8 @@ def append_folded(store: SqlStore, item: PendingAppend) -> Exception | None:
                 args += [absent.scope, absent.action_hash]
             both.execute(sql, args)
             begun = True
+            for _ in range(skip):
+                both.nextset()  # past that end's result, to BEGIN's
             for _ in folded.locks:
                 both.nextset()  # locked; the read guards check the row after the locks
             heads: dict[str, tuple[int, str | None] | None] = {}
