@@ -292,7 +292,7 @@ class ApprovalDesk:
         *,
         fresh: bool = False,
         consumer: dict[str, Any] | None = None,
-        known: Any = StaleRead.MISSING,
+        newest: Any = StaleRead.MISSING,
     ) -> Resolution | None:
         """The answer for ``ask`` when it needs no write of its own: the latest task for
         its action is pending and not yet due to expire, and no task is cited. None
@@ -311,7 +311,7 @@ class ApprovalDesk:
         votes, once read, is answered from memory (the guard still checks it): no read
         at all on the common path. ``fresh`` drops that memory for the ask first.
 
-        ``known`` (with ``fresh``): the newest task bound to the action as the failed
+        ``newest`` (with ``fresh``): the newest task bound to the action as the failed
         append read it (``StaleRead.found``, decision 820), in place of the desk's own
         read of it; a pending task is still read again (its record and votes).
         """
@@ -346,12 +346,12 @@ class ApprovalDesk:
                     self._pending_text(task),
                     folded=_Filing(self, task, key),
                 )
-        if fresh and known is not StaleRead.MISSING:
-            head = known[0] if known is not None else None
+        if fresh and newest is not StaleRead.MISSING:
+            head = newest[0] if newest is not None else None
             if head is None or head[1] != ApprovalState.PENDING.value:
                 # Read in the failed append's round trip: approved (consumed with the
                 # step's entry), or nothing the desk answers without its transaction.
-                return self._found_grant(ask, known, key, consumer)
+                return self._found_grant(ask, newest, key, consumer)
         with self._reading() as view:
             found = view.tasks.latest_state_or_grant(*key)
             head = found[0] if found is not None else None

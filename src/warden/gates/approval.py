@@ -229,7 +229,7 @@ class ApprovalStep:
             }
             try:
                 peeked = self.gate.desk.peek(
-                    ask, fresh=self._fresh, consumer=consumer, known=self._found
+                    ask, fresh=self._fresh, consumer=consumer, newest=self._found
                 )
             except StoreUnavailable:
                 peeked = None  # the write transaction below reconnects or fails closed

@@ -127,9 +127,7 @@ class SqlTasks:
         """:meth:`latest_state` and, when that task is approved, the task itself, in one
         read (decision 703): the grant an ask consumes without a second round trip."""
         self._cur.execute(
-            self._q(
-                LATEST_OR_GRANT
-            ),
+            self._q(LATEST_OR_GRANT),
             (ApprovalState.APPROVED.value, scope, action_hash),
         )
         return grant_row(self._cur.fetchone())
