@@ -210,3 +210,24 @@ def test_a_guard_that_holds_changes_nothing(replicas: Callable[[], Runtime]) -> 
     assert again["decision"] == "ask"
     assert again["ask_details"]["task_id"] == first["ask_details"]["task_id"]
     assert not a.store._dangling  # noqa: SLF001
+
+
+def test_a_folded_append_that_fails_in_its_first_round_trip_rolls_back(
+    replicas: Callable[[], Runtime],
+) -> None:
+    """The folded append's first string fails after its ``BEGIN`` (here a division by
+    zero stands for a lock timeout or a detected deadlock): the step is refused, and the
+    connection is not left in an aborted transaction — the next step is answered
+    (decision 823)."""
+    a = replicas()
+    agent = service_client(a, agent_id="agent-7")
+    agent.hello()
+    store = a.store
+    assert isinstance(store, SqlStore)
+    store._begin = lambda: ("BEGIN; SELECT 1/0", 0)  # type: ignore[method-assign]  # noqa: SLF001
+    refused = agent.tool_call("delete_file", {"path": "/srv/a"})
+    # Fail closed: an error, or a deny recorded without the task.
+    assert "error" in refused or refused["result"]["decision"] == "deny", refused
+    del store._begin  # noqa: SLF001 - the class's own again
+    answered = ask(agent, "delete_file", {"path": "/srv/a"})
+    assert answered["decision"] == "ask", answered

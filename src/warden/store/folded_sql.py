@@ -151,7 +151,7 @@ def append_folded(store: SqlStore, item: PendingAppend) -> Exception | None:
     with store._lock:  # noqa: SLF001 - the store's one writing connection
         cur = store._cursor(absorb=True)  # noqa: SLF001
         both = store._client_cursor()  # noqa: SLF001
-        begun = False
+        begun = sent = False
         tx: _FoldedTx | None = None
         try:
             # With the end of a transaction a failed read guard left open (the
@@ -171,6 +171,7 @@ def append_folded(store: SqlStore, item: PendingAppend) -> Exception | None:
             for absent in folded.absent:
                 sql += "; " + _LATEST
                 args += [absent.scope, absent.action_hash]
+            sent = True  # from here a failure rolls back what the server began (decision 823)
             both.execute(sql, args)
             begun = True
             for _ in range(skip):
@@ -222,7 +223,7 @@ def append_folded(store: SqlStore, item: PendingAppend) -> Exception | None:
                 store._rollback(cur)  # noqa: SLF001
             return exc if isinstance(exc, StaleRead) else StaleRead(f"not foldable: {exc}")
         except Exception as exc:
-            if begun:
+            if sent:
                 with suppress(Exception):  # a dropped connection has nothing to undo
                     store._rollback(cur)  # noqa: SLF001
             if not begun or not store._broken():  # noqa: SLF001
