@@ -7,6 +7,7 @@ is consumed once, in the resubmitted step's own transaction; a denial is answere
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -231,3 +232,36 @@ def test_a_folded_append_that_fails_in_its_first_round_trip_rolls_back(
     del store._begin  # noqa: SLF001 - the class's own again
     answered = ask(agent, "delete_file", {"path": "/srv/a"})
     assert answered["decision"] == "ask", answered
+
+
+def test_two_replicas_resubmitting_at_once_consume_the_grant_once(
+    replicas: Callable[[], Runtime],
+) -> None:
+    """A and B both remember the task pending, C approves it, and the step is resubmitted
+    on A and on B at the same moment: exactly one is allowed, the grant is consumed once
+    (one ``consumed`` in its history), whatever the interleaving."""
+    a, b, c = replicas(), replicas(), replicas()
+    agent = service_client(a, agent_id="agent-7")
+    agent.hello()
+    tid = ask(agent, "delete_file", {"path": "/srv/a"})["ask_details"]["task_id"]
+    on_b = _on(agent, b)
+    assert ask(on_b, "delete_file", {"path": "/srv/a"})["ask_details"]["task_id"] == tid
+    agent.chain_hash = on_b.chain_hash
+    c.desk.approve(tid, approver(c, "alice", "operators"), "ok")
+    start = threading.Barrier(2)
+    answers: list[dict[str, Any]] = []
+
+    def resubmit(client: Any) -> None:
+        start.wait()
+        answers.append(client.tool_call("delete_file", {"path": "/srv/a"}))
+
+    threads = [threading.Thread(target=resubmit, args=(cl,)) for cl in (agent, on_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    decisions = [r.get("result", {}).get("decision") for r in answers]
+    assert decisions.count("allow") == 1, answers
+    assert _history(c, tid) == ["requested", "approved", "consumed"]
+    assert not a.store._dangling and not b.store._dangling  # noqa: SLF001
+    verify_records(c.store.iter_records(), ikm=TEST_IKM)
