@@ -142,15 +142,14 @@ def _skew_skip(why: str) -> Check:
 
 def _read_database(url: str) -> tuple[str | None, float | None]:
     """(schema revision, host clock minus database clock in s, or None on SQLite)."""
-    from alembic.runtime.migration import MigrationContext
     from sqlalchemy import text
 
-    from warden.store.sql import _engine_for, parse_database_url
+    from warden.store.sql import _engine_for, parse_database_url, stored_revision
 
     engine = _engine_for(parse_database_url(url), "FULL")
     try:
         with engine.connect() as conn:
-            revision = MigrationContext.configure(conn).get_current_revision()
+            revision = stored_revision(conn)
             if engine.dialect.name != "postgresql":
                 return revision, None
             before = time.time()

@@ -6,8 +6,11 @@ The backend-neutral behaviour is in test_store_contract.py.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import stat
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -219,3 +222,33 @@ def test_mistyped_rows_are_integrity_errors(
         assert f"the {column} column" in exc.message
     finally:
         store.close()
+
+
+def test_the_schema_revision_is_alembics_head() -> None:
+    """``SCHEMA_REVISION`` is what a database at head is recognised by without Alembic:
+    a new migration that does not raise it fails here."""
+    from alembic.script import ScriptDirectory
+
+    assert ScriptDirectory.from_config(_alembic_config()).get_current_head() == head_revision()
+
+
+def test_a_database_at_head_opens_without_importing_alembic(tmp_path: Path) -> None:
+    """A second open of a migrated database reads its revision with one query: the
+    process never imports Alembic (each CLI command and server restart saves it), and
+    an older database still migrates through Alembic."""
+    path = tmp_path / "warden.db"
+    code = (
+        "import sys\n"
+        "from warden.store.sql import open_store, current_revision\n"
+        f"url = {_url(path)!r}\n"
+        "open_store(url).close()\n"
+        "print('alembic' in sys.modules, current_revision(url))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    _engine_at(path, "0013").dispose()
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split() == ["True", head_revision()]  # migrated 0013 → head
+    again = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.split() == ["False", head_revision()]

@@ -15,11 +15,18 @@ import datetime
 import functools
 import json
 import re
+import sys
 import threading
+import types
 from typing import Any
 
-import cel
 import re2
+
+# The ``cel`` package's __init__ imports its interactive shell (``cel.cli``: prompt_toolkit,
+# pygments, rich), which Warden never uses and which costs every process ~0.1 s at start.
+# An empty module stands in for it unless something imported the real one first.
+sys.modules.setdefault("cel.cli", types.ModuleType("cel.cli"))
+import cel  # noqa: E402 - after the stand-in above
 
 #: Variables a rule condition may use (docs/policy-bundles.md).
 CONDITION_VARIABLES = frozenset(

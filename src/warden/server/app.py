@@ -30,6 +30,7 @@ from warden.runtime import Runtime
 from warden.server.agents_api import agents_router
 from warden.server.approvals_api import approvals_router
 from warden.server.desk import mount_desk
+from warden.server.lazy_endpoint import LazyEndpoint, RunnableEndpoint
 from warden.server.log_api import log_router
 from warden.server.metrics import WardenMetrics
 from warden.server.trace_context import TraceContext
@@ -37,11 +38,13 @@ from warden.store.group_commit import GroupCommitter
 from warden.store.idempotency import Idempotency
 from warden.wire.acs.render import error_response
 from warden.wire.acs.service import AcsService
-from warden.wire.adcp.mcp import PATH as MCP_PATH
-from warden.wire.adcp.mcp import AdcpMcpEndpoint
 from warden.wire.adcp.rest import adcp_router
 from warden.wire.kla import kla_router
 from warden.wire.spend import SpendBodyCap, spend_router
+
+#: The AdCP governance agent's MCP endpoint (``warden.wire.adcp.mcp.PATH``; held equal by
+#: tests/adcp, so serving it does not import the MCP SDK).
+MCP_PATH = "/mcp"
 
 
 class AcsEndpoint:
@@ -145,17 +148,25 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
     metrics: WardenMetrics = runtime.metrics
     committer = GroupCommitter(runtime.store, on_batch=metrics.observe_batch)
     idem = idempotency or Idempotency(runtime.settings.idempotency_ttl_seconds)
-    mcp_endpoint: AdcpMcpEndpoint | None = None
+    mcp_endpoint: LazyEndpoint | None = None
     if runtime.adcp is not None:
         # One idempotency store and one set of rules for both wires (issue 9 item 4).
-        runtime.adcp.idempotency = idem
-        mcp_endpoint = AdcpMcpEndpoint(
-            runtime.adcp,
-            runtime.api_keys,
-            max_body_bytes=runtime.settings.max_body_bytes,
-            signing=runtime.adcp_signing,
-            public_url=runtime.settings.resolved_public_url(),
-        )
+        adcp = runtime.adcp
+        adcp.idempotency = idem
+
+        def build_mcp() -> RunnableEndpoint:
+            # Imported here: the MCP SDK is loaded by the first request to /mcp only.
+            from warden.wire.adcp.mcp import AdcpMcpEndpoint
+
+            return AdcpMcpEndpoint(
+                adcp,
+                runtime.api_keys,
+                max_body_bytes=runtime.settings.max_body_bytes,
+                signing=runtime.adcp_signing,
+                public_url=runtime.settings.resolved_public_url(),
+            )
+
+        mcp_endpoint = LazyEndpoint(build_mcp)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

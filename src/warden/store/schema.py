@@ -35,6 +35,11 @@ from sqlalchemy import (
     text,
 )
 
+#: The newest migration's revision: the schema these tables are. Adding a migration means
+#: raising it (tests/store/test_migrations.py holds it to Alembic's own head), and a
+#: database at it is opened without importing Alembic (``store/sql.py`` ``upgrade``).
+SCHEMA_REVISION = "0014"
+
 metadata = MetaData()
 
 sessions = Table(

@@ -27,11 +27,6 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, create_engine, event, func, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
@@ -54,6 +49,8 @@ from warden.errors import (
 from warden.json_text import compact_text
 
 if TYPE_CHECKING:
+    from alembic.config import Config
+
     from warden.spend.budgets import Budget
     from warden.store.spend_sql import SqlSpendTx
 from warden.store.agents_sql import SqlAgents
@@ -65,7 +62,7 @@ from warden.store.base import (
     TaskUnchanged,
 )
 from warden.store.driver_errors import is_integrity
-from warden.store.schema import entries, replay_keys, sessions
+from warden.store.schema import SCHEMA_REVISION, entries, replay_keys, sessions
 from warden.store.tasks_sql import LATEST_OR_GRANT, grant_row
 
 SYNC_MODES = ("FULL", "NORMAL", "EXTRA")
@@ -222,6 +219,8 @@ def _open_failure(shown: str, detail: BaseException) -> StoreUnavailable:
 
 
 def _alembic_config() -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option(
         "script_location", str(resources.files("warden.store").joinpath("migrations"))
@@ -230,10 +229,20 @@ def _alembic_config() -> Config:
 
 
 def head_revision() -> str:
-    """The schema revision this Warden writes (the newest migration)."""
-    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
-    assert head is not None
-    return head
+    """The schema revision this Warden writes (the newest migration; tests hold it to
+    Alembic's own head)."""
+    return SCHEMA_REVISION
+
+
+def stored_revision(conn: Connection) -> str | None:
+    """The revision in the database's ``alembic_version`` table on ``conn``; None when
+    there is no such table or it does not hold exactly one revision. One query, without
+    Alembic: a database already at :func:`head_revision` is opened without importing it
+    (every CLI command and server start saves its import)."""
+    if not conn.dialect.has_table(conn, "alembic_version"):
+        return None
+    rows = conn.exec_driver_sql("SELECT version_num FROM alembic_version").all()
+    return str(rows[0][0]) if len(rows) == 1 else None
 
 
 #: The PostgreSQL advisory lock key that serialises migrations ("warden" in ASCII).
@@ -241,21 +250,41 @@ _MIGRATION_LOCK = 0x77617264656E
 
 
 def upgrade(engine: Engine) -> None:
-    """Run the Alembic migrations to ``head`` on ``engine``."""
+    """Run the Alembic migrations to ``head`` on ``engine`` (nothing when the database is
+    at head already). Raises ConfigError for a revision this Warden does not know or a
+    migration Alembic refuses."""
+    with engine.connect() as conn:
+        if stored_revision(conn) == SCHEMA_REVISION:
+            # Migrations only move forward: a replica migrating now has not committed
+            # yet (PostgreSQL's DDL is transactional), so this reads its old revision.
+            return
+    from alembic import command
+    from alembic.util import CommandError
+
     cfg = _alembic_config()
-    with engine.begin() as conn:
-        if engine.dialect.name == "postgresql":
-            # Replicas starting together migrate one at a time; the others then find
-            # the schema at head and do nothing. Released when this transaction ends.
-            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
+    shown = engine.url.render_as_string(hide_password=True)
+    try:
+        with engine.begin() as conn:
+            if engine.dialect.name == "postgresql":
+                # Replicas starting together migrate one at a time; the others then find
+                # the schema at head and do nothing. Released when this transaction ends.
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+    except CommandError as exc:
+        if "Can't locate revision" in str(exc):
+            raise ConfigError(
+                f"the database {shown} is at a schema revision this Warden does not know "
+                f"({exc}): it was written by a newer Warden, or by another application "
+                "(give Warden a database of its own)"
+            ) from exc
+        raise ConfigError(f"cannot migrate the database {shown}: {exc}") from exc
 
 
 def check_revision(engine: Engine) -> None:
     """Refuse (ConfigError) a database whose schema is not exactly this Warden's."""
     with engine.connect() as conn:
-        current = MigrationContext.configure(conn).get_current_revision()
+        current = stored_revision(conn)
     head = head_revision()
     if current is None:
         raise ConfigError(
@@ -1696,7 +1725,7 @@ def current_revision(url: str) -> str | None:
     engine = _engine_for(parsed, "FULL")
     try:
         with engine.connect() as conn:
-            return MigrationContext.configure(conn).get_current_revision()
+            return stored_revision(conn)
     finally:
         engine.dispose()
 
@@ -1728,14 +1757,6 @@ def open_store(
         engine.dispose()
         if isinstance(exc, WardenError) or not isinstance(exc, Exception):
             raise
-        if isinstance(exc, CommandError):
-            if "Can't locate revision" in str(exc):
-                raise ConfigError(
-                    f"the database {shown} is at a schema revision this Warden does not know "
-                    f"({exc}): it was written by a newer Warden, or by another application "
-                    "(give Warden a database of its own)"
-                ) from exc
-            raise ConfigError(f"cannot migrate the database {shown}: {exc}") from exc
         if isinstance(exc, sa_exc.SQLAlchemyError | engine.dialect.loaded_dbapi.Error):
             raise _open_failure(shown, getattr(exc, "orig", None) or exc) from exc
         raise
