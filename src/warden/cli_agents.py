@@ -35,7 +35,9 @@ if TYPE_CHECKING:
     from warden.identity.signing_keys import AgentSigningKeys
 
 agents_app = typer.Typer(
-    help="Agent identities: who each ACS, spend, KLA and AdCP caller is.", no_args_is_help=True
+    help="Agent identities: who each ACS, spend, KLA and AdCP caller is.",
+    no_args_is_help=True,
+    add_completion=False,
 )
 
 EXIT_NOT_FOUND = 1

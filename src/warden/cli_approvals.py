@@ -25,7 +25,9 @@ from warden.cli_options import EXIT_BAD_INPUT, EXIT_FAILURE_FOUND, console, err_
 from warden.cli_output import print_json, print_table, table
 
 approvals_app = typer.Typer(
-    help="Decide approval tasks on a running Warden (maker-checker).", no_args_is_help=True
+    help="Decide approval tasks on a running Warden (maker-checker).",
+    no_args_is_help=True,
+    add_completion=False,
 )
 
 Url = Annotated[

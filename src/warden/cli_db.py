@@ -20,7 +20,9 @@ from warden.cli_options import DataDir, DbUrl, _fail, console, existing_database
 from warden.cli_output import print_json
 from warden.errors import WardenError
 
-db_app = typer.Typer(help="The database schema (Alembic migrations).", no_args_is_help=True)
+db_app = typer.Typer(
+    help="The database schema (Alembic migrations).", no_args_is_help=True, add_completion=False
+)
 
 AsJson = Annotated[
     bool, typer.Option("--json", help="Print one JSON document (docs/cli-json.md) on stdout.")
@@ -29,6 +31,23 @@ AsJson = Annotated[
 
 def _url(data_dir: Path, database_url: str | None) -> str:
     return database_url or f"sqlite:///{data_dir / 'warden.db'}"
+
+
+def _stored(url: str) -> str | None:
+    """The database's revision before an upgrade: None for one that does not exist yet (a
+    SQLite file is not created here: ``open_store`` creates it private) or that cannot be
+    read (``open_store`` says why)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from warden.store.sql import current_revision, parse_database_url
+
+    try:
+        parsed = parse_database_url(url)
+        if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").exists():
+            return None
+        return current_revision(url)
+    except (SQLAlchemyError, WardenError, ValueError):
+        return None
 
 
 @db_app.command()
@@ -41,13 +60,17 @@ def upgrade(
 
     url = _url(data_dir, database_url)
     try:
+        previous = _stored(url)
         open_store(url, migrate=True).close()
     except WardenError as exc:
         raise _fail(exc) from exc
     if as_json:
-        print_json({"database_url": shown_url(url), "revision": head_revision()})
+        print_json(
+            {"database_url": shown_url(url), "previous": previous, "revision": head_revision()}
+        )
         return
-    console.print(f"{shown_url(url)}: schema at revision {head_revision()}")
+    before = "created" if previous is None else f"was {previous}"
+    console.print(f"{shown_url(url)}: schema at revision {head_revision()} ({before})")
 
 
 @db_app.command()

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 keys_app = typer.Typer(
     help="API keys with roles for the REST API and the approval desk.",
     no_args_is_help=True,
+    add_completion=False,
 )
 
 EXIT_NOT_FOUND = 1

@@ -39,7 +39,9 @@ from warden.cli_options import (
 from warden.cli_output import print_json, print_line
 from warden.errors import ConfigError, WardenError
 
-log_app = typer.Typer(help="The transparency log: its key, proofs, and checking them offline.")
+log_app = typer.Typer(
+    help="The transparency log: its key, proofs, and checking them offline.", add_completion=False
+)
 
 AsJson = Annotated[
     bool, typer.Option("--json", help="Print one JSON document (docs/cli-json.md) on stdout.")

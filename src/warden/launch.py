@@ -1,13 +1,30 @@
-"""The ``warden`` console script: ``warden hook …`` loads only the hook commands.
+"""The ``warden`` console script: a command group loads only its own module.
 
 Claude Code starts ``warden hook claude-code`` once per event, so its start-up is paid
-on every tool call; the full CLI imports every command's modules (the policy engine,
-the store, the server). Every other command goes to :func:`warden.cli.main`.
+on every tool call, and scripts call ``warden keys …``, ``warden agents …`` and the
+other groups the same way. The full CLI (:mod:`warden.cli`) imports every command's
+module (the settings model, the server's options, the ledger's verifier), about 0.3 s
+of CPU; ``warden GROUP …`` imports only that group's module, whose commands import what
+they use when they run. Every other command, and ``warden``/``warden --help`` alone,
+goes to :func:`warden.cli.main`, which mounts the same group apps.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+
+#: ``warden GROUP`` → (module, Typer app): groups :mod:`warden.cli` mounts by these names
+#: and adds nothing to, each of several commands (``policy`` is not one: the CLI adds
+#: ``policy activate`` to it; nor ``replay``: a one-command app runs as that command).
+#: tests/cli/test_cli_launch.py holds them to the full CLI's.
+GROUPS: dict[str, tuple[str, str]] = {
+    "keys": ("warden.cli_keys", "keys_app"),
+    "agents": ("warden.cli_agents", "agents_app"),
+    "approvals": ("warden.cli_approvals", "approvals_app"),
+    "db": ("warden.cli_db", "db_app"),
+    "log": ("warden.cli_log", "log_app"),
+}
 
 
 def main() -> None:
@@ -15,6 +32,15 @@ def main() -> None:
         from warden.cli_hook import hook_app
 
         hook_app(args=sys.argv[2:], prog_name="warden hook")
+        return
+    group = GROUPS.get(sys.argv[1]) if len(sys.argv) > 1 else None
+    if group is not None:
+        from click.utils import _detect_program_name
+
+        module, attr = group
+        app = getattr(importlib.import_module(module), attr)
+        # The usage lines the full CLI prints: "<program> <group> <command> …".
+        app(args=sys.argv[2:], prog_name=f"{_detect_program_name()} {sys.argv[1]}")
         return
     from warden.cli import main as cli_main
 

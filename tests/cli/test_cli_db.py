@@ -27,13 +27,14 @@ def test_upgrade_creates_the_schema_and_current_reports_it(
         assert "database: none (empty)" in before.stdout
     up = run("upgrade", *dd)
     assert up.exit_code == 0, up.output
-    assert f"schema at revision {head_revision()}" in up.stdout
+    assert f"schema at revision {head_revision()} (created)" in up.stdout
     assert current_revision(database_url) == head_revision()
     after = run("current", *dd)
     assert after.exit_code == 0, after.output
     assert f"database: {head_revision()}" in after.stdout
     again = run("upgrade", *dd)  # idempotent
     assert again.exit_code == 0, again.output
+    assert f"schema at revision {head_revision()} (was {head_revision()})" in again.stdout
 
 
 def test_db_json(database_url: str, tmp_path: Path) -> None:
@@ -43,7 +44,11 @@ def test_db_json(database_url: str, tmp_path: Path) -> None:
     shown = shown_url(database_url)
     up = run("upgrade", *dd, "--json")
     assert up.exit_code == 0, up.output
-    assert json.loads(up.stdout) == {"database_url": shown, "revision": head_revision()}
+    assert json.loads(up.stdout) == {
+        "database_url": shown,
+        "previous": None,
+        "revision": head_revision(),
+    }
     now = run("current", *dd, "--json")
     assert now.exit_code == 0, now.output
     assert json.loads(now.stdout) == {
@@ -54,6 +59,28 @@ def test_db_json(database_url: str, tmp_path: Path) -> None:
     }
     missing = run("current", "--data-dir", str(tmp_path / "none"), "--json")
     assert missing.exit_code == 2 and missing.stdout == ""
+    again = run("upgrade", *dd, "--json")
+    assert json.loads(again.stdout)["previous"] == head_revision()
+
+
+def test_upgrade_json_names_the_revision_it_migrated_from(tmp_path: Path) -> None:
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    from warden.store.sql import _alembic_config
+
+    path = tmp_path / "d" / "warden.db"
+    path.parent.mkdir()
+    engine = create_engine(f"sqlite:///{path}")
+    cfg = _alembic_config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0013")
+    engine.dispose()
+    up = run("upgrade", "--data-dir", str(path.parent), "--json")
+    assert up.exit_code == 0, up.output
+    assert json.loads(up.stdout)["previous"] == "0013"
+    assert json.loads(up.stdout)["revision"] == head_revision() != "0013"
 
 
 def test_version_json() -> None:

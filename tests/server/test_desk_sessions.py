@@ -13,11 +13,12 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Server, start_server
+from conftest import BACKEND_IDS, Server, postgres_schema, start_server
 
 from warden.server.desk import SESSION_COOKIE
 
@@ -33,18 +34,23 @@ def csrf_of(html: str) -> str:
 POLICY = Path(__file__).resolve().parents[2] / "examples" / "policies" / "default.yaml"
 
 
-@pytest.fixture
-def replicas(tmp_path: Path, database_url: str) -> Iterator[tuple[Server, Server, str]]:
-    """Two servers on one database (own data directories, the same IKM), and its URL."""
-    first = start_server(tmp_path / "a", POLICY, "--database-url", database_url)
-    try:
+@pytest.fixture(scope="module", params=BACKEND_IDS)
+def replicas(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Server, Server, str]]:
+    """Two servers on one database (own data directories, the same IKM), and its URL.
+    Shared by the module's tests on each backend: each test logs in with its own new key."""
+    tmp_path = tmp_path_factory.mktemp("desk-sessions")
+    with ExitStack() as stack:
+        if request.param == "sqlite":
+            database_url = f"sqlite:///{tmp_path / 'warden.db'}"
+        else:
+            database_url = stack.enter_context(postgres_schema())
+        first = start_server(tmp_path / "a", POLICY, "--database-url", database_url)
+        stack.callback(first.stop)
         second = start_server(tmp_path / "b", POLICY, "--database-url", database_url)
-        try:
-            yield first, second, database_url
-        finally:
-            second.stop()
-    finally:
-        first.stop()
+        stack.callback(second.stop)
+        yield first, second, database_url
 
 
 def keys(server: Server, database_url: str, *args: str) -> str:

@@ -144,7 +144,9 @@ class _Acs:
         return {"jsonrpc": "2.0", "id": 1, "result": {"read": len(body)}}
 
 
-def _call_acs(headers: list[tuple[bytes, bytes]], chunks: list[bytes]) -> tuple[Any, int]:
+def _call_acs(
+    headers: list[tuple[bytes, bytes]], chunks: list[bytes], method: str = "POST"
+) -> tuple[Any, int]:
     """POST /acs through AcsEndpoint: (the response's status and body, receive() calls)."""
     from warden.server.app import AcsEndpoint
 
@@ -164,8 +166,9 @@ def _call_acs(headers: list[tuple[bytes, bytes]], chunks: list[bytes]) -> tuple[
     async def fallback(scope: Any, receive: Any, send: Any) -> None:
         raise AssertionError("not /acs")
 
-    scope = {"type": "http", "path": "/acs", "method": "POST", "headers": headers}
+    scope = {"type": "http", "path": "/acs", "method": method, "headers": headers}
     asyncio.run(AcsEndpoint(_Acs(), None, fallback)(scope, receive, send))  # type: ignore[arg-type]
+    _call_acs.last_headers = dict(sent[0]["headers"])  # type: ignore[attr-defined]
     return (sent[0]["status"], json.loads(sent[1]["body"])), calls
 
 
@@ -188,3 +191,15 @@ def test_acs_declared_length_at_the_cap_is_read() -> None:
     (status, body), calls = _call_acs([(b"content-length", b"1024")], [b"x" * 1024])
     assert calls == 1
     assert body["result"] == {"read": 1024}
+
+
+def test_acs_other_methods_are_a_json_rpc_error_with_405() -> None:
+    """A fresh user's finding: GET /acs answered FastAPI's ``{"detail": ...}``."""
+    for method in ("GET", "PUT", "DELETE"):
+        (status, body), calls = _call_acs([], [b"{}"], method=method)
+        assert (status, calls) == (405, 0)
+        assert _call_acs.last_headers[b"allow"] == b"POST"  # type: ignore[attr-defined]
+        assert body["jsonrpc"] == "2.0" and body["id"] is None
+        assert body["error"]["code"] == -32600
+        assert body["error"]["data"]["reason"] == "method_not_allowed"
+        assert "POST" in body["error"]["message"]

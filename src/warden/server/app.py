@@ -68,7 +68,8 @@ class AcsEndpoint:
             await self.fallback(scope, receive, send)
             return
         if scope["method"] != "POST":
-            await _send(send, 405, b'{"detail":"Method Not Allowed"}', [(b"allow", b"POST")])
+            # Still the wire's own format: a JSON-RPC error (id null), with HTTP's 405.
+            await _send(send, 405, _NOT_POST, [(b"allow", b"POST")])
             return
         limit = self.acs.max_body_bytes
         if _declared_length(scope) > limit:
@@ -92,6 +93,17 @@ class AcsEndpoint:
             more = message.get("more_body", False)
         response = await self.acs.handle_async(b"".join(chunks), self.committer)
         await _send(send, 200, _dump(response))
+
+
+def _not_post() -> bytes:
+    exc = InvalidRequest(
+        "the ACS wire takes one JSON-RPC request per POST to /acs", reason="method_not_allowed"
+    )
+    return compact_bytes(error_response(None, exc))
+
+
+#: ``GET /acs`` and every other method but POST: ``-32600`` with HTTP 405 and ``Allow: POST``.
+_NOT_POST = _not_post()
 
 
 def _declared_length(scope: Scope) -> int:

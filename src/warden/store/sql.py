@@ -258,6 +258,9 @@ def upgrade(engine: Engine) -> None:
             # Migrations only move forward: a replica migrating now has not committed
             # yet (PostgreSQL's DDL is transactional), so this reads its old revision.
             return
+    # Alembic logs one "setup plugin" line per plugin at INFO as it is imported, which
+    # told an operator nothing; its "Running upgrade A -> B" lines stay.
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     from alembic import command
     from alembic.util import CommandError
 
