@@ -298,3 +298,32 @@ def test_an_unlocked_head_another_writer_holds_is_waited_for(
     else:
         assert outcome[0] == entries[1]["entry"]["entry_hash"], outcome
         assert len(entries) == 2
+
+
+def test_a_second_entry_on_a_moved_head_is_not_appended_on_the_other_writers(
+    pg_pair: tuple[Any, Any],
+) -> None:
+    """Two entries on one chain in one transaction (a quote's expired holds released,
+    then its hold): the head read without a lock moved by ONE entry, so the second entry
+    (seq + 2, chained on the first) finds the head at its seq — held by the other
+    writer's entry. It is appended only on its own hash (decision 801): nothing lands,
+    the commit is refused, the locked run chains both on the other writer's entry."""
+    here, elsewhere = pg_pair
+    sid = str(uuid.uuid4())
+    _chain_of_one(here, sid)
+    attempts: list[bool] = []
+
+    def attempt(unlocked: bool) -> None:
+        attempts.append(unlocked)
+        with here.transaction(unlocked_heads=unlocked) as tx:
+            tx.prefetch(heads=(sid,))
+            tx.budget("none")
+            head = tx.session_head(sid)
+            if unlocked:
+                _append_locked(elsewhere, sid)  # the head moves by exactly one entry
+            tx.append(_item(sid, head))
+            tx.append(_item(sid, tx.session_head(sid)))
+
+    chained_attempts(attempt)
+    assert attempts == [True, False]
+    assert [e["seq"] for e in _entries(here, sid)] == [0, 1, 2, 3]  # linked (verified)

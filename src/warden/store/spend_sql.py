@@ -42,12 +42,13 @@ log = logging.getLogger(__name__)
 
 #: PostgreSQL: a Warden-authored chain's head moved and its entry inserted in one
 #: statement (:meth:`SqlSpendTx._append_chained`); no row unless the head was where the
-#: entry was chained from.
+#: entry was chained from (its seq and its hash, decision 801).
 _CHAINED_APPEND = """
 WITH head AS (
   UPDATE sessions SET head_seq = %(seq)s, head_hash = %(hash)s, head_signature = %(sig)s,
          closed = (closed OR %(close)s)
   WHERE session_id = %(sid)s AND head_seq = %(expected)s
+        AND head_hash IS NOT DISTINCT FROM %(prev)s
   RETURNING session_id
 )
 INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, entry, response,
@@ -67,7 +68,8 @@ WITH lk AS (
 ), head AS (
   UPDATE sessions SET head_seq = %(seq)s, head_hash = %(hash)s, head_signature = %(sig)s,
          closed = (closed OR %(close)s)
-  WHERE session_id = %(sid)s AND head_seq = %(expected)s AND EXISTS (SELECT 1 FROM lk)
+  WHERE session_id = %(sid)s AND head_seq = %(expected)s
+        AND head_hash IS NOT DISTINCT FROM %(prev)s AND EXISTS (SELECT 1 FROM lk)
   RETURNING session_id
 ), leaf AS (
   UPDATE log_state SET next_index = next_index + 1
@@ -591,6 +593,10 @@ class SqlSpendTx:
             "close": bool(item.close),
             "sid": item.session_id,
             "expected": item.expected_seq,
+            # The head's hash too, not only its seq: a transaction's second entry on a
+            # chain is chained on its first, which did not land if the head it read
+            # without a lock had moved — and another writer's entry may sit at that seq.
+            "prev": item.entry.get("previous_hash"),
             "step_id": self._store._step_id(item),  # noqa: SLF001
             "step_type": str(item.entry.get("step_type", "")),
             "entry": _dumps(item.entry),
