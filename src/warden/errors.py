@@ -190,6 +190,13 @@ class HeadMoved(StoreUnavailable):
     reason = "head_moved"
 
 
+class UnlockedHeadMoved(HeadMoved):
+    """A Warden-chain entry chained on a head read without a lock (decision 800) was not
+    appended: another writer moved the head first. The transaction rolled back, nothing
+    was written; the operation runs again from its start with the head locked
+    (:func:`warden.ledger.warden_chain.chained_attempts`)."""
+
+
 class StaleRead(HeadMoved):
     """A chain append's read guard failed: a row the decision was based on (a pending
     approval task answered from the desk's cache) changed before the append's

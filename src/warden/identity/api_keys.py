@@ -336,7 +336,10 @@ class KeyStillLive:
         self._row, self._read = row, True
 
     def prefetch(self, tx: LiveCheckTx) -> None:
-        """Send the check with ``tx``'s ``BEGIN`` (if it has not begun)."""
+        """Send the check with ``tx``'s ``BEGIN`` (if it has not begun). What an earlier
+        transaction read is forgotten: a transaction run again (decision 800) reads it
+        again."""
+        self._row, self._read = None, False
         tx.prefetch_read(LIVE_KEY, (self._key_id,), self._receive)
 
     def confirm(self, tx: LiveCheckTx) -> bool:

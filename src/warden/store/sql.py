@@ -44,6 +44,7 @@ from warden.errors import (
     SessionRefused,
     StaleRead,
     StoreUnavailable,
+    UnlockedHeadMoved,
     WardenError,
 )
 from warden.json_text import compact_text
@@ -430,6 +431,9 @@ class _LazyBegin:
         self._pending: list[str] = []
         #: chain session id → the entry hash its head holds once the deferred writes ran.
         self._moved: dict[str, str] = {}
+        #: A deferred head move chains on a head read without a lock (decision 800): a
+        #: failed check at ``COMMIT`` is then :class:`UnlockedHeadMoved`, not a fault.
+        self.unlocked = False
 
     def prefetch(self, sql: str, params: Any, receive: Callable[[Any], object]) -> bool:
         """Send the read ``sql`` with ``BEGIN`` and hand its first row (or None) to
@@ -531,7 +535,18 @@ class _LazyBegin:
         pending = "".join(sql + "; " for sql in self._pending) + self._moved_check()
         self._pending = []
         if self.begun:
-            self._cur.execute(pending + end)
+            try:
+                self._cur.execute(pending + end)
+            except Exception as exc:
+                # The check's NULL in the counter: a head read without a lock moved
+                # before this transaction's append locked it (every other head move
+                # deferred here was on a head this transaction held locked).
+                if self.unlocked and _counter_refused(exc):
+                    raise UnlockedHeadMoved(
+                        "a chain head read without a lock moved before the append: "
+                        + ", ".join(sorted(self._moved))
+                    ) from exc
+                raise
         elif end != "COMMIT":
             self._cur.execute("BEGIN; " + end)
 
@@ -542,6 +557,15 @@ class _LazyBegin:
     def close(self) -> None:
         self._client.close()
         self._cur.close()
+
+
+def _counter_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is :meth:`_LazyBegin._moved_check` refusing a commit: a NOT NULL
+    violation on ``log_state`` (no other statement writes NULL there)."""
+    diag = getattr(exc, "diag", None)
+    return getattr(exc, "sqlstate", None) == "23502" and (
+        getattr(diag, "table_name", None) == "log_state"
+    )
 
 
 def pg_append_params(item: PendingAppend, response: Any, now: str) -> dict[str, Any]:
@@ -1042,7 +1066,14 @@ class SqlStore:
         ``if_absent``: an existing row is left alone and False returned (no constraint
         error, which would abort a PostgreSQL transaction); otherwise a duplicate raises.
         """
-        cur.execute(
+        cur.execute(*self._insert_session_sql(state, if_absent=if_absent))
+        return bool(cur.rowcount == 1)
+
+    def _insert_session_sql(
+        self, state: SessionState, *, if_absent: bool
+    ) -> tuple[str, tuple[Any, ...]]:
+        """:meth:`_insert_session`'s statement (this store's paramstyle) and values."""
+        return (
             self._q(
                 "INSERT INTO sessions (session_id, agent_id, key_id, created_at, "
                 "negotiated, closed, head_seq, session_signature) "
@@ -1059,7 +1090,6 @@ class SqlStore:
                 _dumps(state.signature) if state.signature is not None else None,
             ),
         )
-        return bool(cur.rowcount == 1)
 
     def load_session(self, session_id: str, *, fresh: bool = False) -> SessionState | None:
         if not fresh:
@@ -1589,16 +1619,19 @@ class SqlStore:
         """Drop a cached session state (after it changed outside ``append``)."""
         self._cache.pop(session_id, None)
 
-    def spend_transaction(self) -> AbstractContextManager[SqlSpendTx]:
-        """One write transaction for the spend engine (see :mod:`warden.store.spend_sql`)."""
+    def spend_transaction(
+        self, *, unlocked_heads: bool = False
+    ) -> AbstractContextManager[SqlSpendTx]:
+        """One write transaction for the spend engine (see :mod:`warden.store.spend_sql`);
+        ``unlocked_heads``: it may chain on heads read without a lock (decision 800)."""
         from warden.store.spend_sql import spend_transaction
 
-        return spend_transaction(self)
+        return spend_transaction(self, unlocked_heads=unlocked_heads)
 
-    def transaction(self) -> AbstractContextManager[SqlSpendTx]:
+    def transaction(self, *, unlocked_heads: bool = False) -> AbstractContextManager[SqlSpendTx]:
         """One write transaction carrying every table behind the wires (budgets, tasks,
         idempotency keys, the outbox, Warden-authored chains)."""
-        return self.spend_transaction()
+        return self.spend_transaction(unlocked_heads=unlocked_heads)
 
     @contextmanager
     def reading(self) -> Iterator[SqlReadTx]:
