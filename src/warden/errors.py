@@ -190,12 +190,27 @@ class HeadMoved(StoreUnavailable):
     reason = "head_moved"
 
 
+class UnlockedHeadMoved(HeadMoved):
+    """A Warden-chain entry chained on a head read without a lock (decision 800) was not
+    appended: another writer moved the head first. The transaction rolled back, nothing
+    was written; the operation runs again from its start with the head locked
+    (:func:`warden.ledger.warden_chain.chained_attempts`)."""
+
+
 class StaleRead(HeadMoved):
     """A chain append's read guard failed: a row the decision was based on (a pending
     approval task answered from the desk's cache) changed before the append's
-    transaction; nothing was written, and the step is decided again on a fresh read."""
+    transaction; nothing was written, and the step is decided again on a fresh read.
+
+    ``found``: when the append read it in the same round trip as the failed guard, the
+    newest task bound to the guarded action as the desk reads it
+    (``SqlTasks.latest_state_or_grant``'s answer, ``None`` for no task); ``MISSING``
+    when it was not read (decision 820)."""
 
     reason = "stale_read"
+    #: Not read by the append (the desk reads it itself).
+    MISSING: Any = object()
+    found: Any = MISSING
 
 
 class IntegrityError(WardenError):

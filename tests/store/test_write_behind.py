@@ -6,6 +6,7 @@ deferred head move that did not land refuses the commit (PostgreSQL)."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
@@ -14,9 +15,10 @@ from typing import Any
 import pytest
 from conftest import postgres_schema
 
-from warden.errors import StoreUnavailable
+from warden.errors import StoreUnavailable, UnlockedHeadMoved, WardenError
 from warden.ledger.chain import chain_entry
 from warden.ledger.verify import verify_records
+from warden.ledger.warden_chain import chained_attempts
 from warden.spend import Budget, BudgetKind, Period
 from warden.store import open_store
 from warden.store.base import PendingAppend, SessionState
@@ -118,3 +120,210 @@ def test_a_deferred_head_move_that_did_not_land_refuses_the_commit(pg_store: Any
         tx.cursor.defer("SELECT 1", None, str(uuid.uuid4()), "0" * 64)
     with store.transaction() as tx:
         assert tx.budget("wb") is None  # nothing of the refused transaction committed
+
+
+# -- decision 800: chained on a head read without a lock ---------------------------------
+
+
+def _chain_of_one(store: Any, sid: str) -> tuple[int, str | None]:
+    with store.transaction() as tx:
+        assert tx.insert_session(_state(sid))
+        first = _item(sid, (-1, None))
+        tx.append(first)
+    return (0, first.entry["entry_hash"])
+
+
+def _entries(store: Any, sid: str) -> list[dict[str, Any]]:
+    records = list(store.iter_records(sid))
+    verify_records(records)  # links and hashes (raises otherwise)
+    return [r for r in records if r["kind"] == "entry"]
+
+
+def test_an_unlocked_head_is_read_only_where_asked_and_chains_as_before(store: Any) -> None:
+    """Both backends: a transaction allowed to read heads without a lock appends on them
+    as before; SQLite (one writer) reads nothing without its lock."""
+    sid = str(uuid.uuid4())
+    head = _chain_of_one(store, sid)
+    with store.transaction(unlocked_heads=True) as tx:
+        tx.prefetch(heads=(sid,))
+        assert tx.budget("none") is None  # the first statement: BEGIN and the reads
+        assert bool(tx._seen) is store.row_locks  # noqa: SLF001 - the read under test
+        assert tx.session_head(sid) == head
+        tx.append(_item(sid, head))
+    assert [e["seq"] for e in _entries(store, sid)] == [0, 1]
+
+
+@pytest.fixture
+def pg_pair() -> Iterator[tuple[Any, Any]]:
+    """Two stores on one PostgreSQL schema: two replicas' connections."""
+    with postgres_schema() as url:
+        one, two = open_store(url), open_store(url)
+        yield one, two
+        one.close()
+        two.close()
+
+
+def _append_locked(store: Any, sid: str) -> str:
+    """Another replica's append, on the head it locks (today's path)."""
+    with store.transaction() as tx:
+        head = tx.session_head(sid)
+        item = _item(sid, head)
+        tx.append(item)
+    return str(item.entry["entry_hash"])
+
+
+def test_a_head_moved_after_the_unlocked_read_fails_the_commit_and_runs_again_locked(
+    pg_pair: tuple[Any, Any],
+) -> None:
+    here, elsewhere = pg_pair
+    sid = str(uuid.uuid4())
+    _chain_of_one(here, sid)
+    attempts: list[bool] = []
+
+    def attempt(unlocked: bool) -> str:
+        attempts.append(unlocked)
+        with here.transaction(unlocked_heads=unlocked) as tx:
+            tx.prefetch(heads=(sid,))
+            tx.budget("none")  # BEGIN, the head read without a lock, this read
+            head = tx.session_head(sid)
+            if unlocked:
+                _append_locked(elsewhere, sid)  # committed between the read and the append
+            item = _item(sid, head)
+            tx.append(item)
+            tx.log_event("test.after", {"unlocked": unlocked})
+        return str(item.entry["entry_hash"])
+
+    ours = chained_attempts(attempt)
+    assert attempts == [True, False]  # once unlocked, once locked: no third
+    entries = _entries(here, sid)
+    assert [e["seq"] for e in entries] == [0, 1, 2]
+    assert entries[2]["entry"]["entry_hash"] == ours  # on top of the other replica's
+    with here.engine.connect() as conn:
+        events = conn.exec_driver_sql("SELECT event FROM log_events WHERE kind = 'test.after'")
+        assert ['"unlocked":false' in r[0] for r in events] == [True]  # the locked run's
+        indexes = sorted(int(r[0]) for r in conn.exec_driver_sql("SELECT log_index FROM entries"))
+        leaves = conn.exec_driver_sql("SELECT log_index FROM log_events").all()
+    every = sorted(indexes + [int(r[0]) for r in leaves])
+    assert every == list(range(every[0], every[0] + len(every)))  # no gap left by it
+
+
+def test_a_chain_created_by_another_replica_after_the_unlocked_read_runs_again(
+    pg_pair: tuple[Any, Any],
+) -> None:
+    """Read as absent without a lock, created with the entry in the last round trip; a
+    replica that created it first makes the commit fail, and the locked run chains on it."""
+    here, elsewhere = pg_pair
+    sid = str(uuid.uuid4())
+    attempts: list[bool] = []
+
+    def attempt(unlocked: bool) -> None:
+        attempts.append(unlocked)
+        with here.transaction(unlocked_heads=unlocked) as tx:
+            tx.prefetch(heads=(sid,))
+            tx.budget("none")
+            head = tx.session_head(sid)
+            if unlocked:
+                assert head is None
+                _chain_of_one(elsewhere, sid)
+            if head is None:
+                assert tx.insert_session(_state(sid))
+                head = (-1, None)
+            tx.append(_item(sid, head))
+
+    chained_attempts(attempt)
+    assert attempts == [True, False]
+    assert [e["seq"] for e in _entries(here, sid)] == [0, 1]
+
+
+@pytest.mark.parametrize("other_commits", [True, False], ids=["commits", "rolls-back"])
+def test_an_unlocked_head_another_writer_holds_is_waited_for(
+    pg_pair: tuple[Any, Any], other_commits: bool
+) -> None:
+    """Under READ COMMITTED the append's lock waits for the writer holding the head, then
+    finds it moved (that writer committed: UnlockedHeadMoved, nothing written) or not
+    (it rolled back: this entry lands)."""
+    here, elsewhere = pg_pair
+    sid = str(uuid.uuid4())
+    _chain_of_one(here, sid)
+    ready, go = threading.Event(), threading.Event()
+    outcome: list[BaseException | str] = []
+
+    def unlocked_writer() -> None:
+        try:
+            with here.transaction(unlocked_heads=True) as tx:
+                tx.prefetch(heads=(sid,))
+                tx.budget("none")
+                item = _item(sid, tx.session_head(sid))
+                tx.append(item)
+                ready.set()
+                assert go.wait(60)
+            outcome.append(str(item.entry["entry_hash"]))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            outcome.append(exc)
+            ready.set()
+
+    worker = threading.Thread(target=unlocked_writer)
+    worker.start()
+    assert ready.wait(60)
+
+    class _RolledBack(WardenError):
+        pass
+
+    try:
+        with elsewhere.transaction() as tx:
+            other = _item(sid, tx.session_head(sid))  # locked: today's path
+            tx.append(other)
+            tx.budget("none")  # the deferred append sent: the head is moved, not committed
+            go.set()
+            with here.engine.connect() as conn:  # wait until the commit waits for the lock
+                for _ in range(600):
+                    waiting = conn.exec_driver_sql(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND strpos(query, %s) > 0",
+                        (sid,),
+                    ).scalar_one()
+                    if waiting:
+                        break
+                    threading.Event().wait(0.05)
+                assert waiting, "the unlocked writer's commit never waited for the head"
+            if not other_commits:
+                raise _RolledBack("rolled back")
+    except _RolledBack:  # the other writer's transaction rolled back
+        pass
+    worker.join(60)
+    entries = _entries(here, sid)
+    if other_commits:
+        assert isinstance(outcome[0], UnlockedHeadMoved), outcome
+        assert [e["entry"]["entry_hash"] for e in entries][1:] == [other.entry["entry_hash"]]
+    else:
+        assert outcome[0] == entries[1]["entry"]["entry_hash"], outcome
+        assert len(entries) == 2
+
+
+def test_a_second_entry_on_a_moved_head_is_not_appended_on_the_other_writers(
+    pg_pair: tuple[Any, Any],
+) -> None:
+    """Two entries on one chain in one transaction (a quote's expired holds released,
+    then its hold): the head read without a lock moved by ONE entry, so the second entry
+    (seq + 2, chained on the first) finds the head at its seq — held by the other
+    writer's entry. It is appended only on its own hash (decision 801): nothing lands,
+    the commit is refused, the locked run chains both on the other writer's entry."""
+    here, elsewhere = pg_pair
+    sid = str(uuid.uuid4())
+    _chain_of_one(here, sid)
+    attempts: list[bool] = []
+
+    def attempt(unlocked: bool) -> None:
+        attempts.append(unlocked)
+        with here.transaction(unlocked_heads=unlocked) as tx:
+            tx.prefetch(heads=(sid,))
+            tx.budget("none")
+            head = tx.session_head(sid)
+            if unlocked:
+                _append_locked(elsewhere, sid)  # the head moves by exactly one entry
+            tx.append(_item(sid, head))
+            tx.append(_item(sid, tx.session_head(sid)))
+
+    chained_attempts(attempt)
+    assert attempts == [True, False]
+    assert [e["seq"] for e in _entries(here, sid)] == [0, 1, 2, 3]  # linked (verified)

@@ -42,7 +42,7 @@ from warden.approvals.tasks import (
     TaskStore,
     Vote,
 )
-from warden.errors import WardenError
+from warden.errors import StaleRead, WardenError
 from warden.ledger.ledger import Ledger
 from warden.ledger.warden_chain import AuditTx, WardenChain, chain_session_id
 from warden.store.base import FoldedWrite, NoLiveTask, TaskUnchanged
@@ -280,7 +280,10 @@ class ApprovalDesk:
             return None
         task = hit[1]
         return Resolution(
-            Outcome.PENDING, task, self._pending_text(task), guard=TaskUnchanged(task.id, hit[0])
+            Outcome.PENDING,
+            task,
+            self._pending_text(task),
+            guard=TaskUnchanged(task.id, hit[0], *key),
         )
 
     def peek(
@@ -289,6 +292,7 @@ class ApprovalDesk:
         *,
         fresh: bool = False,
         consumer: dict[str, Any] | None = None,
+        newest: Any = StaleRead.MISSING,
     ) -> Resolution | None:
         """The answer for ``ask`` when it needs no write of its own: the latest task for
         its action is pending and not yet due to expire, and no task is cited. None
@@ -306,6 +310,10 @@ class ApprovalDesk:
         ``StaleRead`` and the step is decided again with ``fresh=True``. A task without
         votes, once read, is answered from memory (the guard still checks it): no read
         at all on the common path. ``fresh`` drops that memory for the ask first.
+
+        ``newest`` (with ``fresh``): the newest task bound to the action as the failed
+        append read it (``StaleRead.found``, decision 820), in place of the desk's own
+        read of it; a pending task is still read again (its record and votes).
         """
         if self._reading is None or ask.cited_task_id is not None:
             return None
@@ -338,16 +346,17 @@ class ApprovalDesk:
                     self._pending_text(task),
                     folded=_Filing(self, task, key),
                 )
+        if fresh and newest is not StaleRead.MISSING:
+            head = newest[0] if newest is not None else None
+            if head is None or head[1] != ApprovalState.PENDING.value:
+                # Read in the failed append's round trip: approved (consumed with the
+                # step's entry), or nothing the desk answers without its transaction.
+                return self._found_grant(ask, newest, key, consumer)
         with self._reading() as view:
             found = view.tasks.latest_state_or_grant(*key)
             head = found[0] if found is not None else None
             if head is not None and head[1] == ApprovalState.APPROVED.value:
-                assert found is not None
-                approved = found[1] if self._folds(ask, consumer) else None
-                if approved is None:
-                    return None
-                # updated_at as stored (the guard compares the column's text).
-                return self._folded_grant(ask, approved, head[2], key, consumer)
+                return self._found_grant(ask, found, key, consumer)
             if head is None or head[1] != ApprovalState.PENDING.value:
                 return None
             task_id, _, updated_at, _ = head
@@ -376,8 +385,25 @@ class ApprovalDesk:
             Outcome.PENDING,
             latest,
             self._pending_text(latest),
-            guard=TaskUnchanged(task_id, updated_at),
+            guard=TaskUnchanged(task_id, updated_at, *key),
         )
+
+    def _found_grant(
+        self,
+        ask: AskRequest,
+        found: Any,
+        key: tuple[str, str],
+        consumer: dict[str, Any] | None,
+    ) -> Resolution | None:
+        """The grant folded into the step's append when ``found`` (the newest task for
+        the action, :meth:`~warden.store.tasks_sql.SqlTasks.latest_state_or_grant`'s
+        answer) is an approved task; None otherwise (:meth:`resolve` decides)."""
+        if found is None or found[0][1] != ApprovalState.APPROVED.value or found[1] is None:
+            return None
+        if not self._folds(ask, consumer):
+            return None
+        # updated_at as stored (the guard compares the column's text).
+        return self._folded_grant(ask, found[1], found[0][2], key, consumer)
 
     def _folds(self, ask: AskRequest, consumer: dict[str, Any] | None) -> bool:
         """Whether the desk's writes for ``ask`` may ride on the step's append: folding
@@ -408,7 +434,7 @@ class ApprovalDesk:
             Outcome.GRANTED,
             consumed,
             self._granted_text(consumed),
-            guard=TaskUnchanged(approved.id, updated_at),
+            guard=TaskUnchanged(approved.id, updated_at, *key),
             folded=_Consumption(self, approved, consumer, key),
         )
 

@@ -40,7 +40,7 @@ from warden.approvals.redaction import shown_action
 from warden.approvals.tasks import Requester, TaskKind
 from warden.core.guardian import Guardian, fit_to_hook
 from warden.core.types import ActionRequest, Effect, Verdict
-from warden.errors import CouldNotDecide, StoreUnavailable
+from warden.errors import CouldNotDecide, StaleRead, StoreUnavailable
 from warden.store.base import FoldedWrite, TaskUnchanged
 
 DEFAULT_GROUP = "approvers"
@@ -182,6 +182,8 @@ class ApprovalStep:
         self.held: dict[str, Any] | None = None
         #: The desk's pending answer was found stale by the append: read it again.
         self._fresh = False
+        #: What the failed append read of the action's newest task (``StaleRead.found``).
+        self._found: Any = StaleRead.MISSING
 
     @property
     def granted(self) -> bool:
@@ -226,7 +228,9 @@ class ApprovalStep:
                 "request_id": self.request_id,
             }
             try:
-                peeked = self.gate.desk.peek(ask, fresh=self._fresh, consumer=consumer)
+                peeked = self.gate.desk.peek(
+                    ask, fresh=self._fresh, consumer=consumer, newest=self._found
+                )
             except StoreUnavailable:
                 peeked = None  # the write transaction below reconnects or fails closed
             if peeked is not None:
@@ -250,12 +254,15 @@ class ApprovalStep:
         res = self.resolution
         return (res.guard,) if res is not None and res.guard is not None else ()
 
-    def forget(self) -> None:
+    def forget(self, stale: StaleRead | None = None) -> None:
         """The append found the pending task changed (``StaleRead``): the next
-        application asks the desk again, from the database."""
+        application asks the desk again, from the database, or from what that append
+        read of the action's newest task in the same round trip (``stale.found``,
+        decision 820)."""
         self.resolution = None
         self.held = None
         self._fresh = True
+        self._found = stale.found if stale is not None else StaleRead.MISSING
 
     def abandon(self, why: str = "the step could not be recorded") -> None:
         """Give a consumed grant back (the step it allowed was not recorded or allowed).

@@ -52,7 +52,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from warden.core.types import NO_AGENT, Principal, PrincipalKind, agent_facts
-from warden.errors import ConfigError, StoreUnavailable
+from warden.errors import ConfigError, StoreUnavailable, WardenError
 from warden.store.agents_sql import AgentRow, SqlAgents
 from warden.store.api_keys_sql import LIVE_KEY, ApiKeyRow, SqlApiKeys, read_cursor
 from warden.store.desk_sessions_sql import SqlDeskSessions
@@ -336,7 +336,10 @@ class KeyStillLive:
         self._row, self._read = row, True
 
     def prefetch(self, tx: LiveCheckTx) -> None:
-        """Send the check with ``tx``'s ``BEGIN`` (if it has not begun)."""
+        """Send the check with ``tx``'s ``BEGIN`` (if it has not begun). What an earlier
+        transaction read is forgotten: a transaction run again (decision 800) reads it
+        again."""
+        self._row, self._read = None, False
         tx.prefetch_read(LIVE_KEY, (self._key_id,), self._receive)
 
     def confirm(self, tx: LiveCheckTx) -> bool:
@@ -348,6 +351,51 @@ class KeyStillLive:
             self._keys.forget(self._digest)
             return False
         return True
+
+    # A route that cannot confirm between two statements (AdCP check_governance, whose
+    # first statement is its handler's) refuses as the check's answer arrives instead.
+
+    @property
+    def confirmed(self) -> bool:
+        """True once the check was read and found the key live."""
+        return self._read and self._row is not None
+
+    def guard(self, tx: LiveCheckTx) -> None:
+        """Send the check with ``tx``'s ``BEGIN`` and raise :class:`KeyRevoked` from the
+        first statement that carries it, before its caller sees that statement's result,
+        if the key or its agent was revoked (decision 810)."""
+        tx.prefetch_read(LIVE_KEY, (self._key_id,), self._refuse_revoked)
+
+    def _refuse_revoked(self, row: Any) -> None:
+        self._receive(row)
+        if row is None:
+            self._keys.forget(self._digest)
+            raise KeyRevoked(f"API key {self._key_id} was revoked")
+
+    def settle(self, tx: LiveCheckTx) -> None:
+        """:class:`KeyRevoked` unless the key is live (read in ``tx`` now if no statement
+        carried :meth:`guard`'s check)."""
+        if not self.confirm(tx):
+            raise KeyRevoked(f"API key {self._key_id} was revoked")
+
+    def recheck(self) -> bool:
+        """The check read on its own, outside any transaction (a refusal answered before
+        the route's transaction); False forgets the key."""
+        store = self._keys._store  # noqa: SLF001 - the keys' own store
+        with read_cursor(store) as cur:
+            cur.execute(store._q(LIVE_KEY), (self._key_id,))  # noqa: SLF001
+            self._receive(cur.fetchone())
+        if self._row is None:
+            self._keys.forget(self._digest)
+            return False
+        return True
+
+
+class KeyRevoked(WardenError):
+    """A key answered from memory was revoked (or its agent was) since: the request
+    changes nothing and is answered as an unknown key is (:meth:`KeyStillLive.guard`)."""
+
+    reason = "key_revoked"
 
 
 class ApiKeys:

@@ -26,7 +26,7 @@ from warden.kla.evidence import CHAIN_KIND, PROCESSED, Signer
 from warden.kla.keys import KeyRegistry
 from warden.kla.records import RecordKind, SealedRecord, seal
 from warden.ledger.ledger import Ledger
-from warden.ledger.warden_chain import WardenChain
+from warden.ledger.warden_chain import WardenChain, chain_session_id
 from warden.store.kla_sql import KlaRow, SqlKlaRecords
 
 
@@ -36,9 +36,11 @@ class KlaTx(DeskTx, Recording, LiveCheckTx, Protocol):
     @property
     def kla(self) -> SqlKlaRecords: ...
 
+    def prefetch(self, *, heads: tuple[str, ...] = ()) -> None: ...
+
 
 class KlaStore(Protocol):
-    def transaction(self) -> AbstractContextManager[KlaTx]: ...
+    def transaction(self, *, unlocked_heads: bool = ...) -> AbstractContextManager[KlaTx]: ...
 
     def iter_records(self, session_id: str | None = None) -> Iterator[dict[str, Any]]: ...
 
@@ -146,6 +148,11 @@ class Recorder:
         if decided is not None:
             detail["decided"] = decided
         self.chain.append(tx, row.execution_id or "", event, f"{event}:{row.record_id}", detail)
+
+    def chain_read(self, tx: KlaTx, execution_id: str) -> None:
+        """Read the head of ``execution_id``'s chain with ``tx``'s ``BEGIN``, without a
+        lock, when ``tx`` may chain on it so (decision 800)."""
+        tx.prefetch(heads=(chain_session_id(self.chain.kind, execution_id),))
 
     @staticmethod
     def task(tx: KlaTx, task_id: Any) -> Task | None:

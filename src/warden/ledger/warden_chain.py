@@ -11,16 +11,21 @@ not at all.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from warden.errors import StoreUnavailable
+from warden.errors import StoreUnavailable, UnlockedHeadMoved
 from warden.ledger.chain import chain_entry
 from warden.ledger.ledger import Ledger
 from warden.store.base import PendingAppend, SessionState
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: The UUIDv5 namespace of Warden-authored sessions (first used by the spend ledger).
 WARDEN_NAMESPACE = uuid.UUID("6f0b4c52-8f0e-4f4e-9a1d-3f7c2b9e5a10")
@@ -29,6 +34,23 @@ WARDEN_NAMESPACE = uuid.UUID("6f0b4c52-8f0e-4f4e-9a1d-3f7c2b9e5a10")
 def chain_session_id(kind: str, name: str) -> str:
     """The session id of Warden's ``kind`` chain called ``name`` (deterministic)."""
     return str(uuid.uuid5(WARDEN_NAMESPACE, f"warden:{kind}:{name}"))
+
+
+def chained_attempts(attempt: Callable[[bool], _T]) -> _T:
+    """Run an operation that chains Warden entries, at most twice (decision 800).
+
+    ``attempt(True)`` runs it in a transaction that may chain on heads read without a
+    lock (sent with its ``BEGIN``, locked only by the append in its last round trip);
+    if one of them moved meanwhile, that transaction rolled back with
+    :class:`~warden.errors.UnlockedHeadMoved` and ``attempt(False)`` runs the operation
+    again from its start, in a new transaction that locks every head it chains on (it
+    cannot raise that error, so there is no third attempt). ``attempt`` must keep
+    nothing in memory from a transaction that did not commit."""
+    try:
+        return attempt(True)
+    except UnlockedHeadMoved as exc:
+        log.info("a chain head moved under an unlocked read; running again locked: %s", exc)
+        return attempt(False)
 
 
 class AuditTx(Protocol):

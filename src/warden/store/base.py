@@ -63,10 +63,17 @@ SessionSigner = Callable[[SessionState], dict[str, Any]]
 class TaskUnchanged:
     """A read guard of an append: approval task ``task_id`` still has ``updated_at``
     (every change of a task moves it). Checked inside the append's transaction; a
-    mismatch fails the append with :class:`~warden.errors.StaleRead`, writing nothing."""
+    mismatch fails the append with :class:`~warden.errors.StaleRead`, writing nothing.
+
+    ``scope`` and ``action_hash`` (the action the task is bound to), when given, let the
+    PostgreSQL append read, in the same round trip, what the desk would read next when
+    the guard fails: the newest task bound to that action, its record if approved
+    (``StaleRead.found``; decision 820)."""
 
     task_id: str
     updated_at: str
+    scope: str | None = None
+    action_hash: str | None = None
 
 
 @dataclass(frozen=True)

@@ -149,12 +149,14 @@ def append_folded(store: SqlStore, item: PendingAppend) -> Exception | None:
     folded: FoldedWrite | None = item.folded
     assert folded is not None
     with store._lock:  # noqa: SLF001 - the store's one writing connection
-        cur = store._cursor()  # noqa: SLF001
+        cur = store._cursor(absorb=True)  # noqa: SLF001
         both = store._client_cursor()  # noqa: SLF001
-        begun = False
+        begun = sent = False
         tx: _FoldedTx | None = None
         try:
-            sql = "BEGIN"
+            # With the end of a transaction a failed read guard left open (the
+            # resubmission of a grant approved on another replica, decision 821).
+            sql, skip = store._begin()  # noqa: SLF001
             args: list[Any] = []
             for task_id in folded.locks:
                 sql += "; " + _TASK_LOCK
@@ -169,8 +171,11 @@ def append_folded(store: SqlStore, item: PendingAppend) -> Exception | None:
             for absent in folded.absent:
                 sql += "; " + _LATEST
                 args += [absent.scope, absent.action_hash]
+            sent = True  # from here a failure rolls back what the server began (decision 823)
             both.execute(sql, args)
             begun = True
+            for _ in range(skip):
+                both.nextset()  # past that end's result, to BEGIN's
             for _ in folded.locks:
                 both.nextset()  # locked; the read guards check the row after the locks
             heads: dict[str, tuple[int, str | None] | None] = {}
@@ -218,7 +223,7 @@ def append_folded(store: SqlStore, item: PendingAppend) -> Exception | None:
                 store._rollback(cur)  # noqa: SLF001
             return exc if isinstance(exc, StaleRead) else StaleRead(f"not foldable: {exc}")
         except Exception as exc:
-            if begun:
+            if sent:
                 with suppress(Exception):  # a dropped connection has nothing to undo
                     store._rollback(cur)  # noqa: SLF001
             if not begun or not store._broken():  # noqa: SLF001

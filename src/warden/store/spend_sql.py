@@ -42,12 +42,13 @@ log = logging.getLogger(__name__)
 
 #: PostgreSQL: a Warden-authored chain's head moved and its entry inserted in one
 #: statement (:meth:`SqlSpendTx._append_chained`); no row unless the head was where the
-#: entry was chained from.
+#: entry was chained from (its seq and its hash, decision 801).
 _CHAINED_APPEND = """
 WITH head AS (
   UPDATE sessions SET head_seq = %(seq)s, head_hash = %(hash)s, head_signature = %(sig)s,
          closed = (closed OR %(close)s)
   WHERE session_id = %(sid)s AND head_seq = %(expected)s
+        AND head_hash IS NOT DISTINCT FROM %(prev)s
   RETURNING session_id
 )
 INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, entry, response,
@@ -67,7 +68,8 @@ WITH lk AS (
 ), head AS (
   UPDATE sessions SET head_seq = %(seq)s, head_hash = %(hash)s, head_signature = %(sig)s,
          closed = (closed OR %(close)s)
-  WHERE session_id = %(sid)s AND head_seq = %(expected)s AND EXISTS (SELECT 1 FROM lk)
+  WHERE session_id = %(sid)s AND head_seq = %(expected)s
+        AND head_hash IS NOT DISTINCT FROM %(prev)s AND EXISTS (SELECT 1 FROM lk)
   RETURNING session_id
 ), leaf AS (
   UPDATE log_state SET next_index = next_index + 1
@@ -82,6 +84,15 @@ FROM head, leaf
 """
 
 _HEAD_LOCK = "SELECT head_seq, head_hash FROM sessions WHERE session_id = %s FOR UPDATE"
+
+#: PostgreSQL: a chain's head read without a lock, with ``BEGIN`` (decision 800).
+_HEAD_READ = "SELECT head_seq, head_hash FROM sessions WHERE session_id = %s"
+
+#: PostgreSQL: the head an entry was chained on, read without a lock, locked just before
+#: the entry's append (in the transaction's next round trip): under READ COMMITTED it
+#: waits for a writer holding it, then locks nothing if that writer moved it, and the
+#: append that follows inserts nothing (decision 800).
+_HEAD_LOCK_AT = "SELECT 1 FROM sessions WHERE session_id = %s AND head_seq = %s FOR UPDATE"
 
 
 def _dumps(value: Any) -> str:
@@ -175,7 +186,9 @@ _BUDGET_COLUMNS = "budget_id, kind, parent_id, currency, cap, period, name, prin
 class SqlSpendTx:
     """The spend engine's view of one open write transaction."""
 
-    def __init__(self, store: SqlStore, cur: Any) -> None:
+    def __init__(self, store: SqlStore, cur: Any, *, unlocked_heads: bool = False) -> None:
+        from warden.store.sql import _LazyBegin
+
         self._store = store
         self._cur = cur
         self._q = store._q  # noqa: SLF001 - same package, same connection
@@ -202,6 +215,12 @@ class SqlSpendTx:
         #: as this transaction leaves them: a second read is answered here (decision
         #: 701; only this class writes ``budget_usage``).
         self._usage: dict[tuple[str, str], tuple[Decimal, Decimal]] = {}
+        #: PostgreSQL, a transaction opened with ``unlocked_heads``: chain heads read
+        #: without a lock with ``BEGIN`` (None: no chain yet), not yet asked for (decision
+        #: 800), and the chains whose next entry is chained on such a read.
+        self._unlocked_heads = unlocked_heads and isinstance(cur, _LazyBegin)
+        self._seen: dict[str, tuple[int, str | None] | None] = {}
+        self._racing: set[str] = set()
 
     def prefetch(
         self,
@@ -209,6 +228,7 @@ class SqlSpendTx:
         budgets: tuple[str, ...] = (),
         chains: tuple[str, ...] = (),
         usage: tuple[tuple[str, str], ...] = (),
+        heads: tuple[str, ...] = (),
     ) -> None:
         """PostgreSQL: read ``budgets`` and lock and read the heads of the Warden chains
         ``chains`` with this transaction's ``BEGIN`` (no round trip of their own,
@@ -218,7 +238,14 @@ class SqlSpendTx:
         ``usage``: (budget, bucket) rows locked and read (a row that does not exist yet
         is created and read when asked, as before). Usage rows, then chain heads, are
         locked in the order given, before anything else this transaction locks (the
-        order an operation takes them in: its cap check, then its entries)."""
+        order an operation takes them in: its cap check, then its entries).
+
+        ``heads``: chains whose heads are read WITHOUT a lock, in a transaction opened
+        with ``unlocked_heads`` (else ignored): an entry chained on one locks the head
+        in the round trip that appends it, where the operation's lock order puts it,
+        and if another writer moved it meanwhile the commit fails with
+        :class:`~warden.errors.UnlockedHeadMoved` and nothing is written (decision
+        800)."""
         from warden.store.sql import _LazyBegin
 
         cur = self._cur
@@ -241,6 +268,13 @@ class SqlSpendTx:
                 )
         for sid in chains:
             cur.prefetch(_HEAD_LOCK, (sid,), partial(self._locked_head, sid))
+        if self._unlocked_heads:
+            for sid in heads:
+                if sid not in chains:
+                    cur.prefetch(_HEAD_READ, (sid,), partial(self._seen_head, sid))
+
+    def _seen_head(self, session_id: str, row: Any) -> None:
+        self._seen[session_id] = (int(row[0]), row[1]) if row is not None else None
 
     def _prefetched_usage(self, row_key: tuple[str, str], row: Any) -> None:
         if row is not None:  # locked: this transaction's until it ends
@@ -475,6 +509,11 @@ class SqlSpendTx:
             return (int(row[0]), row[1]) if row is not None else None
         if session_id in self._held:  # locked by this transaction: it is the only writer
             return self._held[session_id]
+        if session_id in self._seen:
+            # Read without a lock with BEGIN: the entry chained on it locks it when it is
+            # appended, and the commit fails if it moved meanwhile (decision 800).
+            self._racing.add(session_id)
+            return self._seen.pop(session_id)
         from warden.store.sql import _LOG_LOCK, _LazyBegin
 
         if isinstance(self._cur, _LazyBegin) or store._log_tx is not None:  # noqa: SLF001
@@ -496,6 +535,16 @@ class SqlSpendTx:
     def insert_session(self, state: SessionState) -> bool:
         """Create a Warden-authored session unless it exists; False if another writer
         (a replica) created it first — the caller then reads its head again."""
+        from warden.store.sql import _LazyBegin
+
+        sid = state.session_id
+        if sid in self._racing and isinstance(self._cur, _LazyBegin):
+            # Read as absent without a lock (decision 800): created with the entry, in
+            # the last round trip. A replica that created it first leaves the append's
+            # head (-1) not found, and the commit fails with UnlockedHeadMoved.
+            self._cur.defer(*self._store._insert_session_sql(state, if_absent=True))  # noqa: SLF001
+            self.touched_sessions.add(sid)
+            return True
         created = self._store._insert_session(self._cur, state, if_absent=True)  # noqa: SLF001
         self.touched_sessions.add(state.session_id)
         if created and self._row_locks:  # the new row is this transaction's until it ends
@@ -514,12 +563,18 @@ class SqlSpendTx:
             and item.indexed is None
         )
         head = self._held.get(item.session_id)
-        if simple and isinstance(self._cur, _LazyBegin) and head is not None:
-            if head[0] != item.expected_seq:
+        racing = item.session_id in self._racing
+        cur = self._cur
+        if simple and isinstance(cur, _LazyBegin) and (head is not None or racing):
+            if racing:  # chained on a head read without a lock: locked here, last
+                self._racing.discard(item.session_id)
+                cur.defer(_HEAD_LOCK_AT, (item.session_id, item.expected_seq))
+                cur.unlocked = True
+            elif head is not None and head[0] != item.expected_seq:
                 raise HeadMoved(
                     f"session {item.session_id} head is no longer seq {item.expected_seq}"
                 )
-            self._append_deferred(self._cur, item)
+            self._append_deferred(cur, item)
         elif simple and store._log_tx is not None:  # noqa: SLF001
             self._append_chained(item)
         else:
@@ -538,6 +593,10 @@ class SqlSpendTx:
             "close": bool(item.close),
             "sid": item.session_id,
             "expected": item.expected_seq,
+            # The head's hash too, not only its seq: a transaction's second entry on a
+            # chain is chained on its first, which did not land if the head it read
+            # without a lock had moved — and another writer's entry may sit at that seq.
+            "prev": item.entry.get("previous_hash"),
             "step_id": self._store._step_id(item),  # noqa: SLF001
             "step_type": str(item.entry.get("step_type", "")),
             "entry": _dumps(item.entry),
@@ -588,10 +647,12 @@ class SqlSpendTx:
 
 
 @contextmanager
-def spend_transaction(store: SqlStore) -> Iterator[SqlSpendTx]:
-    """Open one write transaction for the spend engine on ``store``."""
+def spend_transaction(store: SqlStore, *, unlocked_heads: bool = False) -> Iterator[SqlSpendTx]:
+    """Open one write transaction for the spend engine on ``store``; ``unlocked_heads``:
+    it may chain on heads :meth:`SqlSpendTx.prefetch` read without a lock (decision 800;
+    the caller runs it through :func:`~warden.ledger.warden_chain.chained_attempts`)."""
     with store._write(lazy=True) as cur:  # noqa: SLF001
-        tx = SqlSpendTx(store, cur)
+        tx = SqlSpendTx(store, cur, unlocked_heads=unlocked_heads)
         yield tx
     for sid in tx.touched_sessions:
         store.forget_session(sid)

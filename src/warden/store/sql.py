@@ -31,6 +31,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, func, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 
+from warden.approvals.tasks import ApprovalState
 from warden.crypto.canonical import parse_strict_json
 from warden.errors import (
     ConfigError,
@@ -43,6 +44,7 @@ from warden.errors import (
     SessionRefused,
     StaleRead,
     StoreUnavailable,
+    UnlockedHeadMoved,
     WardenError,
 )
 from warden.json_text import compact_text
@@ -53,9 +55,16 @@ if TYPE_CHECKING:
     from warden.spend.budgets import Budget
     from warden.store.spend_sql import SqlSpendTx
 from warden.store.agents_sql import SqlAgents
-from warden.store.base import PendingAppend, ReplayKeys, SessionSigner, SessionState
+from warden.store.base import (
+    PendingAppend,
+    ReplayKeys,
+    SessionSigner,
+    SessionState,
+    TaskUnchanged,
+)
 from warden.store.driver_errors import is_integrity
 from warden.store.schema import SCHEMA_REVISION, entries, replay_keys, sessions
+from warden.store.tasks_sql import LATEST_OR_GRANT, grant_row
 
 SYNC_MODES = ("FULL", "NORMAL", "EXTRA")
 #: The next leaf index. PostgreSQL: the counter row, locked until COMMIT. SQLite (whose
@@ -63,6 +72,16 @@ SYNC_MODES = ("FULL", "NORMAL", "EXTRA")
 #: read from the two unique indexes, so no page is dirtied for the counter (writing a
 #: counter row would add a page to every commit's WAL frame set: measurably slower).
 _LOG_LOCK = "SELECT next_index FROM log_state WHERE id = 1 FOR UPDATE"
+#: A read guard's task still as read (parameters: task id, updated_at as stored).
+_GUARD_HOLDS = "EXISTS (SELECT 1 FROM tasks g WHERE g.task_id = %s AND g.updated_at = %s)"
+#: The newest task bound to a guarded action, read only when the guard fails: what
+#: ``ApprovalDesk.peek`` reads after a ``StaleRead`` (``SqlTasks.latest_state_or_grant``).
+_FOUND = LATEST_OR_GRANT.replace("?", "%s").replace(
+    " ORDER BY", " AND NOT " + _GUARD_HOLDS + " ORDER BY"
+)
+_APPROVED = ApprovalState.APPROVED.value
+#: Ends the read-only transaction a failed read guard left open (:meth:`SqlStore._begin`).
+_END_DANGLING = "COMMIT"
 _LOG_MAX = (
     "SELECT COALESCE(MAX(m), -1) + 1 FROM (SELECT MAX(log_index) AS m FROM entries "
     "UNION ALL SELECT MAX(log_index) FROM log_events)"
@@ -412,6 +431,9 @@ class _LazyBegin:
         self._pending: list[str] = []
         #: chain session id → the entry hash its head holds once the deferred writes ran.
         self._moved: dict[str, str] = {}
+        #: A deferred head move chains on a head read without a lock (decision 800): a
+        #: failed check at ``COMMIT`` is then :class:`UnlockedHeadMoved`, not a fault.
+        self.unlocked = False
 
     def prefetch(self, sql: str, params: Any, receive: Callable[[Any], object]) -> bool:
         """Send the read ``sql`` with ``BEGIN`` and hand its first row (or None) to
@@ -513,7 +535,18 @@ class _LazyBegin:
         pending = "".join(sql + "; " for sql in self._pending) + self._moved_check()
         self._pending = []
         if self.begun:
-            self._cur.execute(pending + end)
+            try:
+                self._cur.execute(pending + end)
+            except Exception as exc:
+                # The check's NULL in the counter: a head read without a lock moved
+                # before this transaction's append locked it (every other head move
+                # deferred here was on a head this transaction held locked).
+                if self.unlocked and _counter_refused(exc):
+                    raise UnlockedHeadMoved(
+                        "a chain head read without a lock moved before the append: "
+                        + ", ".join(sorted(self._moved))
+                    ) from exc
+                raise
         elif end != "COMMIT":
             self._cur.execute("BEGIN; " + end)
 
@@ -524,6 +557,15 @@ class _LazyBegin:
     def close(self) -> None:
         self._client.close()
         self._cur.close()
+
+
+def _counter_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is :meth:`_LazyBegin._moved_check` refusing a commit: a NOT NULL
+    violation on ``log_state`` (no other statement writes NULL there)."""
+    diag = getattr(exc, "diag", None)
+    return getattr(exc, "sqlstate", None) == "23502" and (
+        getattr(diag, "table_name", None) == "log_state"
+    )
 
 
 def pg_append_params(item: PendingAppend, response: Any, now: str) -> dict[str, Any]:
@@ -658,6 +700,11 @@ class SqlStore:
         self._log_tx: list[int] | None = None
         #: PostgreSQL: writes sent with the open write transaction's COMMIT (:meth:`_defer`).
         self._deferred: list[str] = []
+        #: PostgreSQL: a transaction a failed read guard left open holding no row lock
+        #: (:meth:`_pg_begin_guarded`); its end goes with the next ``BEGIN`` on
+        #: the connection (:meth:`_begin`), or is sent before any other use of it
+        #: (:meth:`_cursor`; decision 821).
+        self._dangling = False
         self._checkpointer: _Checkpointer | None = None
         if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
             # Checkpoint the WAL off the request path: an automatic checkpoint runs
@@ -686,44 +733,106 @@ class SqlStore:
             getattr(dbapi, "closed", False) or getattr(dbapi, "broken", False)
         )
 
-    def _cursor(self) -> Any:
+    def _cursor(self, *, absorb: bool = False) -> Any:
         """A cursor on the store's connection (the caller holds ``_lock``); a connection
-        the server dropped is replaced first. StoreUnavailable if the store is closed or
-        the database cannot be reached."""
+        the server dropped is replaced first, and a transaction a failed read guard left
+        open is ended (unless ``absorb``: the caller sends its end with its ``BEGIN``,
+        :meth:`_begin`). StoreUnavailable if the store is closed or the
+        database cannot be reached."""
         if self._closed:
             raise StoreUnavailable("the store is closed")
         if self._broken():
             log.warning("the database connection was lost; reconnecting")
+            self._dangling = False  # the server ended it with the connection
             with suppress(Exception):  # it is gone either way
                 self._raw.invalidate()
             try:
                 self._raw = self._connect()
             except Exception as exc:  # noqa: BLE001 - the server is still down
                 raise StoreUnavailable(f"cannot reconnect to the database: {exc}") from exc
-        return self._raw.cursor()
+        cur = self._raw.cursor()
+        if self._dangling and not absorb:
+            self._dangling = False
+            self._end_dangling(cur)
+        return cur
+
+    def _end_dangling(self, cur: Any) -> None:
+        """End the read-only transaction a failed read guard left open. ``COMMIT``, not
+        ``ROLLBACK``: it wrote and locked nothing, so both end it alike, and psycopg drops
+        its prepared statements after any ``ROLLBACK`` (one more round trip, and every
+        statement parsed again)."""
+        try:
+            cur.execute(_END_DANGLING)
+        except Exception:  # noqa: BLE001 - the connection's next use reconnects
+            log.warning("could not end a transaction left open by a failed read guard")
+
+    def _begin(self) -> tuple[str, int]:
+        """PostgreSQL: the string that begins a transaction on a cursor from
+        ``_cursor(absorb=True)``, and how many results precede ``BEGIN``'s: the
+        end of a transaction a failed read guard left open rides with it
+        (decision 821)."""
+        if self._dangling:
+            self._dangling = False
+            return f"{_END_DANGLING}; BEGIN", 1
+        return "BEGIN", 0
 
     def _pg_begin_guarded(self, cur: Any, item: PendingAppend) -> int:
         """PostgreSQL, one round trip: ``BEGIN``, the log counter locked and read, and
-        each read guard's task row. Returns
-        the next leaf index; raises :class:`StaleRead` (the caller rolls back) when a
-        guarded task changed."""
-        sql = "BEGIN; " + _LOG_LOCK
+        each read guard's task row. Returns the next leaf index; raises
+        :class:`StaleRead` when a guarded task changed, with ``found``: the newest task
+        bound to the guarded action, read in the same round trip (only when the guard
+        fails), so the desk need not read it again (decision 820). The counter is locked
+        only while the guards hold: a guard that no longer does leaves the transaction
+        open, read-only and holding no row lock (``_dangling``: its end rides with the
+        next ``BEGIN``, decision 821); otherwise the caller rolls back."""
+        begin, skip = self._begin()
+        keyed = [g for g in item.guards if g.scope is not None and g.action_hash is not None]
         args: list[str] = []
+        lock = _LOG_LOCK
+        if keyed:
+            # The counter locked only if every keyed guard holds as this statement reads
+            # it; the guards are read again after the lock, as before (a task decided
+            # while this waited for the counter is seen there).
+            holds = "".join(" AND " + _GUARD_HOLDS for _ in keyed)
+            lock = _LOG_LOCK.replace(" FOR UPDATE", holds + " FOR UPDATE")
+            for guard in keyed:
+                args += [guard.task_id, guard.updated_at]
+        sql = f"{begin}; {lock}"
         for guard in item.guards:
             # Not locked: a desk transaction locks its task before the log counter, so
             # locking the task after the counter here could deadlock with it. A change
             # committed after this read is as if it came after the step.
             sql += "; SELECT updated_at FROM tasks WHERE task_id = %s"
             args.append(guard.task_id)
+        for guard in keyed:
+            # What the desk reads next when the guard fails: no row (and no scan) else.
+            sql += "; " + _FOUND
+            args += [_APPROVED, str(guard.scope), str(guard.action_hash)]
+            args += [guard.task_id, guard.updated_at]
         cur.execute(sql, args)
-        cur.nextset()
-        index = int(self._log_start(cur.fetchone())[0])
+        for _ in range(skip + 1):
+            cur.nextset()  # past BEGIN's result (and the left-open transaction's end)
+        counter = cur.fetchone()
+        failed: TaskUnchanged | None = None
         for guard in item.guards:
             cur.nextset()
             row = cur.fetchone()
-            if row is None or str(row[0]) != guard.updated_at:
-                raise StaleRead(f"approval task {guard.task_id} changed since it was read")
-        return index
+            if failed is None and (row is None or str(row[0]) != guard.updated_at):
+                failed = guard
+        found: Any = StaleRead.MISSING
+        for guard in keyed:
+            cur.nextset()
+            row = cur.fetchone()
+            if guard is failed:
+                found = grant_row(row)
+        if failed is None:
+            return int(self._log_start(counter)[0])
+        stale = StaleRead(f"approval task {failed.task_id} changed since it was read")
+        stale.found = found
+        # Nothing locked (the counter row did not pass its guard): left open, no round
+        # trip of its own (decision 821).
+        self._dangling = counter is None
+        raise stale
 
     def _client_cursor(self) -> Any:
         """PostgreSQL: a cursor that binds parameters client-side, so one ``execute``
@@ -957,7 +1066,14 @@ class SqlStore:
         ``if_absent``: an existing row is left alone and False returned (no constraint
         error, which would abort a PostgreSQL transaction); otherwise a duplicate raises.
         """
-        cur.execute(
+        cur.execute(*self._insert_session_sql(state, if_absent=if_absent))
+        return bool(cur.rowcount == 1)
+
+    def _insert_session_sql(
+        self, state: SessionState, *, if_absent: bool
+    ) -> tuple[str, tuple[Any, ...]]:
+        """:meth:`_insert_session`'s statement (this store's paramstyle) and values."""
+        return (
             self._q(
                 "INSERT INTO sessions (session_id, agent_id, key_id, created_at, "
                 "negotiated, closed, head_seq, session_signature) "
@@ -974,7 +1090,6 @@ class SqlStore:
                 _dumps(state.signature) if state.signature is not None else None,
             ),
         )
-        return bool(cur.rowcount == 1)
 
     def load_session(self, session_id: str, *, fresh: bool = False) -> SessionState | None:
         if not fresh:
@@ -1171,7 +1286,7 @@ class SqlStore:
         index: int | None = None
         params = pg_append_params(item, item.response, _now())
         with self._lock:
-            cur = self._cursor()
+            cur = self._cursor(absorb=bool(item.indexed is not None or item.guards))
             try:
                 if item.indexed is None and not item.guards:
                     cur.execute(_PG_APPEND, params)
@@ -1191,9 +1306,11 @@ class SqlStore:
                     finally:
                         both.close()
             except StaleRead as exc:
-                self._rollback(cur)
+                if not self._dangling:
+                    self._rollback(cur)
                 return exc
             except Exception as exc:
+                self._dangling = False  # sent with this BEGIN, if it was
                 if item.indexed is not None or item.guards:
                     with suppress(Exception):  # a dropped connection has nothing to undo
                         self._rollback(cur)
@@ -1502,16 +1619,19 @@ class SqlStore:
         """Drop a cached session state (after it changed outside ``append``)."""
         self._cache.pop(session_id, None)
 
-    def spend_transaction(self) -> AbstractContextManager[SqlSpendTx]:
-        """One write transaction for the spend engine (see :mod:`warden.store.spend_sql`)."""
+    def spend_transaction(
+        self, *, unlocked_heads: bool = False
+    ) -> AbstractContextManager[SqlSpendTx]:
+        """One write transaction for the spend engine (see :mod:`warden.store.spend_sql`);
+        ``unlocked_heads``: it may chain on heads read without a lock (decision 800)."""
         from warden.store.spend_sql import spend_transaction
 
-        return spend_transaction(self)
+        return spend_transaction(self, unlocked_heads=unlocked_heads)
 
-    def transaction(self) -> AbstractContextManager[SqlSpendTx]:
+    def transaction(self, *, unlocked_heads: bool = False) -> AbstractContextManager[SqlSpendTx]:
         """One write transaction carrying every table behind the wires (budgets, tasks,
         idempotency keys, the outbox, Warden-authored chains)."""
-        return self.spend_transaction()
+        return self.spend_transaction(unlocked_heads=unlocked_heads)
 
     @contextmanager
     def reading(self) -> Iterator[SqlReadTx]:

@@ -21,6 +21,27 @@ from warden.store.driver_errors import is_integrity
 
 _LIVE = (ApprovalState.PENDING.value, ApprovalState.APPROVED.value)
 
+#: The newest task bound to an action: its id, state, updated_at and expires_at as stored,
+#: and its record when it is approved (parameters: the approved state, scope, action hash).
+LATEST_OR_GRANT = (
+    "SELECT task_id, state, updated_at, expires_at, "
+    "CASE WHEN state = ? THEN record END FROM tasks "
+    "WHERE session_id = ? AND action_hash = ? "
+    "ORDER BY created_at DESC, task_id DESC LIMIT 1"
+)
+
+#: :func:`grant_row`'s answer: the newest task's (id, state, updated_at, expires_at) and,
+#: approved, the task.
+LatestOrGrant = tuple[tuple[str, str, str, str], Task | None]
+
+
+def grant_row(row: Any) -> LatestOrGrant | None:
+    """A row of :data:`LATEST_OR_GRANT` parsed (None: no task is bound to the action)."""
+    if row is None:
+        return None
+    head = (str(row[0]), str(row[1]), str(row[2]), str(row[3]))
+    return head, Task.from_dict(parse_strict_json(row[4])) if row[4] is not None else None
+
 
 def _record(task: Task) -> str:
     return json.dumps(task.to_dict(), ensure_ascii=False, separators=(",", ":"), sort_keys=True)
@@ -102,25 +123,14 @@ class SqlTasks:
         row = self._cur.fetchone()
         return (str(row[0]), str(row[1]), str(row[2]), str(row[3])) if row is not None else None
 
-    def latest_state_or_grant(
-        self, scope: str, action_hash: str
-    ) -> tuple[tuple[str, str, str, str], Task | None] | None:
+    def latest_state_or_grant(self, scope: str, action_hash: str) -> LatestOrGrant | None:
         """:meth:`latest_state` and, when that task is approved, the task itself, in one
         read (decision 703): the grant an ask consumes without a second round trip."""
         self._cur.execute(
-            self._q(
-                "SELECT task_id, state, updated_at, expires_at, "
-                "CASE WHEN state = ? THEN record END FROM tasks "
-                "WHERE session_id = ? AND action_hash = ? "
-                "ORDER BY created_at DESC, task_id DESC LIMIT 1"
-            ),
+            self._q(LATEST_OR_GRANT),
             (ApprovalState.APPROVED.value, scope, action_hash),
         )
-        row = self._cur.fetchone()
-        if row is None:
-            return None
-        head = (str(row[0]), str(row[1]), str(row[2]), str(row[3]))
-        return head, Task.from_dict(parse_strict_json(row[4])) if row[4] is not None else None
+        return grant_row(self._cur.fetchone())
 
     def latest_for(self, scope: str, action_hash: str) -> Task | None:
         self._cur.execute(

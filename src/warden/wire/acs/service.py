@@ -534,7 +534,7 @@ class AcsService:
             stale_read = isinstance(outcome, StaleRead)
             if stale_read and approval is not None:
                 # The pending task the answer was read from changed: ask the desk again.
-                approval.forget()
+                approval.forget(outcome)
             if gate is not None and gate.held is not None:
                 # The entry recording the hold did not commit: release it.
                 yield Offload(gate.abandon)

@@ -26,22 +26,6 @@ from warden.errors import ParseError
 #: release precision, so ``3.2``, not ``3.2.0-beta.0``).
 ADCP_VERSION = "3.2"
 
-#: Seconds a caller is told to wait before retrying after a store failure.
-UNAVAILABLE_RETRY_AFTER_S = 5
-
-
-def unavailable() -> AdcpError:
-    """The answer to a call Warden could not complete because its store failed (the
-    database is unreachable, locked or refuses writes): ``GOVERNANCE_UNAVAILABLE``,
-    HTTP 503, ``retry_after`` 5 s, for every task (docs/decisions.md 189). Nothing of
-    the call was applied: its transaction rolled back."""
-    return AdcpError(
-        "GOVERNANCE_UNAVAILABLE",
-        "the governance agent could not complete the request (its store is unavailable); "
-        "nothing was changed, retry later",
-        retry_after=UNAVAILABLE_RETRY_AFTER_S,
-    )
-
 
 def unparsable(exc: ParseError) -> AdcpError:
     """The answer to a body that is not strict JSON, the same on ``/adcp/<task>`` and

@@ -25,15 +25,16 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
 from warden import __version__
+from warden.adcp.callers import Caller, still_live
 from warden.adcp.errors import AdcpError
 from warden.adcp.request_signing import RequestSigning
 from warden.crypto.canonical import MAX_REQUEST_DEPTH, nesting_exceeds, parse_request_json
 from warden.errors import ParseError
-from warden.identity.api_keys import ApiKeys, Identity
+from warden.identity.api_keys import ApiKeys
 from warden.wire.adcp.envelope import echoable_context_id, failure, unparsable
 from warden.wire.adcp.schemas import bundled_request_schema
 from warden.wire.adcp.service import AdcpService, Reply
-from warden.wire.adcp.signed import authenticate, identify, request_url, www_authenticate
+from warden.wire.adcp.signed import authenticate, identify_caller, request_url, www_authenticate
 
 PATH = "/mcp"
 
@@ -53,13 +54,16 @@ OPEN_OBJECT = {"type": "object", "additionalProperties": True}
 
 
 IDENTITY_KEY = "warden_adcp_caller"
+#: A remembered key the tool's transaction found revoked: the endpoint answers the HTTP
+#: request as it answers an unknown key (decision 813).
+REFUSED_KEY = "warden_adcp_refused"
 
 
-def _known_caller(request: Any) -> Identity | None:
+def _known_caller(request: Any) -> tuple[dict[str, Any], Caller] | None:
     """The caller :class:`AdcpMcpEndpoint` identified for this HTTP request, if any."""
     state = getattr(request, "scope", {}).get("state") if request is not None else None
     who = state.get(IDENTITY_KEY) if isinstance(state, dict) else None
-    return who if isinstance(who, Identity) else None
+    return (state, who) if isinstance(state, dict) and isinstance(who, Caller) else None
 
 
 def tool_result(reply: Reply) -> types.CallToolResult:
@@ -90,18 +94,20 @@ def build_server(service: AdcpService, keys: ApiKeys) -> Server[Any]:
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        cid = echoable_context_id((params.arguments or {}).get("context_id")) or "ctx_mcp"
+        known = _known_caller(ctx.request)
         try:
-            known = _known_caller(ctx.request)
             if known is not None:
-                who = known
+                who, live = known[1]
             else:
                 headers = ctx.request.headers if ctx.request is not None else {}
-                who = await anyio.to_thread.run_sync(authenticate, keys, headers)
-        except AdcpError as exc:
-            cid = echoable_context_id((params.arguments or {}).get("context_id")) or "ctx_mcp"
+                who, live = await anyio.to_thread.run_sync(authenticate, keys, headers), None
+            arguments = dict(params.arguments or {})
+            reply = await anyio.to_thread.run_sync(service.call, params.name, arguments, who, live)
+        except AdcpError as exc:  # the key, or a remembered key revoked since (decision 813)
+            if known is not None:
+                known[0][REFUSED_KEY] = exc
             return tool_result(Reply(failure(exc, context_id=cid), True, exc.http_status))
-        arguments = dict(params.arguments or {})
-        reply = await anyio.to_thread.run_sync(service.call, params.name, arguments, who)
         return tool_result(reply)
 
     return Server(
@@ -162,9 +168,13 @@ class AdcpMcpEndpoint:
         lines = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
         raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")
         url = request_url(self.public_url, raw_path, scope.get("query_string", b""))
+        call = (
+            lenient if isinstance(lenient, dict) and lenient.get("method") == "tools/call" else None
+        )
+        problem = _problem(raw, call)
         try:
-            who = await anyio.to_thread.run_sync(
-                lambda: identify(
+            caller = await anyio.to_thread.run_sync(
+                lambda: identify_caller(
                     self.keys,
                     self.signing,
                     method=scope["method"],
@@ -173,40 +183,24 @@ class AdcpMcpEndpoint:
                     body=raw,
                     task=task if isinstance(task, str) else None,
                     arguments=arguments,
+                    # From memory only when nothing here refuses the call before the
+                    # tool's transaction confirms the key (decisions 810, 813).
+                    remember=scope["method"] == "POST" and problem is None,
                 )
             )
         except AdcpError as exc:
-            if exc.http_status == 503:  # the key table cannot be read: the store is down
-                retry = str(exc.retry_after or 1).encode()
-                await _fail(send, 503, exc, context_id, [(b"retry-after", retry)])
-                return
-            challenge = www_authenticate(exc.code).encode("latin-1")
-            await _fail(send, 401, exc, context_id, [(b"www-authenticate", challenge)])
+            await _refuse(send, exc, context_id)
             return
         # The tool handler runs on this scope: it takes the caller from here, so a
         # signed request is verified (and its nonce spent) exactly once.
-        scope.setdefault("state", {})[IDENTITY_KEY] = who
+        state = scope.setdefault("state", {})
+        state[IDENTITY_KEY] = caller
         if scope["method"] != "POST":
             # Stateless JSON: no server-to-client stream (GET) and no session to end
             # (DELETE); clients such as the AdCP runner cope with 405.
             err = AdcpError("UNSUPPORTED_FEATURE", f"{scope['method']} is not served; POST")
             await _fail(send, 405, err, context_id, [(b"allow", b"POST")])
             return
-        problem: AdcpError | None = None
-        try:
-            parse_request_json(raw)
-        except ParseError as exc:
-            problem = unparsable(exc)
-        call = (
-            lenient if isinstance(lenient, dict) and lenient.get("method") == "tools/call" else None
-        )
-        if call is not None and problem is None:
-            params = call.get("params")
-            arguments = params.get("arguments") if isinstance(params, dict) else None
-            if arguments is not None and not isinstance(arguments, dict):
-                problem = AdcpError(
-                    "INVALID_REQUEST", "tools/call arguments must be one JSON object"
-                )
         if problem is not None:
             if call is not None and "id" in call and _echoable_id(call["id"]):
                 body = failure(problem, context_id=context_id)
@@ -221,7 +215,49 @@ class AdcpMcpEndpoint:
             else:
                 await _fail(send, 400, problem, context_id)
             return
-        await self.manager.handle_request(scope, _replay(raw), send)
+
+        async def send_unless_refused(message: Any) -> None:
+            # A remembered key the tool's transaction found revoked: the SDK's answer is
+            # replaced by the endpoint's own refusal, as for an unknown key. If the SDK
+            # answered without running the tool, the key is read first.
+            live = caller.live
+            if message["type"] == "http.response.start" and live and not live.confirmed:
+                try:
+                    await anyio.to_thread.run_sync(still_live, live, REFUSED_KEY not in state)
+                except AdcpError as exc:
+                    state[REFUSED_KEY] = exc
+            refused = state.get(REFUSED_KEY)
+            if refused is None:
+                await send(message)
+            elif message["type"] == "http.response.start":
+                await _refuse(send, refused, context_id)
+
+        await self.manager.handle_request(scope, _replay(raw), send_unless_refused)
+
+
+async def _refuse(send: Send, exc: AdcpError, context_id: str) -> None:
+    """The endpoint's answer to a caller it cannot identify: 503 when the key table
+    cannot be read (the store is down), else 401 with its ``WWW-Authenticate``."""
+    if exc.http_status == 503:
+        retry = str(exc.retry_after or 1).encode()
+        await _fail(send, 503, exc, context_id, [(b"retry-after", retry)])
+        return
+    challenge = www_authenticate(exc.code).encode("latin-1")
+    await _fail(send, 401, exc, context_id, [(b"www-authenticate", challenge)])
+
+
+def _problem(raw: bytes, call: dict[str, Any] | None) -> AdcpError | None:
+    """What the body is refused with once its caller is known: not strict JSON, or a
+    ``tools/call`` whose arguments are not an object."""
+    try:
+        parse_request_json(raw)
+    except ParseError as exc:
+        return unparsable(exc)
+    params = call.get("params") if call is not None else None
+    arguments = params.get("arguments") if isinstance(params, dict) else None
+    if arguments is not None and not isinstance(arguments, dict):
+        return AdcpError("INVALID_REQUEST", "tools/call arguments must be one JSON object")
+    return None
 
 
 async def _read(receive: Receive, headers: dict[str, str], limit: int) -> bytes:

@@ -33,7 +33,7 @@ from warden.wire.adcp.envelope import (
 )
 from warden.wire.adcp.service import AdcpService, Reply
 from warden.wire.adcp.signed import (
-    identify,
+    identify_caller,
     lenient_json,
     request_url,
     www_authenticate,
@@ -93,8 +93,9 @@ def adcp_router(
         try:
             raw_bytes = await _body(request, max_body_bytes)
             context_id = _context_id(raw_bytes) or context_id
-            who = await run_in_threadpool(
-                lambda: identify(
+            parsed, problem = _parsed(raw_bytes)
+            who, live = await run_in_threadpool(
+                lambda: identify_caller(
                     keys,
                     signing,
                     method=request.method,
@@ -110,21 +111,19 @@ def adcp_router(
                     body=raw_bytes,
                     task=task,
                     arguments=lenient_json(raw_bytes),
+                    # From memory only when nothing here refuses the call before its
+                    # transaction confirms the key (decision 810).
+                    remember=problem is None,
                 )
             )
-            if not raw_bytes.strip():
-                # Not {}: an empty body is no request at all (a schema error would
-                # send the caller looking for a missing field).
-                raise AdcpError("INVALID_REQUEST", "the body is empty; send one JSON object")
-            try:
-                parsed = parse_request_json(raw_bytes)
-            except ParseError as exc:
-                raise unparsable(exc) from exc
-            text = raw_bytes.decode("utf-8")  # valid: parse_request_json decoded it
+            if problem is not None:
+                raise problem
+            # AUTH_INVALID from the call only for a key answered from memory and revoked
+            # since: answered here as identify's own refusal.
+            reply = await run_in_threadpool(service.call, task, parsed, who, live)
         except AdcpError as exc:
             return render(Reply(failure(exc, context_id=context_id), True, exc.http_status))
-        reply = await run_in_threadpool(service.call, task, parsed, who)
-        return render(reply, text if isinstance(parsed, dict) else None)
+        return render(reply, raw_bytes.decode("utf-8") if isinstance(parsed, dict) else None)
 
     @router.api_route(
         PREFIX + "/{task}", methods=["GET", "PUT", "PATCH", "DELETE"], include_in_schema=False
@@ -150,6 +149,18 @@ def adcp_router(
 
 
 _ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+
+def _parsed(raw: bytes) -> tuple[Any, AdcpError | None]:
+    """The body strictly parsed, or what to refuse it with once its caller is known."""
+    if not raw.strip():
+        # Not {}: an empty body is no request at all (a schema error would send the
+        # caller looking for a missing field).
+        return None, AdcpError("INVALID_REQUEST", "the body is empty; send one JSON object")
+    try:
+        return parse_request_json(raw), None
+    except ParseError as exc:
+        return None, unparsable(exc)
 
 
 def _context_id(raw: bytes) -> str | None:

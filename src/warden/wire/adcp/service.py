@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from warden.adcp.adjustments import report_plan_adjustment
+from warden.adcp.callers import revoked_key, still_live
 from warden.adcp.checks import Checks
-from warden.adcp.errors import AdcpError
+from warden.adcp.errors import AdcpError, unavailable
 from warden.adcp.outcomes import report_plan_outcome
 from warden.adcp.plan_sync import check_plans, sync_plans
 from warden.adcp.rate_limit import InsertRateLimiter
@@ -45,7 +46,7 @@ from warden.errors import (
     StoreUnavailable,
     failure_log_level,
 )
-from warden.identity.api_keys import Identity, Role
+from warden.identity.api_keys import Identity, KeyRevoked, KeyStillLive, Role
 from warden.store.idempotency import (
     Idempotency,
     IdempotencyConflict,
@@ -53,12 +54,7 @@ from warden.store.idempotency import (
     IdempotencyInFlight,
 )
 from warden.wire.adcp.controller import ControllerError, comply_test_controller
-from warden.wire.adcp.envelope import (
-    echoable_context_id,
-    envelope,
-    failure,
-    unavailable,
-)
+from warden.wire.adcp.envelope import echoable_context_id, envelope, failure
 from warden.wire.adcp.idempotency import cacheable, key_of, request_hash, scope_of
 from warden.wire.adcp.reads import capabilities, get_plan_audit_logs, get_task_status
 from warden.wire.adcp.schemas import TASK_SCHEMAS, check_request
@@ -117,9 +113,18 @@ class AdcpService:
     def tasks(self) -> list[str]:
         return list(self.handlers)
 
-    def call(self, task: str, request: Any, who: Identity) -> Reply:
+    def call(
+        self, task: str, request: Any, who: Identity, live: KeyStillLive | None = None
+    ) -> Reply:
         """Run ``task`` for ``who`` (see the module docstring); never raises for a
-        request's fault: every failure is a :class:`Reply` with ``failed`` set."""
+        request's fault: every failure is a :class:`Reply` with ``failed`` set. ``live``:
+        ``who`` was answered from memory (decision 810); a key revoked since raises
+        ``AUTH_INVALID`` for the wire to answer as its own, and changes nothing."""
+        reply = self._checked(task, request, who, live)
+        still_live(live, reply.failed)
+        return reply
+
+    def _checked(self, task: str, request: Any, who: Identity, live: KeyStillLive | None) -> Reply:
         req = request if isinstance(request, dict) else {}
         # Only an object is echoed (core/context.json); any other is refused below.
         context = req.get("context") if isinstance(req.get("context"), dict) else None
@@ -127,7 +132,9 @@ class AdcpService:
         try:
             if not isinstance(request, dict):
                 raise AdcpError("INVALID_REQUEST", "the request must be one JSON object")
-            return self._call(task, req, who, context, context_id)
+            return self._call(task, req, who, context, context_id, live)
+        except KeyRevoked:
+            raise revoked_key() from None
         except ControllerError as exc:
             body = failure(exc, context_id=context_id, context=context)
             body.update(success=False, error=exc.error, error_detail=exc.message)
@@ -172,7 +179,13 @@ class AdcpService:
         return Reply(failure(err, context_id=context_id, context=context), True, err.http_status)
 
     def _call(
-        self, task: str, req: dict[str, Any], who: Identity, context: Any, context_id: str
+        self,
+        task: str,
+        req: dict[str, Any],
+        who: Identity,
+        context: Any,
+        context_id: str,
+        live: KeyStillLive | None,
     ) -> Reply:
         if not who.may(Role.AGENT):
             raise AdcpError(
@@ -212,6 +225,8 @@ class AdcpService:
             st.desk.expire_due()  # an unanswered review resolves (denied) before it is read
         call = Call(who, req, st.clock(), stated_plan_id=stated_plan)
         with st.store.transaction() as tx:
+            if live is not None:  # refused from the statement that carries BEGIN on
+                live.guard(tx)
             if task == "check_governance" and isinstance(req.get("plan_id"), str):
                 st.check_reads(tx, who.principal, req["plan_id"])
             if key is not None:
@@ -225,6 +240,8 @@ class AdcpService:
                     cost = len(req["plans"]) if task == "sync_plans" else 1
                     self.rate_limiter.take(scope, task, cost)
                 if stored is not None:
+                    if live is not None:
+                        live.settle(tx)
                     body = _stored(stored.body)
                     return Reply(
                         envelope(
@@ -240,6 +257,8 @@ class AdcpService:
                         stored.status_code,
                     )
             answer = handler(call, tx)
+            if live is not None:
+                live.settle(tx)
             body = envelope(
                 answer.body,
                 status=answer.status,

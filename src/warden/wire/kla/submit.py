@@ -44,6 +44,7 @@ from warden.kla.records import (
 )
 from warden.kla.trail import Trail
 from warden.kla.verify import verify_signature
+from warden.ledger.warden_chain import chained_attempts
 from warden.store.kla_sql import KlaRow
 from warden.wire.kla.answers import (
     Answer,
@@ -194,70 +195,75 @@ def _process(
 ) -> Answer:
     rid: str = record["action_request_id"]
     execution: str = record["correlation"]["execution_id"]
-    live = key_check()
-    with rec.store.transaction() as tx:
-        # Sent with BEGIN and the record's read (decision 702): the caller's key still
-        # live, when answered from memory. Not the execution's chain head: a desk
-        # transition of this execution's task locks the desk chain before it, and this
-        # request may file a task after it (decision 700).
-        if live is not None:
-            live.prefetch(tx)
-        existing = tx.kla.get(rid)
-        _confirm(tx, live)
-        if existing is not None:
-            if (
-                existing.kind != RecordKind.ACTION_REQUEST.value
-                or existing.principal != who.principal
-                or existing.digest != digest
-            ):
-                raise taken(rid)
-            if existing.status == HELD:  # pragma: no cover - a held record differs
-                raise taken(rid)
-            trail = Trail.of(tx.kla.for_request(rid), rid)
-            assert trail is not None and trail.decision is not None
-            filed = rec.task(tx, trail.decision.value().get("task_id"))
-            answer = _submitted(rec, trail.request, trail.decision, filed)
-            answer.body["replayed"] = True
-            return answer
-        now = rec.now()
-        stamp = now_stamp(now)
-        decision_id = new_id("pd")
-        decided, task = decide(rec.pipeline, rec.desk, tx, record, digest, decision_id, who)
-        verdict = decided.verdict
-        decision = kla_decision(verdict.decision, warn=verdict.warn)
-        decision_record = policy_decision_record(
-            rec.guardian, record, digest, decision_id, decision, verdict, task, stamp
-        )
-        sealed = rec.seal(RecordKind.POLICY_DECISION, decision_record)
-        request_row = KlaRow(
-            record_id=rid,
-            kind=RecordKind.ACTION_REQUEST.value,
-            action_request_id=rid,
-            execution_id=execution,
-            principal=who.principal,
-            digest=digest,
-            record=text,
-            signature=signature,
-            kid=kid if signature is not None else None,
-            status=PROCESSED,
-            created_at=stamp,
-        )
-        decision_row = rec.row(sealed, rid, execution, who.principal, stamp)
-        tx.kla.insert(request_row)
-        rec.append(tx, request_row, record, event=request_row.kind)
-        tx.kla.insert(decision_row)
-        rec.append(
-            tx,
-            decision_row,
-            decision_record,
-            event=decision_row.kind,
-            decided=decided_record(who, verdict),
-        )
-        # Stage 7, once the records are durable: a rolled-back transaction reports nothing.
-        rec.pipeline.finished_after(
-            tx, "kla", decided, audit={"action_request_id": rid}, parent=_trace_parent(record)
-        )
-        return _submitted(rec, request_row, decision_row, task)
+
+    def attempt(unlocked: bool) -> Answer:
+        live = key_check()
+        with rec.store.transaction(unlocked_heads=unlocked) as tx:
+            # Sent with BEGIN and the record's read: the caller's key still live, when
+            # answered from memory (decision 702), and the execution chain's head, read
+            # without a lock (decision 800: a desk transition of this execution's task
+            # locks the desk chain before it, and this request may file a task first).
+            if live is not None:
+                live.prefetch(tx)
+            rec.chain_read(tx, execution)
+            existing = tx.kla.get(rid)
+            _confirm(tx, live)
+            if existing is not None:
+                if (
+                    existing.kind != RecordKind.ACTION_REQUEST.value
+                    or existing.principal != who.principal
+                    or existing.digest != digest
+                ):
+                    raise taken(rid)
+                if existing.status == HELD:  # pragma: no cover - a held record differs
+                    raise taken(rid)
+                trail = Trail.of(tx.kla.for_request(rid), rid)
+                assert trail is not None and trail.decision is not None
+                filed = rec.task(tx, trail.decision.value().get("task_id"))
+                answer = _submitted(rec, trail.request, trail.decision, filed)
+                answer.body["replayed"] = True
+                return answer
+            now = rec.now()
+            stamp = now_stamp(now)
+            decision_id = new_id("pd")
+            decided, task = decide(rec.pipeline, rec.desk, tx, record, digest, decision_id, who)
+            verdict = decided.verdict
+            decision = kla_decision(verdict.decision, warn=verdict.warn)
+            decision_record = policy_decision_record(
+                rec.guardian, record, digest, decision_id, decision, verdict, task, stamp
+            )
+            sealed = rec.seal(RecordKind.POLICY_DECISION, decision_record)
+            request_row = KlaRow(
+                record_id=rid,
+                kind=RecordKind.ACTION_REQUEST.value,
+                action_request_id=rid,
+                execution_id=execution,
+                principal=who.principal,
+                digest=digest,
+                record=text,
+                signature=signature,
+                kid=kid if signature is not None else None,
+                status=PROCESSED,
+                created_at=stamp,
+            )
+            decision_row = rec.row(sealed, rid, execution, who.principal, stamp)
+            tx.kla.insert(request_row)
+            rec.append(tx, request_row, record, event=request_row.kind)
+            tx.kla.insert(decision_row)
+            rec.append(
+                tx,
+                decision_row,
+                decision_record,
+                event=decision_row.kind,
+                decided=decided_record(who, verdict),
+            )
+            # Stage 7, once the records are durable: a rolled-back transaction reports nothing.
+            rec.pipeline.finished_after(
+                tx, "kla", decided, audit={"action_request_id": rid}, parent=_trace_parent(record)
+            )
+            return _submitted(rec, request_row, decision_row, task)
+
+    return chained_attempts(attempt)
 
 
 def _submitted(rec: Recorder, request: KlaRow, decision_row: KlaRow, task: Task | None) -> Answer:

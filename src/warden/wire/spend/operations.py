@@ -25,6 +25,7 @@ from warden.core.pipeline import Pipeline
 from warden.core.types import Effect as VerdictEffect
 from warden.errors import CouldNotDecide, WardenError
 from warden.identity.api_keys import LiveCheckTx, Role
+from warden.ledger.warden_chain import chained_attempts
 from warden.spend.asks import (
     BUDGET_APPROVERS,
     QuoteDecision,
@@ -32,6 +33,7 @@ from warden.spend.asks import (
     decide_quote,
     winning_gate,
 )
+from warden.spend.audit import spend_session_id
 from warden.spend.budgets import Budget, period_key
 from warden.spend.engine import DEFAULT_HOLD_SECONDS, SpendEngine, SpendTx
 from warden.spend.money import parse_amount, to_wire
@@ -102,6 +104,7 @@ class WireTx(SpendTx, DeskTx, LiveCheckTx, Protocol):
         budgets: tuple[str, ...] = (),
         chains: tuple[str, ...] = (),
         usage: tuple[tuple[str, str], ...] = (),
+        heads: tuple[str, ...] = (),
     ) -> None:
         """Reads to send with the transaction's ``BEGIN`` (a hint; see the store)."""
 
@@ -109,7 +112,8 @@ class WireTx(SpendTx, DeskTx, LiveCheckTx, Protocol):
 class WireStore(Protocol):
     """The store behind the spend wire (``SqlStore``)."""
 
-    def spend_transaction(self) -> AbstractContextManager[WireTx]: ...
+    def spend_transaction(self, *, unlocked_heads: bool = ...) -> AbstractContextManager[WireTx]:
+        """``unlocked_heads``: may chain on heads read without a lock (decision 800)."""
 
     def budgets(self) -> list[Budget]: ...
 
@@ -167,47 +171,51 @@ class SpendWire:
         ``prefetch`` names the reads the effect will make (sent with ``BEGIN``)."""
         scope = f"{caller().principal} {route}"
         req_hash = request_hash({"path": path, "body": body})  # validates the JCS domain
-        refusal: WardenError | None = None
-        live = key_check()
-        with self.store.spend_transaction() as tx:
-            if live is not None:
-                live.prefetch(tx)
-            if prefetch is not None:
-                prefetch(tx)
-            # A key answered from memory changes and answers nothing unless it is still
-            # live, read in this transaction (decision 702).
-            stored = None
-            try:
-                if key is not None:
-                    stored = self.idempotency.begin(tx.idempotency_keys, scope, key, req_hash)
-            except WardenError:
+
+        def attempt(unlocked: bool) -> Response:
+            refusal: WardenError | None = None
+            live = key_check()
+            with self.store.spend_transaction(unlocked_heads=unlocked) as tx:
+                if live is not None:
+                    live.prefetch(tx)
+                if prefetch is not None:
+                    prefetch(tx)
+                # A key answered from memory changes and answers nothing unless it is still
+                # live, read in this transaction (decision 702).
+                stored = None
+                try:
+                    if key is not None:
+                        stored = self.idempotency.begin(tx.idempotency_keys, scope, key, req_hash)
+                except WardenError:
+                    if live is not None and not live.confirm(tx):
+                        raise unauthenticated("Bearer") from None  # the key's answer comes first
+                    raise
                 if live is not None and not live.confirm(tx):
-                    raise unauthenticated("Bearer") from None  # the key's answer comes first
-                raise
-            if live is not None and not live.confirm(tx):
-                raise unauthenticated("Bearer")
-            if stored is not None:
-                replay = json.loads(stored.body)
-                replay["replayed"] = True
-                return json_response(stored.status_code, replay)
-            try:
-                answer = effect(tx, self.engine.within(tx))
-            except CouldNotDecide:
-                raise  # the store failed: roll everything back
-            except WardenError as exc:  # a refusal: keep its audit entry, cache nothing
-                refusal = exc
+                    raise unauthenticated("Bearer")
+                if stored is not None:
+                    replay = json.loads(stored.body)
+                    replay["replayed"] = True
+                    return json_response(stored.status_code, replay)
+                try:
+                    answer = effect(tx, self.engine.within(tx))
+                except CouldNotDecide:
+                    raise  # the store failed: roll everything back
+                except WardenError as exc:  # a refusal: keep its audit entry, cache nothing
+                    refusal = exc
+                if refusal is not None:
+                    if key is not None:
+                        self.idempotency.abandon(tx.idempotency_keys, scope, key)
+                else:
+                    text = to_bytes(answer.body)
+                    if key is not None:
+                        self.idempotency.finish(
+                            tx.idempotency_keys, scope, key, answer.status, text.decode("utf-8")
+                        )
             if refusal is not None:
-                if key is not None:
-                    self.idempotency.abandon(tx.idempotency_keys, scope, key)
-            else:
-                text = to_bytes(answer.body)
-                if key is not None:
-                    self.idempotency.finish(
-                        tx.idempotency_keys, scope, key, answer.status, text.decode("utf-8")
-                    )
-        if refusal is not None:
-            raise refusal
-        return Response(text, answer.status, media_type="application/json")
+                raise refusal
+            return Response(text, answer.status, media_type="application/json")
+
+        return chained_attempts(attempt)  # again, heads locked, if one moved (decision 800)
 
     def read(self, effect: Effect) -> Response:
         """A read in one transaction (due holds are expired first, as the engine's reads do)."""
@@ -238,11 +246,13 @@ class SpendWire:
     def quote_reads(self, tx: WireTx, body: QuoteRequest) -> None:
         """What a quote reads first, sent with its transaction's ``BEGIN`` (decision
         700): its budget's path as the last quote against it found it (else the budget
-        alone). Nothing is locked there: a quote's hold first releases expired holds
-        (``SpendEngine._expire``), whose usage rows must be locked before a chain head
-        as every settlement and release locks them, so the spend chain's head is locked
-        when the quote appends, not before."""
-        tx.prefetch(budgets=self._paths.get(body.budgetId, (body.budgetId,)))
+        alone) and its tree's spend chain head, without a lock (decision 800): a quote's
+        hold first releases expired holds (``SpendEngine._expire``), whose usage rows
+        every settlement and release locks before a chain head, so the head is locked
+        when the quote appends."""
+        path = self._paths.get(body.budgetId)
+        heads = (spend_session_id(path[-1]),) if path else ()
+        tx.prefetch(budgets=path or (body.budgetId,), heads=heads)
 
     def quote(self, tx: WireTx, eng: SpendEngine, body: QuoteRequest) -> Answer:
         amount = parse_amount(body.amount, allow_zero=False)
