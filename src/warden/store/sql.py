@@ -1446,7 +1446,9 @@ class SqlStore:
 
     def iter_records(self, session_id: str | None = None) -> Iterator[dict[str, Any]]:
         """Yield the export records of every session (or one), checking what only the
-        database holds (see the module docstring); one read transaction throughout."""
+        database holds (see the module docstring); one read snapshot throughout, so a
+        writer appending meanwhile (a server running beside ``warden verify``) is seen
+        entirely or not at all: never a session's new entry beside its old head."""
         try:
             with self._engine.connect() as conn:
                 dbapi: Any = None
@@ -1454,6 +1456,12 @@ class SqlStore:
                     dbapi = conn.connection.dbapi_connection
                     factory = dbapi.text_factory
                     dbapi.text_factory = _lenient_text
+                    # (The engine begins SQLite's transaction itself: one snapshot already.)
+                else:
+                    # READ COMMITTED would give each statement its own snapshot.
+                    conn.exec_driver_sql(
+                        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+                    )
                 try:
                     yield from self._records(conn, session_id)
                 finally:
