@@ -161,7 +161,7 @@ def test_nesting_at_the_limit_is_served(srv: Live, http: httpx.Client) -> None:
     r = http.post(
         "/adcp/get_adcp_capabilities",
         content=('{"adcp_major_version":3,"context":' + context + "}").encode(),
-        headers={"authorization": f"Bearer {srv.agent_token}"},
+        headers={"authorization": f"Bearer {srv.agent_token}", "content-type": "application/json"},
     )
     assert r.status_code == 200, r.text
     assert json.loads(r.content)["context"] == json.loads(context)
@@ -291,3 +291,179 @@ def test_an_empty_body_on_rest_is_a_parse_error(
     assert "the body is empty" in body["adcp_error"]["message"], body
     assert snapshot(srv.rt) == before
     _still_served(http, srv)
+
+
+# --- JSON-RPC that the SDK answered with a pydantic dump or not at all; the body
+# limit and the content type, one answer on both transports (decisions 830–834).
+
+JSON_MCP = {"content-type": "application/json", **MCP_HEADERS}
+LIST = '"method":"tools/list"'
+
+
+@pytest.mark.parametrize(
+    ("body", "rid", "detail"),
+    [
+        ('{"id":1,' + LIST + "}", 1, 'jsonrpc must be "2.0"'),
+        ('{"jsonrpc":"1.0","id":"a",' + LIST + "}", "a", 'jsonrpc must be "2.0"'),
+        ('{"jsonrpc":"2.0","id":{"a":1},' + LIST + "}", None, "id must be a string or an integer"),
+        ('{"jsonrpc":"2.0","id":null,' + LIST + "}", None, "id must be a string or an integer"),
+        ('{"jsonrpc":"2.0","id":true,' + LIST + "}", None, "id must be a string or an integer"),
+        ('{"jsonrpc":"2.0","id":1.5,' + LIST + "}", None, "id must be a string or an integer"),
+        ('{"jsonrpc":"2.0","id":7}', 7, "no method"),
+        ("[]", None, "an empty batch"),
+        ('"tools/list"', None, "not a JSON object"),
+        ('{"method":"notifications/initialized"}', None, 'jsonrpc must be "2.0"'),
+    ],
+    ids=["no_jsonrpc", "jsonrpc_1", "object_id", "null_id", "true_id", "fraction_id",
+         "no_method", "empty_batch", "string", "bad_notification"],
+)  # fmt: skip
+def test_mcp_answers_what_is_not_json_rpc_with_invalid_request(
+    srv: Live, http: httpx.Client, body: str, rid: Any, detail: str
+) -> None:
+    """-32600 in the proxy's words with the caller's id when it is one, never the SDK's
+    -32602 pydantic dump, and never a silent 202 for an id that is not one."""
+    before = snapshot(srv.rt)
+    auth = {"authorization": f"Bearer {srv.agent_token}"}
+    r = http.post("/mcp", content=body.encode(), headers={**auth, **JSON_MCP})
+    assert r.status_code == 400, r.text
+    assert r.headers["content-type"] == "application/json"
+    answer = r.json()
+    assert answer == {
+        "jsonrpc": "2.0",
+        "id": rid,
+        "error": {"code": -32600, "message": f"Invalid Request: {detail}"},
+    }
+    assert "pydantic" not in r.text and "validation error" not in r.text.lower()
+    assert snapshot(srv.rt) == before
+    _still_served(http, srv)
+
+
+def test_a_batch_on_mcp_gets_one_invalid_request_per_request(srv: Live, http: httpx.Client) -> None:
+    auth = {"authorization": f"Bearer {srv.agent_token}"}
+    note = '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+    batch = f'[{{"jsonrpc":"2.0","id":1,{LIST}}},{note},{{"jsonrpc":"2.0","id":"b",{LIST}}}]'
+    r = http.post("/mcp", content=batch.encode(), headers={**auth, **JSON_MCP})
+    assert r.status_code == 400, r.text
+    text = "Invalid Request: batches are not supported"
+    assert r.json() == [
+        {"jsonrpc": "2.0", "id": rid, "error": {"code": -32600, "message": text}}
+        for rid in (1, "b")
+    ]
+    # Only notifications: still answered (HTTP answers every POST), with id null.
+    r = http.post("/mcp", content=f"[{note}]".encode(), headers={**auth, **JSON_MCP})
+    assert r.status_code == 400, r.text
+    assert r.json() == {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": text}}
+
+
+def test_a_tools_call_with_a_null_id_runs_nothing_and_is_answered(
+    srv: Live, http: httpx.Client
+) -> None:
+    """It used to pass as a notification: 202, empty body, the plan not synced."""
+    before = snapshot(srv.rt)
+    args = {"idempotency_key": str(uuid.uuid4()), "plans": [plan("null-id")]}
+    call = {"jsonrpc": "2.0", "id": None, "method": "tools/call",
+            "params": {"name": "sync_plans", "arguments": args}}  # fmt: skip
+    auth = {"authorization": f"Bearer {srv.agent_token}"}
+    r = http.post("/mcp", content=json.dumps(call).encode(), headers={**auth, **JSON_MCP})
+    assert r.status_code == 400, r.text
+    assert r.json()["id"] is None and r.json()["error"]["code"] == -32600
+    assert snapshot(srv.rt) == before
+
+
+def _chunks(data: bytes) -> Iterator[bytes]:
+    for i in range(0, len(data), 65536):
+        yield data[i : i + 65536]
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content_length", "chunked"])
+def test_a_body_over_the_limit_is_413_and_one_message_on_rest_and_mcp(
+    srv: Live, http: httpx.Client, declared: bool
+) -> None:
+    before = snapshot(srv.rt)
+    auth = {"authorization": f"Bearer {srv.agent_token}"}
+    args = '{"plan_ids":["%s"]}' % ("x" * 1_100_000)
+    rest_body = args.encode()
+    mcp_body = _tools_call("get_plan_audit_logs", args)
+    rest = http.post(
+        "/adcp/get_plan_audit_logs",
+        content=rest_body if declared else _chunks(rest_body),
+        headers={**auth, "content-type": "application/json"},
+    )
+    mcp = http.post(
+        "/mcp", content=mcp_body if declared else _chunks(mcp_body), headers={**auth, **JSON_MCP}
+    )
+    answers = []
+    for r in (rest, mcp):
+        assert r.status_code == 413, r.text
+        body = json.loads(r.content)
+        check_response("get_plan_audit_logs", body, failed=True)
+        answers.append(body)
+    assert answers[0]["adcp_error"] == answers[1]["adcp_error"]
+    assert answers[0]["adcp_error"] == {
+        "code": "INVALID_REQUEST",
+        "message": f"the body is larger than {1 << 20} bytes",
+        "recovery": answers[0]["adcp_error"]["recovery"],
+    }
+    assert rest.headers["x-adcp-status"] == "failed"
+    assert snapshot(srv.rt) == before
+
+
+NOT_JSON = "the body must be one JSON object sent with content-type: application/json"
+
+
+@pytest.mark.parametrize(
+    "media", ["text/plain", None, "application/x-www-form-urlencoded", "application/jsonx"]
+)
+def test_a_body_not_sent_as_json_is_415_and_one_message_on_rest_and_mcp(
+    srv: Live, http: httpx.Client, media: str | None
+) -> None:
+    """REST used to run it (200); /mcp answered a bare ``Invalid Content-Type header``."""
+    before = snapshot(srv.rt)
+    auth = {"authorization": f"Bearer {srv.agent_token}"}
+    typed = {"content-type": media} if media is not None else {}
+    sync = {"idempotency_key": str(uuid.uuid4()), "plans": [plan("not-json")]}
+    rest = _failure(
+        http.post("/adcp/sync_plans", content=json.dumps(sync).encode(), headers={**auth, **typed}),
+        "sync_plans",
+        415,
+        "INVALID_REQUEST",
+    )
+    listed = _failure(
+        http.post(
+            "/mcp",
+            content=('{"jsonrpc":"2.0","id":1,' + LIST + "}").encode(),
+            headers={**auth, **MCP_HEADERS, **typed},
+        ),
+        "sync_plans",
+        415,
+        "INVALID_REQUEST",
+    )
+    # A readable tools/call: the failure is the tool's result, as for every body problem.
+    r = http.post(
+        "/mcp",
+        content=_tools_call("sync_plans", json.dumps(sync)),
+        headers={**auth, **MCP_HEADERS, **typed},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["id"] == 1 and r.json()["result"]["isError"] is True
+    called = r.json()["result"]["structuredContent"]
+    check_response("sync_plans", called, failed=True)
+    for answer in (rest, listed, called):
+        assert answer["adcp_error"]["code"] == "INVALID_REQUEST"
+        assert answer["adcp_error"]["message"] == NOT_JSON
+    assert snapshot(srv.rt) == before
+    _still_served(http, srv)
+
+
+@pytest.mark.parametrize("media", ["application/json; charset=utf-8", "Application/JSON"])
+def test_json_with_parameters_or_in_capitals_is_served_on_rest_and_mcp(
+    srv: Live, http: httpx.Client, media: str
+) -> None:
+    auth = {"authorization": f"Bearer {srv.agent_token}", "content-type": media}
+    rest = http.post("/adcp/get_adcp_capabilities", content=b"{}", headers=auth)
+    assert rest.status_code == 200, rest.text
+    mcp = http.post(
+        "/mcp", content=_tools_call("get_adcp_capabilities", "{}"), headers={**auth, **MCP_HEADERS}
+    )
+    assert mcp.status_code == 200, mcp.text
+    assert mcp.json()["result"].get("isError") is not True, mcp.text

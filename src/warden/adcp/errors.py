@@ -78,7 +78,9 @@ class AdcpError(WardenError):
 
     ``code`` must be in ``enums/error-code.json`` (:func:`recovery_of`); ``field`` is a
     JSONPath-lite location, ``issues`` RFC 6901 pointers with messages, ``retry_after``
-    whole seconds. The wire message is :attr:`message`; nothing else is disclosed.
+    whole seconds, ``status`` an HTTP status other than the code's own (a refusal of the
+    HTTP request itself). The wire message is :attr:`message`; nothing else is
+    disclosed.
     """
 
     reason = "adcp_error"
@@ -92,6 +94,7 @@ class AdcpError(WardenError):
         issues: list[dict[str, Any]] | None = None,
         details: dict[str, Any] | None = None,
         retry_after: int | None = None,
+        status: int | None = None,
     ) -> None:
         if code not in recovery_of():
             raise ValueError(f"{code} is not an AdCP error code")
@@ -101,9 +104,13 @@ class AdcpError(WardenError):
         self.issues = issues
         self.details = details
         self.retry_after = retry_after
+        self.status = status
 
     @property
     def http_status(self) -> int:
+        """``status`` when given (an HTTP-level refusal: 413, 415), else the code's."""
+        if self.status is not None:
+            return self.status
         if self.code in SIGNATURE_CODES:
             return 401
         return HTTP_STATUS.get(self.code, 400)

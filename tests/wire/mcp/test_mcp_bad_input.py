@@ -10,7 +10,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 
-from warden.wire.mcp.bad_input import Rejection, parse_line, rejection_for
+from warden.wire.mcp.bad_input import Rejection, message_of, parse_line, rejection_for
 
 DEEP = b"[" * 250 + b"]" * 250
 
@@ -128,3 +128,27 @@ def test_a_large_integer_outside_a_tools_call_is_left_to_the_upstream() -> None:
     message = parse_line(b'{"jsonrpc":"2.0","id":1,"method":"resources/read",'
                          b'"params":{"uri":"x","n":123456789012345678901234567890}}')  # fmt: skip
     assert isinstance(message, types.JSONRPCRequest)
+
+
+@pytest.mark.parametrize(("line", "expected"), CASES)
+def test_an_http_transport_answers_every_refusal(
+    line: bytes, expected: list[tuple[int, Any]]
+) -> None:
+    """``http_answer`` (the AdCP ``/mcp``, decision 833): the stdio answer when there is
+    one; one ``-32600`` with ``id: null`` for what stdio leaves unanswered."""
+    verdict = parse_line(line)
+    assert isinstance(verdict, Rejection)
+    answer = json.loads(verdict.http_answer)
+    if expected:
+        assert verdict.answer is not None and answer == json.loads(verdict.answer)
+    else:
+        assert answer["id"] is None and answer["error"]["code"] == -32600
+        assert answer["error"]["message"].startswith("Invalid Request: ")
+        assert "not answered" not in answer["error"]["message"]
+
+
+def test_message_of_takes_a_parsed_value() -> None:
+    ok = {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}
+    assert isinstance(message_of(ok), types.JSONRPCRequest)
+    refused = message_of({"jsonrpc": "2.0", "id": None, "method": "tools/list"})
+    assert isinstance(refused, Rejection) and refused.errors[0]["id"] is None

@@ -25,6 +25,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
 from warden import __version__
+from warden.adcp.bodies import media_type_problem, too_large
 from warden.adcp.callers import Caller, still_live
 from warden.adcp.errors import AdcpError
 from warden.adcp.request_signing import RequestSigning
@@ -35,6 +36,7 @@ from warden.wire.adcp.envelope import echoable_context_id, failure, unparsable
 from warden.wire.adcp.schemas import bundled_request_schema
 from warden.wire.adcp.service import AdcpService, Reply
 from warden.wire.adcp.signed import authenticate, identify_caller, request_url, www_authenticate
+from warden.wire.mcp.bad_input import Rejection, message_of
 
 PATH = "/mcp"
 
@@ -126,8 +128,10 @@ class AdcpMcpEndpoint:
     What the SDK would take or answer in its own way is answered here in AdCP's error
     format, as on REST: a body over the limit (413), a body that is not strict JSON
     (duplicate keys, ``NaN``/``Infinity``: 400, or inside a ``tools/call`` its
-    JSON-RPC result with ``isError``), ``tools/call`` arguments that are not an object,
-    and any method but POST (405)."""
+    JSON-RPC result with ``isError``) or not sent as ``application/json`` (415),
+    ``tools/call`` arguments that are not an object, and any method but POST (405).
+    JSON that is no JSON-RPC 2.0 message (a batch, no ``jsonrpc``, an ``id`` that is
+    not a string or an integer) is ``-32600`` as the proxy words it (400)."""
 
     def __init__(
         self,
@@ -154,7 +158,7 @@ class AdcpMcpEndpoint:
         try:
             raw = await _read(receive, headers, self.max_body_bytes)
         except AdcpError as exc:
-            await _fail(send, 413, exc, "ctx_mcp")
+            await _fail(send, exc.http_status, exc, "ctx_mcp")
             return
         lenient = _lenient(raw)
         context_id = _context_id(lenient)
@@ -171,7 +175,9 @@ class AdcpMcpEndpoint:
         call = (
             lenient if isinstance(lenient, dict) and lenient.get("method") == "tools/call" else None
         )
-        problem = _problem(raw, call)
+        problem = _problem(raw, call, headers.get("content-type"))
+        checked = message_of(lenient) if problem is None else None
+        rejection = checked if isinstance(checked, Rejection) else None
         try:
             caller = await anyio.to_thread.run_sync(
                 lambda: identify_caller(
@@ -185,7 +191,7 @@ class AdcpMcpEndpoint:
                     arguments=arguments,
                     # From memory only when nothing here refuses the call before the
                     # tool's transaction confirms the key (decisions 810, 813).
-                    remember=scope["method"] == "POST" and problem is None,
+                    remember=scope["method"] == "POST" and problem is None and rejection is None,
                 )
             )
         except AdcpError as exc:
@@ -213,8 +219,16 @@ class AdcpMcpEndpoint:
                 data = json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
                 await _respond(send, 200, data.encode("utf-8"), [])
             else:
-                await _fail(send, 400, problem, context_id)
+                await _fail(send, problem.http_status, problem, context_id)
             return
+        if rejection is not None:  # not JSON-RPC 2.0: the SDK's answer is a pydantic dump
+            await _respond(send, 400, rejection.http_answer, [])
+            return
+        # Media types are case-insensitive; the SDK's check is not (decision 832).
+        scope["headers"] = [
+            (k, b"application/json") if k.lower() == b"content-type" else (k, v)
+            for k, v in scope["headers"]
+        ]
 
         async def send_unless_refused(message: Any) -> None:
             # A remembered key the tool's transaction found revoked: the SDK's answer is
@@ -246,13 +260,15 @@ async def _refuse(send: Send, exc: AdcpError, context_id: str) -> None:
     await _fail(send, 401, exc, context_id, [(b"www-authenticate", challenge)])
 
 
-def _problem(raw: bytes, call: dict[str, Any] | None) -> AdcpError | None:
-    """What the body is refused with once its caller is known: not strict JSON, or a
-    ``tools/call`` whose arguments are not an object."""
+def _problem(raw: bytes, call: dict[str, Any] | None, media: str | None) -> AdcpError | None:
+    """What the body is refused with once its caller is known: not strict JSON, not
+    sent as JSON, or a ``tools/call`` whose arguments are not an object."""
     try:
         parse_request_json(raw)
     except ParseError as exc:
         return unparsable(exc)
+    if (wrong_media := media_type_problem(media)) is not None:
+        return wrong_media
     params = call.get("params") if call is not None else None
     arguments = params.get("arguments") if isinstance(params, dict) else None
     if arguments is not None and not isinstance(arguments, dict):
@@ -261,8 +277,8 @@ def _problem(raw: bytes, call: dict[str, Any] | None) -> AdcpError | None:
 
 
 async def _read(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
-    """The whole request body; ``INVALID_REQUEST`` past ``limit`` bytes."""
-    too_big = AdcpError("INVALID_REQUEST", f"the body is larger than {limit} bytes")
+    """The whole request body; ``INVALID_REQUEST`` (413) past ``limit`` bytes."""
+    too_big = too_large(limit)
     length = headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
         raise too_big
@@ -309,9 +325,10 @@ def _lenient(raw: bytes) -> Any:
 
 
 def _echoable_id(value: Any) -> bool:
-    """A JSON-RPC id the answer can carry: null, a finite number, or a string that is
-    valid Unicode (a lone surrogate or ``1e400`` has no strict JSON spelling)."""
-    if value is None or isinstance(value, int) and not isinstance(value, bool):
+    """A JSON-RPC id the answer can carry: a finite number, or a string that is valid
+    Unicode (a lone surrogate or ``1e400`` has no strict JSON spelling); not null
+    (decision 834)."""
+    if isinstance(value, int) and not isinstance(value, bool):
         return True
     if isinstance(value, float):
         return math.isfinite(value)

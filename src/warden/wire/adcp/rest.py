@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from warden.adcp.bodies import media_type_problem, too_large
 from warden.adcp.errors import AdcpError
 from warden.adcp.request_signing import RequestSigning
 from warden.crypto.canonical import MAX_REQUEST_DEPTH, nesting_exceeds, parse_request_json
@@ -94,6 +95,9 @@ def adcp_router(
             raw_bytes = await _body(request, max_body_bytes)
             context_id = _context_id(raw_bytes) or context_id
             parsed, problem = _parsed(raw_bytes)
+            # After the body's own problems, as on /mcp: a strict JSON object sent
+            # without content-type: application/json (decision 831).
+            problem = problem or media_type_problem(request.headers.get("content-type"))
             who, live = await run_in_threadpool(
                 lambda: identify_caller(
                     keys,
@@ -178,12 +182,12 @@ def _context_id(raw: bytes) -> str | None:
 async def _body(request: Request, limit: int) -> bytes:
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
-        raise AdcpError("INVALID_REQUEST", f"the body is larger than {limit} bytes")
+        raise too_large(limit)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise AdcpError("INVALID_REQUEST", f"the body is larger than {limit} bytes")
+            raise too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)

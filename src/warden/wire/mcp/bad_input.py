@@ -53,6 +53,8 @@ class Rejection:
     reason: str
     errors: tuple[dict[str, Any], ...]
     batch: bool = False
+    #: What an HTTP transport, which answers every POST, sends when ``errors`` is empty.
+    unanswered: str = "Invalid Request"
 
     @property
     def answer(self) -> bytes | None:
@@ -60,6 +62,14 @@ class Rejection:
         if not self.errors:
             return None
         return json.dumps(list(self.errors) if self.batch else self.errors[0]).encode()
+
+    @property
+    def http_answer(self) -> bytes:
+        """:attr:`answer`, or for nothing answered one ``-32600`` with ``id: null``
+        (MCP Streamable HTTP: a refused notification gets an HTTP error status)."""
+        return (
+            self.answer or json.dumps(_error(types.INVALID_REQUEST, self.unanswered, None)).encode()
+        )
 
 
 def parse_line(line: bytes) -> types.JSONRPCMessage | Rejection:
@@ -75,16 +85,8 @@ def parse_line(line: bytes) -> types.JSONRPCMessage | Rejection:
         # every other parse error echoes the id when it can be read.
         rid = None if exc.reason == "lone_surrogate" else _readable_id(line, exc.reason)
         return _parse_error(exc.message, rid)
-    try:
-        message = _ADAPTER.validate_python(value, by_name=False)
-    except ValueError:
-        return _reject_value(value)
-    # The notification model ignores unknown keys, so a request whose id is not a
-    # string or an integer (1.5, null) would pass as a notification and go unanswered.
-    if isinstance(message, types.JSONRPCNotification):
-        if "id" in value:
-            return _invalid("id must be a string or an integer", None)
-    elif (
+    message = message_of(value)
+    if (
         isinstance(message, types.JSONRPCRequest)
         and message.method == "tools/call"
         and _SIXTEEN_DIGITS.search(line) is not None  # else no integer beyond 2^53
@@ -92,6 +94,20 @@ def parse_line(line: bytes) -> types.JSONRPCMessage | Rejection:
         at = integer_outside_jcs_at(value.get("params"), "/params")
         if at is not None:
             return _invalid_params(at, message.id)
+    return message
+
+
+def message_of(value: Any) -> types.JSONRPCMessage | Rejection:
+    """The JSON-RPC message ``value`` (strictly parsed JSON) is, or why it is refused;
+    also used by the AdCP agent's ``/mcp`` (docs/decisions.md 833)."""
+    try:
+        message = _ADAPTER.validate_python(value, by_name=False)
+    except ValueError:
+        return _reject_value(value)
+    # The notification model ignores unknown keys, so a request whose id is not a
+    # string or an integer (1.5, null) would pass as a notification and go unanswered.
+    if isinstance(message, types.JSONRPCNotification) and "id" in value:
+        return _invalid("id must be a string or an integer", None)
     return message
 
 
@@ -167,12 +183,13 @@ def _reject_value(value: object) -> Rejection:
             for item in value
             if not _is_notification(item)
         )
-        return Rejection(f"{text} ({len(value)} elements)", errors, batch=True)
+        return Rejection(f"{text} ({len(value)} elements)", errors, batch=True, unanswered=text)
     if not isinstance(value, dict):
         return _invalid("not a JSON object", None)
     detail = _what_is_wrong(value)
     if _is_notification(value):
-        return Rejection(f"Invalid Request (a notification, not answered): {detail}", ())
+        reason = f"Invalid Request (a notification, not answered): {detail}"
+        return Rejection(reason, (), unanswered=f"Invalid Request: {detail}")
     return _invalid(detail, _id(value))
 
 
