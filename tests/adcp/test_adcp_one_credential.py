@@ -66,16 +66,19 @@ def world(make_runtime: Any) -> Iterator[World]:
 
 
 def _pairs(w: World) -> dict[str, list[tuple[str, str]]]:
+    def bearer(token: str, name: str = "authorization") -> tuple[str, str]:
+        return (name, f"Bearer {token}")
+
     return {
-        "revoked-then-valid": [("authorization", f"Bearer {w.rev}"), ("authorization", f"Bearer {w.t4}")],
-        "valid-then-revoked": [("authorization", f"Bearer {w.t4}"), ("authorization", f"Bearer {w.rev}")],
-        "same-key-twice": [("authorization", f"Bearer {w.t4}"), ("Authorization", f"Bearer {w.t4}")],
-        "bearer-and-revoked-x-adcp-auth": [("authorization", f"Bearer {w.t4}"), ("x-adcp-auth", w.rev)],
-        "bearer-and-other-buyer": [("authorization", f"Bearer {w.t4}"), ("x-adcp-auth", w.t5)],
-        "x-adcp-auth-then-bearer": [("x-adcp-auth", w.t4), ("authorization", f"Bearer {w.t4}")],
+        "revoked-then-valid": [bearer(w.rev), bearer(w.t4)],
+        "valid-then-revoked": [bearer(w.t4), bearer(w.rev)],
+        "same-key-twice": [bearer(w.t4), bearer(w.t4, "Authorization")],
+        "bearer-and-revoked-x-adcp-auth": [bearer(w.t4), ("x-adcp-auth", w.rev)],
+        "bearer-and-other-buyer": [bearer(w.t4), ("x-adcp-auth", w.t5)],
+        "x-adcp-auth-then-bearer": [("x-adcp-auth", w.t4), bearer(w.t4)],
         "two-x-adcp-auth": [("x-adcp-auth", w.t4), ("x-adcp-auth", w.t4)],
         "basic-and-x-adcp-auth": [("authorization", "Basic Zm9vOmJhcg=="), ("x-adcp-auth", w.t4)],
-    }  # fmt: skip
+    }
 
 
 PAIRS = [
