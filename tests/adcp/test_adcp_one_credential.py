@@ -1,7 +1,8 @@
 """A request on the AdCP wire (REST ``/adcp/<task>`` and ``/mcp``) that carries more than
 one API key — two ``Authorization`` lines, ``Authorization`` beside ``x-adcp-auth``, two
 ``x-adcp-auth`` — is refused ``AUTH_INVALID`` (401, the answer an invalid key gets),
-whatever the order and even when every key is valid, and changes nothing: no check row,
+whatever the order and even when every key is valid (one key in both ``Authorization``
+and ``x-adcp-auth``, as the AdCP SDK sends it, is one key), and changes nothing: no check row,
 no chain entry, no hold, and ``warden verify``'s chain walk stays ok (decision 840). An
 RFC 9421 signature beside one key is still accepted (decision 563), beside two it is
 refused before the signature is verified, so its nonce is not spent (decision 843). An
@@ -75,7 +76,7 @@ def _pairs(w: World) -> dict[str, list[tuple[str, str]]]:
         "same-key-twice": [bearer(w.t4), bearer(w.t4, "Authorization")],
         "bearer-and-revoked-x-adcp-auth": [bearer(w.t4), ("x-adcp-auth", w.rev)],
         "bearer-and-other-buyer": [bearer(w.t4), ("x-adcp-auth", w.t5)],
-        "x-adcp-auth-then-bearer": [("x-adcp-auth", w.t4), bearer(w.t4)],
+        "x-adcp-auth-then-bearer": [("x-adcp-auth", w.t5), bearer(w.t4)],
         "two-x-adcp-auth": [("x-adcp-auth", w.t4), ("x-adcp-auth", w.t4)],
         "basic-and-x-adcp-auth": [("authorization", "Basic Zm9vOmJhcg=="), ("x-adcp-auth", w.t4)],
     }
@@ -166,11 +167,14 @@ def test_mcp_refuses_more_than_one_key_and_changes_nothing(world: World, pair: s
     assert one.json()["result"]["structuredContent"]["status"] == "completed", one.text
 
 
-def test_an_empty_line_is_no_credential(world: World) -> None:
-    """An empty ``x-adcp-auth`` (or ``Authorization``) carries nothing: one key beside it
-    is answered as before."""
+def test_one_key_in_both_carriers_and_empty_lines_are_one_credential(world: World) -> None:
+    """The AdCP SDK's client sends every key as ``Authorization: Bearer T`` and
+    ``x-adcp-auth: T``: one key, accepted (the official runner's discovery depends on
+    it). An empty ``x-adcp-auth`` (or ``Authorization``) carries nothing."""
     w = world
     for headers in (
+        [("authorization", f"Bearer {w.t4}"), ("x-adcp-auth", w.t4)],
+        [("x-adcp-auth", f" {w.t4}"), ("authorization", f"bearer  {w.t4}")],
         [("authorization", f"Bearer {w.t4}"), ("x-adcp-auth", "")],
         [("authorization", ""), ("x-adcp-auth", w.t4)],
     ):
@@ -195,7 +199,7 @@ def test_an_auth_failure_echoes_the_context_object(world: World) -> None:
         assert body["context_id"] == "mine" and body["context"] == {"k": 1, "n": 1.5}
         assert b'"context":{"k":1, "n":1.50}' in r.content  # the request's own text
     # Two keys, no key at all: the same echo.
-    two = [("authorization", f"Bearer {w.t4}"), ("x-adcp-auth", w.t4)]
+    two = [("authorization", f"Bearer {w.t4}"), ("x-adcp-auth", w.t5)]
     r = w.client.post("/adcp/get_plan_audit_logs", content=raw, headers=two)
     assert _refused(r)["context"] == {"k": 1, "n": 1.5}
     r = w.client.post("/adcp/get_plan_audit_logs", content=raw)
@@ -254,15 +258,17 @@ def test_a_signature_beside_one_key_is_kept_beside_two_refused(world: World) -> 
     raw, headers = _signed(w, key, intent(w.plan_id, 10))
     before = _rows(w.rt)
     for extra in (
-        [("authorization", f"Bearer {w.t4}"), ("x-adcp-auth", w.t4)],
+        [("authorization", f"Bearer {w.t4}"), ("x-adcp-auth", w.rev)],
         [("authorization", f"Bearer {w.t4}"), ("authorization", f"Bearer {w.t4}")],
+        [("x-adcp-auth", w.t4), ("x-adcp-auth", w.t4)],
     ):
         r = w.client.post("/adcp/check_governance", content=raw, headers=[*headers, *extra])
         _refused(r)
     assert _rows(w.rt) == before
     _chain_ok(w.rt)
-    # The nonce was not spent: the same signed bytes, one key beside them, are accepted.
-    one = [*headers, ("authorization", f"Bearer {w.t4}")]
+    # The nonce was not spent: the same signed bytes, one key beside them (in both of
+    # AdCP's carriers, as the SDK sends it), are accepted.
+    one = [*headers, ("authorization", f"Bearer {w.t4}"), ("x-adcp-auth", w.t4)]
     r = w.client.post("/adcp/check_governance", content=raw, headers=one)
     assert r.status_code == 200 and r.json()["status"] == "completed", r.text
     # And the signature alone still needs no key at all.

@@ -21,9 +21,10 @@ hand the request's method, URL, header lines and body here).
 A store failure while verifying is ``GOVERNANCE_UNAVAILABLE`` (503): fail closed.
 
 Before any of this, a request carrying more than one API key — two ``Authorization``
-lines, ``Authorization`` beside ``x-adcp-auth``, two ``x-adcp-auth`` — is refused
-``AUTH_INVALID`` (:func:`one_key`, decision 840): nothing is read or written for it, no
-nonce is spent. A signature beside one key stays allowed (step 2).
+lines, ``Authorization`` beside an ``x-adcp-auth`` that is another key, two
+``x-adcp-auth`` — is refused ``AUTH_INVALID`` (:func:`one_key`, decision 840): nothing is
+read or written for it, no nonce is spent. The same key in both carriers is one key (the
+AdCP SDK's client sends it so); a signature beside one key stays allowed (step 2).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from warden.adcp.errors import AdcpError, unavailable
 from warden.adcp.request_signing import RequestSigning
 from warden.errors import CouldNotDecide, failure_log_level
 from warden.identity.api_keys import ApiKeys, Identity, KeyStillLive
-from warden.identity.credentials import carried, header_lines, more_than_one
+from warden.identity.credentials import header_lines, more_than_one
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +66,22 @@ def credentials(headers: Any) -> str | None:
 
 def one_key(headers: Any) -> None:
     """``AUTH_INVALID`` when ``headers`` (lines, a Starlette ``Headers`` or a mapping)
-    carry more than one API key: which one counts would depend on order (decision 840)."""
-    message = more_than_one(carried(header_lines(headers), KEY_HEADERS))
+    carry more than one API key: which one counts would depend on order (decision 840).
+    One key in both carriers, ``Authorization: Bearer T`` and ``x-adcp-auth: T``, is one
+    credential: the AdCP SDK's client sends every key so."""
+    lines = [(n, v.strip()) for n, v in header_lines(headers) if n in KEY_HEADERS and v.strip()]
+    names = [n for n, _ in lines]
+    keys = {_bearer(v) if n == "authorization" else v for n, v in lines}
+    if len(set(names)) == len(names) and len(keys) == 1 and None not in keys:
+        return
+    message = more_than_one(names)
     if message is not None:
         raise AdcpError("AUTH_INVALID", message)
+
+
+def _bearer(value: str) -> str | None:
+    scheme, _, token = value.partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
 
 
 def echoed_context(request: Any) -> dict[str, Any] | None:
