@@ -7,7 +7,9 @@ authentication failure before any key is read: which one would count depends on 
 a proxy in front of Warden that reads another one than Warden sees a different caller.
 Each wire counts the carriers it accepts and answers in its own format
 (``AUTH_INVALID`` on AdCP, ``401 auth:required`` on ``/v1``, the metrics endpoint's and
-the desk login's own 401). An empty line carries nothing and is not counted.
+the desk login's own 401). An empty line carries nothing and is not counted; on AdCP one
+key sent in both ``Authorization`` and ``x-adcp-auth`` is one credential (the AdCP SDK's
+client sends every key so: :func:`warden.adcp.callers.one_key`).
 """
 
 from __future__ import annotations
