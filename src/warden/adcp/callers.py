@@ -19,6 +19,12 @@ hand the request's method, URL, header lines and body here).
    (decision 810): a key revoked since is answered ``AUTH_INVALID``, as today.
 
 A store failure while verifying is ``GOVERNANCE_UNAVAILABLE`` (503): fail closed.
+
+Before any of this, a request carrying more than one API key — two ``Authorization``
+lines, ``Authorization`` beside an ``x-adcp-auth`` that is another key, two
+``x-adcp-auth`` — is refused ``AUTH_INVALID`` (:func:`one_key`, decision 840): nothing is
+read or written for it, no nonce is spent. The same key in both carriers is one key (the
+AdCP SDK's client sends it so); a signature beside one key stays allowed (step 2).
 """
 
 from __future__ import annotations
@@ -31,11 +37,14 @@ from warden.adcp.errors import AdcpError, unavailable
 from warden.adcp.request_signing import RequestSigning
 from warden.errors import CouldNotDecide, failure_log_level
 from warden.identity.api_keys import ApiKeys, Identity, KeyStillLive
+from warden.identity.credentials import header_lines, more_than_one
 
 log = logging.getLogger(__name__)
 
 #: The one task whose caller may be answered from memory (decision 810).
 REMEMBERED_TASK = "check_governance"
+#: The header lines that carry an API key on the AdCP wire (decision 840).
+KEY_HEADERS = ("authorization", "x-adcp-auth")
 
 
 class Caller(NamedTuple):
@@ -55,6 +64,33 @@ def credentials(headers: Any) -> str | None:
     return alt or None
 
 
+def one_key(headers: Any) -> None:
+    """``AUTH_INVALID`` when ``headers`` (lines, a Starlette ``Headers`` or a mapping)
+    carry more than one API key: which one counts would depend on order (decision 840).
+    One key in both carriers, ``Authorization: Bearer T`` and ``x-adcp-auth: T``, is one
+    credential: the AdCP SDK's client sends every key so."""
+    lines = [(n, v.strip()) for n, v in header_lines(headers) if n in KEY_HEADERS and v.strip()]
+    names = [n for n, _ in lines]
+    keys = {_bearer(v) if n == "authorization" else v for n, v in lines}
+    if len(set(names)) == len(names) and len(keys) == 1 and None not in keys:
+        return
+    message = more_than_one(names)
+    if message is not None:
+        raise AdcpError("AUTH_INVALID", message)
+
+
+def _bearer(value: str) -> str | None:
+    scheme, _, token = value.partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
+def echoed_context(request: Any) -> dict[str, Any] | None:
+    """The ``context`` a failure answers with: the request's, when the body parsed (a
+    JSON object) and its ``context`` is an object (core/context.json), else None."""
+    context = request.get("context") if isinstance(request, dict) else None
+    return context if isinstance(context, dict) else None
+
+
 def revoked_key() -> AdcpError:
     """``AUTH_INVALID``: the answer to an unknown or revoked key."""
     return AdcpError("AUTH_INVALID", "the API key is unknown or revoked")
@@ -63,7 +99,9 @@ def revoked_key() -> AdcpError:
 def authenticate(keys: ApiKeys, headers: Any) -> Identity:
     """The caller's identity; ``AUTH_MISSING`` without a token, ``AUTH_INVALID`` for a
     token that is unknown or revoked, ``GOVERNANCE_UNAVAILABLE`` (503) when the key
-    table cannot be read (the store is down: fail closed, never a 500)."""
+    table cannot be read (the store is down: fail closed, never a 500); ``AUTH_INVALID``
+    for more than one key (:func:`one_key`)."""
+    one_key(headers)
     return _authenticate(keys, headers, remember=False).who
 
 
@@ -130,6 +168,7 @@ def identify_caller(
     :meth:`~warden.wire.adcp.service.AdcpService.call`'s ``live``) an unsigned
     ``check_governance``'s key answered from memory where the policy would accept it
     unsigned, so a revoked key gets the answer it gets today: ``AUTH_INVALID``."""
+    one_key(headers)  # before the signature: a refused request spends no nonce
     fields: Mapping[str, str] = _Fields(headers)
     # Only where a revoked key's answer is AUTH_INVALID whatever else the request says:
     # not where a signature is required or a refused one is let through with a warning.

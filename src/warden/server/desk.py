@@ -55,6 +55,7 @@ import json
 import logging
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -151,7 +152,13 @@ class _FormRefused(Exception):
         self.message = message
 
 
-async def read_form(request: Request) -> dict[str, str]:
+class Form(dict[str, str]):
+    """A form's fields, the first value of each; ``repeated``: names sent more than once."""
+
+    repeated: set[str]
+
+
+async def read_form(request: Request) -> Form:
     """An urlencoded form body, read up to :data:`MAX_FORM_BYTES`; the first value of
     each field. Raises _FormRefused (413, 415 or 400)."""
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -174,7 +181,8 @@ async def read_form(request: Request) -> dict[str, str]:
         )
     except (UnicodeDecodeError, ValueError):
         raise _FormRefused(400, "The form could not be read.") from None
-    out: dict[str, str] = {}
+    out = Form()
+    out.repeated = {name for name, n in Counter(n for n, _ in pairs).items() if n > 1}
     for name, value in pairs:
         out.setdefault(name, value)
     return out
@@ -531,6 +539,8 @@ class _Desk:
         if not self.csrf_ok(request, form):
             return again(403, "The login form expired. Please try again.")
         token = form.get("token", "").strip()
+        if "token" in form.repeated:  # which one counts would depend on order (decision 842)
+            return again(401, "More than one API key was sent. Enter exactly one.")
         if not token:
             return again(400, "Enter your API key.")
         identity = (

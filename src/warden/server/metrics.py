@@ -27,7 +27,8 @@ collide. Series (all prefixed ``warden_``):
 Access (setting ``metrics_access``, decision 234): ``loopback`` (default) serves loopback
 clients without credentials and everyone else only with ``Authorization: Bearer <admin
 API key>``; ``key`` asks every client for the admin key. A refusal is HTTP 401 (no or
-bad key) or 403 (a key that is not admin) with a JSON ``{"error": ...}`` body.
+bad key, or two ``Authorization`` lines from any client: decision 841) or 403 (a key
+that is not admin) with a JSON ``{"error": ...}`` body.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from warden import __version__
 from warden.core.observe import Wire
 from warden.core.types import BundleRef
 from warden.identity.api_keys import Role
+from warden.identity.credentials import more_than_one
 from warden.store.metrics_sql import (
     budget_levels,
     outbox_counts,
@@ -177,10 +179,14 @@ class WardenMetrics:
 
     def _refusal(self, request: Request) -> Response | None:
         access = self.runtime.settings.metrics_access
+        lines = [v for v in request.headers.getlist("authorization") if v.strip()]
+        several = more_than_one(["authorization"] * len(lines))
+        if several is not None:  # refused even where no key is needed (decision 841)
+            return _deny(401, several)
         client = request.client.host if request.client is not None else ""
         if access == "loopback" and _is_loopback(client):
             return None
-        header = request.headers.get("authorization", "")
+        header = lines[0] if lines else ""
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return _deny(401, "metrics need Authorization: Bearer <admin API key>")

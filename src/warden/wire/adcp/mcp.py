@@ -26,7 +26,7 @@ from starlette.types import Receive, Scope, Send
 
 from warden import __version__
 from warden.adcp.bodies import media_type_problem, too_large
-from warden.adcp.callers import Caller, still_live
+from warden.adcp.callers import Caller, echoed_context, still_live
 from warden.adcp.errors import AdcpError
 from warden.adcp.request_signing import RequestSigning
 from warden.crypto.canonical import MAX_REQUEST_DEPTH, nesting_exceeds, parse_request_json
@@ -178,6 +178,7 @@ class AdcpMcpEndpoint:
         problem = _problem(raw, call, headers.get("content-type"))
         checked = message_of(lenient) if problem is None else None
         rejection = checked if isinstance(checked, Rejection) else None
+        context = echoed_context(arguments) if problem is None else None  # echoed on a 401
         try:
             caller = await anyio.to_thread.run_sync(
                 lambda: identify_caller(
@@ -195,7 +196,7 @@ class AdcpMcpEndpoint:
                 )
             )
         except AdcpError as exc:
-            await _refuse(send, exc, context_id)
+            await _refuse(send, exc, context_id, context)
             return
         # The tool handler runs on this scope: it takes the caller from here, so a
         # signed request is verified (and its nonce spent) exactly once.
@@ -244,20 +245,20 @@ class AdcpMcpEndpoint:
             if refused is None:
                 await send(message)
             elif message["type"] == "http.response.start":
-                await _refuse(send, refused, context_id)
+                await _refuse(send, refused, context_id, context)
 
         await self.manager.handle_request(scope, _replay(raw), send_unless_refused)
 
 
-async def _refuse(send: Send, exc: AdcpError, context_id: str) -> None:
+async def _refuse(send: Send, exc: AdcpError, context_id: str, context: Any = None) -> None:
     """The endpoint's answer to a caller it cannot identify: 503 when the key table
     cannot be read (the store is down), else 401 with its ``WWW-Authenticate``."""
     if exc.http_status == 503:
         retry = str(exc.retry_after or 1).encode()
-        await _fail(send, 503, exc, context_id, [(b"retry-after", retry)])
+        await _fail(send, 503, exc, context_id, [(b"retry-after", retry)], context)
         return
     challenge = www_authenticate(exc.code).encode("latin-1")
-    await _fail(send, 401, exc, context_id, [(b"www-authenticate", challenge)])
+    await _fail(send, 401, exc, context_id, [(b"www-authenticate", challenge)], context)
 
 
 def _problem(raw: bytes, call: dict[str, Any] | None, media: str | None) -> AdcpError | None:
@@ -349,9 +350,12 @@ async def _fail(
     err: AdcpError,
     context_id: str,
     headers: list[tuple[bytes, bytes]] | None = None,
+    context: Any = None,
 ) -> None:
     body = json.dumps(
-        failure(err, context_id=context_id), ensure_ascii=False, separators=(",", ":")
+        failure(err, context_id=context_id, context=context),
+        ensure_ascii=False,
+        separators=(",", ":"),
     ).encode("utf-8")
     await _respond(send, status, body, headers or [])
 

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from warden.adcp.bodies import media_type_problem, too_large
+from warden.adcp.callers import echoed_context
 from warden.adcp.errors import AdcpError
 from warden.adcp.request_signing import RequestSigning
 from warden.crypto.canonical import MAX_REQUEST_DEPTH, nesting_exceeds, parse_request_json
@@ -90,7 +91,7 @@ def adcp_router(
         "check_governance, report_plan_outcome, get_plan_audit_logs, get_task_status)",
     )
     async def run_task(task: str, request: Request) -> Response:
-        context_id = "ctx_rest"
+        context_id, parsed, raw_bytes = "ctx_rest", None, b""
         try:
             raw_bytes = await _body(request, max_body_bytes)
             context_id = _context_id(raw_bytes) or context_id
@@ -125,8 +126,10 @@ def adcp_router(
             # AUTH_INVALID from the call only for a key answered from memory and revoked
             # since: answered here as identify's own refusal.
             reply = await run_in_threadpool(service.call, task, parsed, who, live)
-        except AdcpError as exc:
-            return render(Reply(failure(exc, context_id=context_id), True, exc.http_status))
+        except AdcpError as exc:  # the caller's context echoed if the body parsed
+            ctx = echoed_context(parsed)
+            body = failure(exc, context_id=context_id, context=ctx)
+            return render(Reply(body, True, exc.http_status), raw_bytes.decode() if ctx else None)
         return render(reply, raw_bytes.decode("utf-8") if isinstance(parsed, dict) else None)
 
     @router.api_route(

@@ -8,7 +8,8 @@ spends only where it is bound itself. The bootstrap token
 ``<data-dir>/api.token`` is registered as an admin key at start-up.
 
 A missing, unknown or revoked token is ``401 auth:required`` with an ``authenticate``
-resolution; a key whose role does not allow the route is ``403 auth:forbidden``.
+resolution, and so are two ``Authorization`` lines (decision 840); a key whose role
+does not allow the route is ``403 auth:forbidden``.
 The caller's identity is kept in a context variable for the request
 (:func:`caller`), so the operations scope idempotency keys and tasks by it.
 """
@@ -20,9 +21,11 @@ from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from warden.identity.api_keys import ApiKeys, Identity, KeyStillLive, Role
+from warden.identity.credentials import carried, more_than_one
 from warden.wire.spend.models import Resolution
 from warden.wire.spend.render import Refusal
 
+AUTH = "authorization"
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="warden"'}
 
 _CALLER: ContextVar[Identity | None] = ContextVar("warden_caller", default=None)
@@ -38,14 +41,17 @@ def caller() -> Identity:
     return who
 
 
-def unauthenticated(authorization: str | None) -> Refusal:
+def unauthenticated(authorization: str | None, message: str | None = None) -> Refusal:
     """``401 auth:required``: no token, or one that is malformed, unknown or revoked."""
     return Refusal(
         "auth:required",
         401,
-        "missing, invalid or revoked bearer token"
-        if authorization
-        else "this route requires an API key",
+        message
+        or (
+            "missing, invalid or revoked bearer token"
+            if authorization
+            else "this route requires an API key"
+        ),
         resolution=Resolution(
             type="authenticate",
             hint="send Authorization: Bearer <token>; create keys with `warden keys "
@@ -77,7 +83,7 @@ class KeyAuth:
 
     def check(
         self,
-        authorization: str | None,
+        authorization: str | list[str] | None,
         role: Role | None = Role.AGENT,
         *,
         remembered: bool = False,
@@ -86,7 +92,13 @@ class KeyAuth:
         ``auth:required`` (401) or ``auth:forbidden`` (403). ``role`` None admits any
         valid key (the route checks what the caller may see). ``remembered``: the route
         confirms the key in its transaction (:func:`checks_caller_in_transaction`), so a
-        key authenticated a moment ago may be answered from memory."""
+        key authenticated a moment ago may be answered from memory. ``authorization``
+        may be every ``Authorization`` line: more than one is refused unread."""
+        if isinstance(authorization, list):
+            several = more_than_one(carried(((AUTH, v) for v in authorization), {AUTH}))
+            if several is not None:
+                raise unauthenticated("Bearer", several)
+            authorization = next((v for v in authorization if v.strip()), None)
         scheme, _, credentials = (authorization or "").strip().partition(" ")
         token = credentials.strip() if scheme.lower() == "bearer" else None
         live: KeyStillLive | None = None

@@ -159,7 +159,9 @@ def make_route_class(
 
             async def guarded(request: Request) -> Response:
                 try:
-                    auth.check(request.headers.get("authorization"), need, remembered=remembered)
+                    auth.check(
+                        request.headers.getlist("authorization"), need, remembered=remembered
+                    )
                     length = request.headers.get("content-length", "")
                     if length.isdigit() and int(length) > limit:
                         raise _too_large(limit)
