@@ -861,45 +861,41 @@ def test_ping_reaches_the_database_and_fails_once_closed(open_handle: Callable[[
 
 
 def test_iter_records_reads_one_snapshot_while_a_writer_appends(
-    monkeypatch: pytest.MonkeyPatch,
+    database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """PostgreSQL: an append committed by another replica after the walk has read the
-    session rows (a server writing while ``warden verify`` runs) is not half-seen: the
-    walk's entries and head come from one snapshot, so the chain still verifies. Under
-    READ COMMITTED the new entry came with the old head, and verify reported "signed head
-    … does not match the recomputed head" (tests/scaleout's kill -9 test hit it once, the
-    expiry worker appending during its final verify). SQLite's walk holds the write lock,
-    so nothing can append during it there."""
-    from conftest import postgres_schema
-
+    """An append committed by another handle after the walk has read the session rows (a
+    server writing while ``warden verify`` runs) is not half-seen, and is not blocked:
+    the walk's entries and head come from one snapshot, so the chain still verifies, and
+    the writer commits meanwhile. Before, PostgreSQL (READ COMMITTED) showed the new entry
+    beside the old head — verify reported "signed head … does not match the recomputed
+    head" (tests/scaleout's kill -9 test hit it once, the expiry worker appending during
+    its final verify) — and SQLite's walk held the write lock, so the writer waited out
+    its busy timeout and failed (decisions 288, 289)."""
     from warden.store.sql import SqlStore
 
-    with postgres_schema() as url:
-        store, writer = open_store(url), open_store(url)
-        try:
-            sid = new_session(store)
-            append_next(store, sid)
-            real = SqlStore._session_record
-            appended: list[dict[str, Any]] = []
+    store, writer = open_store(database_url), open_store(database_url)
+    try:
+        sid = new_session(store)
+        append_next(store, sid)
+        real = SqlStore._session_record
+        appended: list[dict[str, Any]] = []
 
-            def session_record_then_append(s: Any) -> dict[str, Any]:
-                record = real(s)
-                if not appended:  # between the sessions' read and the entries' read
-                    appended.append(append_next(writer, sid))
-                return record
+        def session_record_then_append(s: Any) -> dict[str, Any]:
+            record = real(s)
+            if not appended:  # between the sessions' read and the entries' read
+                appended.append(append_next(writer, sid))
+            return record
 
-            monkeypatch.setattr(
-                SqlStore, "_session_record", staticmethod(session_record_then_append)
-            )
-            records = list(store.iter_records(sid))
-            monkeypatch.undo()
-            assert appended  # the other replica's append committed during the walk
-            entries = [r for r in records if r["kind"] == "entry"]
-            (head,) = [r for r in records if r["kind"] == "head"]
-            assert [e["seq"] for e in entries] == [0]
-            assert (head["seq"], head["chain_hash"]) == (0, entries[-1]["entry"]["entry_hash"])
-            after = [r["seq"] for r in store.iter_records(sid) if r["kind"] == "entry"]
-            assert after == [0, 1]  # a new walk sees it
-        finally:
-            store.close()
-            writer.close()
+        monkeypatch.setattr(SqlStore, "_session_record", staticmethod(session_record_then_append))
+        records = list(store.iter_records(sid))
+        monkeypatch.undo()
+        assert appended  # the other handle's append committed during the walk
+        entries = [r for r in records if r["kind"] == "entry"]
+        (head,) = [r for r in records if r["kind"] == "head"]
+        assert [e["seq"] for e in entries] == [0]
+        assert (head["seq"], head["chain_hash"]) == (0, entries[-1]["entry"]["entry_hash"])
+        after = [r["seq"] for r in store.iter_records(sid) if r["kind"] == "entry"]
+        assert after == [0, 1]  # a new walk sees it
+    finally:
+        store.close()
+        writer.close()

@@ -67,6 +67,8 @@ from warden.store.schema import SCHEMA_REVISION, entries, replay_keys, sessions
 from warden.store.tasks_sql import LATEST_OR_GRANT, grant_row
 
 SYNC_MODES = ("FULL", "NORMAL", "EXTRA")
+#: A connection execution option: its SQLite transaction only reads (deferred ``BEGIN``).
+_READ_ONLY = "warden_read_only"
 #: The next leaf index. PostgreSQL: the counter row, locked until COMMIT. SQLite (whose
 #: ``BEGIN IMMEDIATE`` already makes the writer alone): one past the largest index stored,
 #: read from the two unique indexes, so no page is dirtied for the counter (writing a
@@ -143,7 +145,11 @@ def _sqlite_engine(parsed: URL, sync: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # A walk that only reads (``read_only`` on its connection: verify, export) takes a
+        # deferred read transaction: one WAL snapshot that does not hold the write lock,
+        # so a server writing beside it does not wait on it (decision 289).
+        read_only = conn.get_execution_options().get(_READ_ONLY, False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine
 
@@ -1450,13 +1456,13 @@ class SqlStore:
         writer appending meanwhile (a server running beside ``warden verify``) is seen
         entirely or not at all: never a session's new entry beside its old head."""
         try:
-            with self._engine.connect() as conn:
+            with self._engine.connect().execution_options(**{_READ_ONLY: True}) as conn:
                 dbapi: Any = None
                 if self._engine.dialect.name == "sqlite":
                     dbapi = conn.connection.dbapi_connection
                     factory = dbapi.text_factory
                     dbapi.text_factory = _lenient_text
-                    # (The engine begins SQLite's transaction itself: one snapshot already.)
+                    # (The engine begins SQLite's read transaction: one snapshot.)
                 else:
                     # READ COMMITTED would give each statement its own snapshot.
                     conn.exec_driver_sql(
