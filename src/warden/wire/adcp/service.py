@@ -38,6 +38,7 @@ from warden.adcp.errors import AdcpError, unavailable
 from warden.adcp.outcomes import report_plan_outcome
 from warden.adcp.plan_sync import check_plans, sync_plans
 from warden.adcp.rate_limit import InsertRateLimiter
+from warden.adcp.reads import capabilities, get_plan_audit_logs, get_task_status
 from warden.adcp.state import AdcpState, Answer, Call
 from warden.errors import (
     CouldNotDecide,
@@ -56,7 +57,6 @@ from warden.store.idempotency import (
 from warden.wire.adcp.controller import ControllerError, comply_test_controller
 from warden.wire.adcp.envelope import echoable_context_id, envelope, failure
 from warden.wire.adcp.idempotency import cacheable, key_of, request_hash, scope_of
-from warden.wire.adcp.reads import capabilities, get_plan_audit_logs, get_task_status
 from warden.wire.adcp.schemas import TASK_SCHEMAS, check_request
 
 log = logging.getLogger(__name__)
