@@ -28,6 +28,7 @@ from warden.spend.budgets import Budget, BudgetKind, Period
 from warden.spend.money import to_wire
 from warden.spend.records import HoldStatus, Receipt, Reservation
 from warden.store.agents_sql import SqlAgents
+from warden.store.append_sql import LEAF_AND_ENTRY
 from warden.store.base import PendingAppend, SessionState
 from warden.store.idempotency_sql import SqlIdempotencyKeys
 from warden.store.kla_sql import SqlKlaRecords
@@ -62,7 +63,8 @@ FROM head
 #: PostgreSQL: the same with the entry numbered by the log counter in the statement
 #: itself (as :data:`~warden.store.sql._PG_APPEND` does), for a transaction that has not
 #: read the counter: the counter is locked by this statement, not before it.
-_CHAINED_APPEND_LEAF = """
+_CHAINED_APPEND_LEAF = (
+    """
 WITH lk AS (
   SELECT next_index FROM log_state WHERE id = 1 FOR UPDATE
 ), head AS (
@@ -71,17 +73,10 @@ WITH lk AS (
   WHERE session_id = %(sid)s AND head_seq = %(expected)s
         AND head_hash IS NOT DISTINCT FROM %(prev)s AND EXISTS (SELECT 1 FROM lk)
   RETURNING session_id
-), leaf AS (
-  UPDATE log_state SET next_index = next_index + 1
-  WHERE id = 1 AND EXISTS (SELECT 1 FROM head)
-  RETURNING next_index - 1 AS i
 )
-INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, entry, response,
-                     created_at, request, log_index)
-SELECT head.session_id, %(seq)s, %(hash)s, %(step_id)s, %(step_type)s, %(entry)s,
-       %(response)s, %(now)s, %(request)s, leaf.i
-FROM head, leaf
 """
+    + LEAF_AND_ENTRY
+)
 
 _HEAD_LOCK = "SELECT head_seq, head_hash FROM sessions WHERE session_id = %s FOR UPDATE"
 

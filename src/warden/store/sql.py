@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from warden.spend.budgets import Budget
     from warden.store.spend_sql import SqlSpendTx
 from warden.store.agents_sql import SqlAgents
+from warden.store.append_sql import LEAF_AND_ENTRY
 from warden.store.base import (
     PendingAppend,
     ReplayKeys,
@@ -376,7 +377,8 @@ def chained_request_id(item: PendingAppend) -> str | None:
 #: its constraint. The log counter is locked first (``lk``, evaluated before the session
 #: row is locked, the order a group-commit batch takes them in) and bumped only when the
 #: head moved (``leaf``), so the index is gapless and costs no round trip.
-_PG_APPEND = """
+_PG_APPEND = (
+    """
 WITH lk AS (
   SELECT next_index FROM log_state WHERE id = 1 FOR UPDATE
 ), head AS (
@@ -396,18 +398,11 @@ WITH lk AS (
   FROM head, (VALUES ('request_id', %(rid)s::text), ('nonce', %(nonce)s::text)) AS v(kind, value)
   WHERE v.value IS NOT NULL
   RETURNING 1
-), leaf AS (
-  UPDATE log_state SET next_index = next_index + 1
-  WHERE id = 1 AND EXISTS (SELECT 1 FROM head)
-  RETURNING next_index - 1 AS i
 )
-INSERT INTO entries (session_id, seq, entry_hash, step_id, step_type, entry, response,
-                     created_at, request, log_index)
-SELECT head.session_id, %(seq)s, %(hash)s, %(step_id)s, %(step_type)s, %(entry)s,
-       %(response)s, %(now)s, %(request)s, leaf.i
-FROM head, leaf
-RETURNING seq
 """
+    + LEAF_AND_ENTRY
+    + "RETURNING seq\n"
+)
 
 
 class _LazyBegin:
