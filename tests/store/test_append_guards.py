@@ -207,3 +207,38 @@ def test_a_leaf_appended_by_another_process_is_numbered_around(
     store.append_many([_item(store, sid, seen=seen)])
     assert seen == [0, 2]
     assert _indexes(store) == [0, 1, 2]
+
+
+def test_now_is_isoformat_in_utc_with_z() -> None:
+    import re
+    from datetime import UTC, datetime
+
+    from warden.store.sql import _now
+
+    for _ in range(3):
+        before = datetime.now(UTC)
+        stamp = _now()
+        after = datetime.now(UTC)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp), stamp
+        at = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        assert before <= at <= after
+        assert at.isoformat(timespec="microseconds").replace("+00:00", "Z") == stamp
+
+
+def test_a_moved_cached_session_is_replace_of_its_fields() -> None:
+    from dataclasses import fields, replace
+
+    from warden.store.base import SessionState
+    from warden.store.sql import _moved_state
+
+    state = SessionState("s", "a", "k", "2026", {"n": 1}, False, 4, "h" * 64, {"sig": 1})
+    for close in (False, True):
+        moved = _moved_state(state, 5, "g" * 64, close)
+        expected = replace(state, head_seq=5, head_hash="g" * 64, closed=close)
+        assert moved == expected
+        assert [getattr(moved, f.name) for f in fields(SessionState)] == [
+            getattr(expected, f.name) for f in fields(SessionState)
+        ]
+    closed = replace(state, closed=True)
+    assert _moved_state(closed, 5, "g" * 64, False).closed  # closing is sticky
+    assert state.head_seq == 4  # the cached state itself is not changed
