@@ -38,7 +38,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 
-def _child(appends: int, callgrind: bool) -> dict[str, float]:
+def _child(appends: int, callgrind: bool, workdir: Path | None = None) -> dict[str, float]:
     sys.path.insert(0, str(HERE))
     from dataclasses import replace
 
@@ -48,7 +48,8 @@ def _child(appends: int, callgrind: bool) -> dict[str, float]:
     from warden.ledger.chain import chain_entry
 
     scenario = load_scenario(DEFAULT_PEERS_DIR)
-    warden = ScenarioWarden(Path(tempfile.mkdtemp(prefix="warden-append-")), BUNDLE_PATH)
+    work = workdir or Path(tempfile.mkdtemp(prefix="warden-append-"))
+    warden = ScenarioWarden(work, BUNDLE_PATH)
     store = warden.runtime.store
     captured: list[Any] = []
     append_many = store.append_many
@@ -96,10 +97,12 @@ def _child(appends: int, callgrind: bool) -> dict[str, float]:
     if callgrind:
         subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
     frames: list[float] = []
+    refused = 0
     before = resource.getrusage(resource.RUSAGE_THREAD)
     for one in batch[200:]:
         size = wal.stat().st_size if wal.exists() else 0
-        store.append_many([one])
+        if store.append_many([one])[0] is not None:
+            refused += 1
         grown = wal.stat().st_size - size
         if grown > 0:
             frames.append(grown / (page + 24))
@@ -107,6 +110,8 @@ def _child(appends: int, callgrind: bool) -> dict[str, float]:
     if callgrind:
         subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
     warden.close()
+    if refused:
+        raise RuntimeError(f"{refused} of {appends} appends were refused")
     return {
         "user_us": 1e6 * (after.ru_utime - before.ru_utime) / appends,
         "sys_us": 1e6 * (after.ru_stime - before.ru_stime) / appends,
