@@ -77,19 +77,28 @@ class DirectCalls:
         try:
             async with to_session:
                 async for item in transport:
-                    if isinstance(item, SessionMessage):
-                        msg = item.message
-                        if isinstance(msg, _Answer) and isinstance(msg.id, str):
-                            slot = self._pending.get(msg.id)
-                            if slot is not None:
-                                slot.append(msg)
-                                self._events[msg.id].set()
-                                continue
-                    await to_session.send(item)
+                    if not self.deliver(item):
+                        await to_session.send(item)
         finally:
-            self._closed = True
-            for event in self._events.values():
-                event.set()
+            self.closed()
+
+    def deliver(self, item: SessionMessage | Exception) -> bool:
+        """Hand ``item`` to the call it answers; False when it answers none made here."""
+        if isinstance(item, SessionMessage):
+            msg = item.message
+            if isinstance(msg, _Answer) and isinstance(msg.id, str):
+                slot = self._pending.get(msg.id)
+                if slot is not None:
+                    slot.append(msg)
+                    self._events[msg.id].set()
+                    return True
+        return False
+
+    def closed(self) -> None:
+        """The connection ended: every call in flight, and every later one, fails."""
+        self._closed = True
+        for event in self._events.values():
+            event.set()
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
         """The real server's ``CallToolResult``; :class:`MCPError` for an error answer."""
