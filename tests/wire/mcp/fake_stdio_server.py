@@ -32,7 +32,9 @@ def main() -> None:
                 "serverInfo": {"name": "fake", "version": "1"},
             }
         elif method == "tools/list":
-            result = {"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in ("echo", "die")]}
+            result = {
+                "tools": [{"name": n, "inputSchema": {"type": "object"}} for n in ("echo", "die")]
+            }
         elif method == "tools/call" and msg["params"]["name"] == "die":
             os._exit(3)
         elif method == "tools/call":
