@@ -19,6 +19,7 @@ connection fails every call in flight with CONNECTION_CLOSED, as the SDK does
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 from collections.abc import AsyncIterable, Callable
@@ -56,7 +57,9 @@ class DirectCalls:
         self._timeout_s = timeout_s
         self._ids = itertools.count(1)
         self._pending: dict[str, list[_Answer]] = {}
-        self._events: dict[str, anyio.Event] = {}
+        #: Per call in flight, the future its caller awaits (set when answered, closed,
+        #: or timed out: see :meth:`call_tool`).
+        self._waiters: dict[str, asyncio.Future[bool]] = {}
         self._closed = False
         self.session: ClientSession | None = None
         self._schemas = OutputSchemas()
@@ -90,15 +93,15 @@ class DirectCalls:
                 slot = self._pending.get(msg.id)
                 if slot is not None:
                     slot.append(msg)
-                    self._events[msg.id].set()
+                    _settle(self._waiters[msg.id], True)
                     return True
         return False
 
     def closed(self) -> None:
         """The connection ended: every call in flight, and every later one, fails."""
         self._closed = True
-        for event in self._events.values():
-            event.set()
+        for waiter in self._waiters.values():
+            _settle(waiter, True)
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
         """The real server's ``CallToolResult``; :class:`MCPError` for an error answer."""
@@ -108,18 +111,23 @@ class DirectCalls:
             raise MCPError(code=types.CONNECTION_CLOSED, message="Connection closed")
         rid = f"warden-{next(self._ids)}"
         slot: list[_Answer] = []
-        event = anyio.Event()
-        self._pending[rid], self._events[rid] = slot, event
+        # A bare future and a loop timer rather than an anyio Event and a cancel scope
+        # (decision 853): the same wait, for a few µs less per call. The proxy runs on
+        # asyncio; a cancellation of the caller still arrives here as CancelledError.
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._pending[rid], self._waiters[rid] = slot, waiter
         params: dict[str, Any] = {"name": name}
         if arguments is not None:
             params["arguments"] = arguments
+        timer: asyncio.TimerHandle | None = None
         try:
             request = types.JSONRPCRequest(
                 jsonrpc="2.0", id=rid, method="tools/call", params=params
             )
             await self._send(SessionMessage(request))
-            with anyio.move_on_after(self._timeout_s) as waited:
-                await event.wait()
+            timer = loop.call_later(self._timeout_s, _settle, waiter, False)
+            answered = await waiter
         except anyio.get_cancelled_exc_class():
             # Our caller was cancelled (the client cancelled its call): tell the server,
             # as the SDK's courtesy cancel does.
@@ -127,8 +135,10 @@ class DirectCalls:
                 await self._cancel(rid, "cancelled by the client")
             raise
         finally:
-            del self._pending[rid], self._events[rid]
-        if waited.cancelled_caught:
+            if timer is not None:
+                timer.cancel()
+            del self._pending[rid], self._waiters[rid]
+        if not answered:
             await self._cancel(rid, f"timed out after {self._timeout_s}s")
             raise MCPError(code=types.REQUEST_TIMEOUT, message="Request 'tools/call' timed out")
         answer = slot[0] if slot else types.JSONRPCError(jsonrpc="2.0", id=rid, error=_CLOSED)
@@ -159,6 +169,12 @@ class DirectCalls:
         )
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             await self._write.send(SessionMessage(note))
+
+
+def _settle(waiter: asyncio.Future[bool], answered: bool) -> None:
+    """Wake a call's caller: ``answered`` (or closed), else timed out; the first wins."""
+    if not waiter.done():
+        waiter.set_result(answered)
 
 
 #: Keywords whose meaning the SDK's validator (python-jsonschema, draft 2020-12) and

@@ -48,12 +48,18 @@ class StdioChannel:
         """Each line (without its newline) until end of input; a last unterminated
         line is yielded too."""
         buf = bytearray()
+        drained = False
         while True:
+            if drained:
+                # The last read took less than was asked for: the pipe was empty then,
+                # so wait for it rather than pay a read that fails (and its exception).
+                await anyio.wait_readable(self.rfd)
             try:
                 chunk = os.read(self.rfd, _CHUNK)
             except BlockingIOError:
-                await anyio.wait_readable(self.rfd)
+                drained = True
                 continue
+            drained = len(chunk) < _CHUNK
             if not chunk:
                 if buf:
                     yield bytes(buf)
