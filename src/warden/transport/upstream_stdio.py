@@ -6,7 +6,9 @@ the proxy's :class:`~warden.transport.mcp_direct_calls.DirectCalls` router sat b
 the reader as a third: an answer to a ``tools/call`` crossed two streams and three
 tasks before its caller woke, and each request one more task. Here the pipes are a
 :class:`~warden.transport.stdio_channel.StdioChannel`: one reader task parses each
-line (as the SDK does) and hands the answer to a call made through
+line with the SDK's model (a blank line is skipped; a line that is not a message, invalid
+UTF-8 included, is handed to the session as the error it is) and hands the answer to a
+call made through
 :class:`DirectCalls` straight to it, everything else to the SDK session; a direct
 call writes its request on the pipe itself, and only the session's own messages go
 through a writer task, as before (docs/decisions.md 852).
