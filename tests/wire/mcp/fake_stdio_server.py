@@ -1,9 +1,9 @@
 """A minimal MCP server over stdio for the upstream transport's tests.
 
-Tools: ``echo`` (answers its arguments as text) and ``die`` (the process exits before
-answering). With ``stubborn`` on the command line it ignores the end of its stdin and
-waits to be signalled; with ``chatty`` it writes 1 MiB to stdout when its stdin ends
-(the proxy must drain it for the server to exit)."""
+Tools: ``echo`` (answers its arguments as text), ``die`` (the process exits before
+answering) and ``slow`` (never answered). With ``stubborn`` on the command line it
+ignores the end of its stdin and waits to be signalled; with ``chatty`` it writes 1 MiB
+to stdout when its stdin ends (the proxy must drain it for the server to exit)."""
 
 from __future__ import annotations
 
@@ -33,10 +33,14 @@ def main() -> None:
             }
         elif method == "tools/list":
             result = {
-                "tools": [{"name": n, "inputSchema": {"type": "object"}} for n in ("echo", "die")]
+                "tools": [
+                    {"name": n, "inputSchema": {"type": "object"}} for n in ("echo", "die", "slow")
+                ]
             }
         elif method == "tools/call" and msg["params"]["name"] == "die":
             os._exit(3)
+        elif method == "tools/call" and msg["params"]["name"] == "slow":
+            continue
         elif method == "tools/call":
             text = json.dumps(msg["params"].get("arguments"), sort_keys=True)
             result = {"content": [{"type": "text", "text": text}], "isError": False}

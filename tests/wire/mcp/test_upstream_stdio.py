@@ -51,7 +51,7 @@ def test_calls_go_direct_and_the_session_gets_the_rest() -> None:
             async with connect_stdio(SERVER, 10.0) as (session, direct):
                 assert direct.usable
                 listed = await session.list_tools()
-                assert [t.name for t in listed.tools] == ["echo", "die"]
+                assert [t.name for t in listed.tools] == ["echo", "die", "slow"]
                 results = []
                 async with anyio.create_task_group() as tg:
 
@@ -63,7 +63,7 @@ def test_calls_go_direct_and_the_session_gets_the_rest() -> None:
                 texts = sorted(r.content[0].text for r in results)  # type: ignore[union-attr]
                 assert texts == [f'{{"i": {i}}}' for i in range(5)]
                 # The session's own requests still work after the direct calls.
-                assert len((await session.list_tools()).tools) == 2
+                assert len((await session.list_tools()).tools) == 3
 
     anyio.run(main)
 
