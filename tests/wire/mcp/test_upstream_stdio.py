@@ -19,7 +19,9 @@ from warden.transport.upstream_stdio import connect_stdio
 
 SERVER = [sys.executable, str(Path(__file__).with_name("fake_stdio_server.py"))]
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX transport")
+pytestmark = pytest.mark.skipif(
+    sys.platform == "win32" or not Path("/proc").is_dir(), reason="POSIX transport, /proc"
+)
 
 
 def _alive(pid: int) -> bool:
