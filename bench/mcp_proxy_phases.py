@@ -11,7 +11,9 @@ points of each call before it starts ``warden mcp-proxy``:
 - ``check0``/``check1``: the request step (``Gateway.check``), of which ``append``
   is the entry's durable append (``Ledger.commit``: SQL and COMMIT);
 - ``send0``/``send1``: the upstream request handed to the SDK transport's writer;
-- ``ans``: the upstream's answer reaches ``DirectCalls.route``;
+- ``ans``: the upstream's answer is read (the proxy's own upstream transport's
+  ``StdioChannel.lines``, decision 852; ``DirectCalls.route`` behind the SDK's
+  ``stdio_client`` where that is used);
 - ``up1``: ``DirectCalls.call_tool`` returns (the answer checked);
 - ``record0``/``record1``: the response step (``Gateway.record``);
 - ``write0``/``write1``: the answer written to the client.
@@ -61,6 +63,7 @@ def _install(out: Path) -> None:
     from warden.ledger import ledger as lg
     from warden.transport import mcp_direct_calls as dc
     from warden.transport import stdio_channel as sc
+    from warden.transport import upstream_stdio as us
     from warden.wire.mcp import fast_path as fp
     from warden.wire.mcp import gateway as gw
 
@@ -95,18 +98,33 @@ def _install(out: Path) -> None:
 
     lg.Ledger.commit = timed_commit  # type: ignore[method-assign]
 
+    # The upstream's pipes are a StdioChannel too: tagged here, stamped apart.
+    writer_init = us.PipeWriter.__init__
+
+    def tagging_init(self: Any, channel: Any) -> None:
+        channel.upstream = True
+        writer_init(self, channel)
+
+    us.PipeWriter.__init__ = tagging_init  # type: ignore[method-assign]
     lines = sc.StdioChannel.lines
 
     async def stamped_lines(self: Any) -> AsyncIterator[bytes]:
+        upstream = getattr(self, "upstream", False)
         async for line in lines(self):
-            cur.clear()
-            cur["line"] = now()
+            if upstream:
+                cur["ans"] = now()
+            else:
+                cur.clear()
+                cur["line"] = now()
             yield line
 
     sc.StdioChannel.lines = stamped_lines  # type: ignore[method-assign]
     write_line = sc.StdioChannel.write_line
 
     async def stamped_write(self: Any, data: bytes) -> None:
+        if getattr(self, "upstream", False):
+            await write_line(self, data)  # the request upstream: send0/send1 time it
+            return
         cur["write0"] = now()
         await write_line(self, data)
         cur["write1"] = now()

@@ -131,7 +131,7 @@ def mcp_proxy_cmd(
                 "registered key of this Warden (warden agents show ID: an active agent gets "
                 f"a new key with warden agents rotate ID; for a revoked one, {REVOKED_HINT})"
             )
-        gateway = Gateway.for_agent(runtime.acs.handle, credential)
+        gateway = Gateway.for_agent(runtime.acs.handle, credential, in_process=True)
         ref = runtime.bundle.ref
         err_console.print(
             f"warden mcp-proxy: {escape(target.describe())} under bundle {ref.id}@{ref.version}, "

@@ -170,3 +170,69 @@ def test_a_modern_session_is_left_to_the_sdk() -> None:
         assert not direct.usable
 
     run(body, version="2026-07-28")
+
+
+TIME_SCHEMA = {
+    "type": "object",
+    "title": "TimeResult",
+    "properties": {"timezone": {"type": "string"}, "is_dst": {"type": "boolean"}},
+    "required": ["timezone", "is_dst"],
+}
+
+
+class SchemaSession(FakeSession):
+    """A session holding tool output schemas, as the SDK's does after tools/list."""
+
+    def __init__(self, schemas: dict[str, Any]) -> None:
+        super().__init__()
+        self._tool_output_schemas = schemas
+
+
+def structured(value: Any) -> types.CallToolResult:
+    return types.CallToolResult(content=[], structured_content=value)
+
+
+def test_a_result_a_plain_schema_accepts_skips_the_sdk_check_and_the_rest_does_not() -> None:
+    from warden.transport.mcp_direct_calls import OutputSchemas
+
+    with_format = {**TIME_SCHEMA, "properties": {"timezone": {"type": "string", "format": "x"}}}
+    remote_ref = {"$ref": "https://example.invalid/schema.json"}
+    session = SchemaSession(
+        {"time": TIME_SCHEMA, "formatted": with_format, "remote": remote_ref, "none": None}
+    )
+    fast = OutputSchemas()
+    good = structured({"timezone": "UTC", "is_dst": False})
+    assert fast.accepts(session, "time", good)
+    # Refused by the schema, or unknown here: the SDK's check decides (and words the error).
+    assert not fast.accepts(session, "time", structured({"timezone": "UTC"}))
+    assert not fast.accepts(session, "time", structured({"timezone": 1, "is_dst": False}))
+    assert not fast.accepts(session, "time", structured(None))
+    assert not fast.accepts(session, "formatted", good)
+    assert not fast.accepts(session, "remote", good)
+    assert not fast.accepts(session, "none", good)
+    assert not fast.accepts(session, "unlisted", good)
+    assert not fast.accepts(FakeSession(), "time", good)
+    # A new listing's schema replaces the compiled one.
+    session._tool_output_schemas["time"] = {**TIME_SCHEMA, "required": ["missing"]}
+    assert not fast.accepts(session, "time", good)
+    # A schema the SDK's metaschema check refuses is never accepted here.
+    session._tool_output_schemas["time"] = {"type": "object", "minProperties": -1}
+    assert not fast.accepts(session, "time", good)
+
+
+def test_direct_calls_leave_only_what_the_fast_check_cannot_accept_to_the_sdk() -> None:
+    async def body(direct: Any, _s: Any, upstream: Any, from_up: Any, *_: Any) -> None:
+        session = SchemaSession({"now": TIME_SCHEMA})
+        direct.session = cast(ClientSession, session)
+        for content in ({"timezone": "UTC", "is_dst": False}, {"timezone": "UTC"}):
+
+            async def reply(content: dict[str, Any] = content) -> None:
+                request = (await upstream.receive()).message
+                await from_up.send(answer(request.id, {**OK, "structuredContent": content}))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reply)
+                await direct.call_tool("now", {})
+        assert session.validated == ["now"]  # only the second result
+
+    run(body)

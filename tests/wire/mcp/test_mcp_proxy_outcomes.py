@@ -119,6 +119,36 @@ def test_an_unsigned_or_refused_answer_denies(runtime: Runtime) -> None:
     assert forged.decision == "deny" and forged.reason_codes == ["gateway_error"]
 
 
+def test_only_the_in_process_gateway_skips_checking_answer_signatures(runtime: Runtime) -> None:
+    # Decision 850: the proxy's own in-process service is not re-verified; any other
+    # transport's answer with a bad signature is refused (IntegrityError → deny).
+    credential = agent_credential(runtime, "a")
+
+    def tampering(body: bytes) -> dict[str, Any]:
+        answer = runtime.acs.handle(body)
+        result = answer.get("result")
+        if isinstance(result, dict) and "decision" in result and "signature" in result:
+            result["reasoning"] = "changed after signing"
+        return answer
+
+    remote = Gateway.for_agent(tampering, credential)
+    remote.open()
+    refused = remote.check(call_message("read_file", {"path": "/tmp/x"}))
+    assert refused.decision == "deny" and refused.reason_codes == ["gateway_error"]
+    local = Gateway.for_agent(runtime.acs.handle, credential, in_process=True)
+    assert local.client.in_process and not remote.client.in_process
+    local.open()
+    allowed = local.check(call_message("read_file", {"path": "/tmp/x"}))
+    assert allowed.decision == "allow" and allowed.result.get("chain_hash")
+
+    def unsigned(_body: bytes) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": "x", "result": {"decision": "allow"}}
+
+    # In process too, an answer without a signature is no verdict.
+    forged = Gateway.for_agent(unsigned, credential, in_process=True).check(call_message("x", {}))
+    assert forged.decision == "deny" and forged.reason_codes == ["gateway_error"]
+
+
 def test_the_default_bundle_decides_mcp_calls_through_the_acs_path(runtime: Runtime) -> None:
     gateway = Gateway.for_agent(runtime.acs.handle, agent_credential(runtime, "a"))
     gateway.open()

@@ -8,7 +8,6 @@ request bytes to the parsed response (HTTP via httpx, or an in-process
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -19,6 +18,7 @@ import httpx
 from warden.crypto.canonical import canonical_bytes
 from warden.crypto.hmac_keys import SessionKeys, hmac_verify
 from warden.errors import IntegrityError, IntegrityReason
+from warden.json_text import compact_bytes
 from warden.wire.acs.methods import HOOKS
 from warden.wire.acs.signing import (
     sign_request,
@@ -67,6 +67,14 @@ class AcsClient:
     :meth:`for_agent`; Warden accepts the master IKM only with ``--unsafe-shared-ikm``).
     ``chain_hash`` tracks the Guardian's published head and is sent back in
     ``metadata.session_state`` when ``track_chain`` is on.
+
+    ``in_process``: the transport is this process's own
+    :class:`~warden.wire.acs.service.AcsService` (``warden mcp-proxy``). Its answers
+    never cross a boundary, so their signatures are not checked again here: an HMAC
+    this process computed a moment earlier, checked with the same key material in
+    the same memory, proves nothing an in-process change could not also forge (the
+    answer must still carry a signature: :class:`~warden.wire.mcp.gateway.Gateway`
+    refuses an unsigned one). Requests are signed as always (docs/decisions.md 850).
     """
 
     def __init__(
@@ -81,8 +89,10 @@ class AcsClient:
         private_key: Any = None,
         algorithm: str | None = None,
         warden_key: Any = None,
+        in_process: bool = False,
     ) -> None:
         self.transport = transport
+        self.in_process = in_process
         self.session_id = session_id or str(uuid.uuid4())
         self.agent_id = agent_id
         self.key_id = key_id
@@ -171,11 +181,12 @@ class AcsClient:
 
     def send(self, envelope: dict[str, Any]) -> dict[str, Any]:
         """Send an envelope; verify and return the response."""
-        body = json.dumps(envelope, ensure_ascii=False, separators=(",", ":")).encode()
-        response = self.transport(body)
+        response = self.transport(compact_bytes(envelope))
         inner = response.get("result") or response.get("error") or {}
         if isinstance(inner, dict) and "signature" in inner:
-            if self.warden_key is not None:
+            if self.in_process:
+                ok = True
+            elif self.warden_key is not None:
                 ok = verify_response_asymmetric(response, self.warden_key)
             else:
                 ok = verify_response(response, self.key)

@@ -119,11 +119,19 @@ class Gateway:
         key_id: str = "client",
         session_id: str | None = None,
         methods: Sequence[str] = GATEWAY_METHODS,
+        in_process: bool = False,
     ) -> None:
         """``ikm``/``key_id``: the registered agent's key material and key id
-        (:meth:`for_agent`); Warden refuses the master IKM without ``--unsafe-shared-ikm``."""
+        (:meth:`for_agent`); Warden refuses the master IKM without ``--unsafe-shared-ikm``.
+        ``in_process``: ``transport`` is this process's own ``AcsService.handle``
+        (:class:`~warden.wire.acs.client.AcsClient`)."""
         self.client = AcsClient(
-            transport, ikm, agent_id=agent_id, key_id=key_id, session_id=session_id
+            transport,
+            ikm,
+            agent_id=agent_id,
+            key_id=key_id,
+            session_id=session_id,
+            in_process=in_process,
         )
         self._methods = tuple(methods)
         self._open = False

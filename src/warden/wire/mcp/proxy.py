@@ -42,6 +42,7 @@ from pydantic import BaseModel
 from warden.policy.bundle import Bundle
 from warden.transport.mcp_direct_calls import DirectCalls
 from warden.transport.stdio_channel import claim_stdio
+from warden.transport.upstream_stdio import connect_stdio
 from warden.wire.mcp.bad_input import rejection_for
 from warden.wire.mcp.fast_path import serve_channel
 from warden.wire.mcp.gateway import Gateway, Ruling, refusal
@@ -89,6 +90,10 @@ class Upstream:
             ):
                 await session.initialize()
                 yield session, None
+            return
+        if sys.platform != "win32":
+            async with connect_stdio(self.command, self.timeout_s) as connected:
+                yield connected
             return
         params = StdioServerParameters(command=self.command[0], args=list(self.command[1:]))
         async with stdio_client(params, errlog=sys.stderr) as (read, write):
