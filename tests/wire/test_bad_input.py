@@ -569,6 +569,48 @@ def test_floats_signed_with_rfc8785_verify_through_the_fast_path(
     assert target.counts()["entries"] == before["entries"] + 1
 
 
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"amount_usd": 2500.0, "fee": -0.0, "qty": [3.0, 1.0]},  # all made ints once
+        {"amount_usd": 2500.0, "big": 2.0**60, "tiny": 1e-7},  # one needs a placeholder
+        {"\U0001f600": 1.0, "\ue000": 2.0},  # UTF-16 member order: no copy
+    ],
+    ids=["integral", "placeholder", "astral_keys"],
+)
+def test_request_hash_of_float_arguments_is_their_rfc8785_hash(
+    runtime: Runtime, arguments: dict[str, Any]
+) -> None:
+    """Issue 16: the request's integral floats are made ints in one copy that is both
+    verified and hashed; the entry's request_hash and the stored request text must
+    still be the rfc8785 bytes of the params as sent."""
+    target = InProcess(runtime)
+    client = target.client(track_chain=False)
+    assert "result" in client.hello()
+    env = client.envelope(
+        "steps/toolCallRequest",
+        {
+            "tool": {"name": "read_file"},
+            "arguments": {"path": {"value": "a"}} | {k: {"value": v} for k, v in arguments.items()},
+        },
+        sign=False,
+    )
+    mac = hmac.new(client.key, rfc8785.dumps(env), hashlib.sha256).digest()
+    env["params"]["signature"] = {
+        "algorithm": "HMAC-SHA256",
+        "value": base64.b64encode(mac).decode(),
+        "key_id": client.key_id,
+    }
+    response = target.send(_dumps(env).encode())
+    assert response["result"]["decision"] == "allow", response
+    entries = [
+        r["entry"] for r in runtime.store.iter_records(client.session_id) if r["kind"] == "entry"
+    ]
+    expected = rfc8785.dumps(env["params"])
+    assert entries[-1]["step_id"] == env["params"]["request_id"]
+    assert entries[-1]["request_hash"] == hashlib.sha256(expected).hexdigest()
+
+
 def test_signed_unknown_method_writes_nothing(target: Target, session: AcsClient) -> None:
     env = session.envelope("steps/launchMissiles", {})
     before = target.counts()

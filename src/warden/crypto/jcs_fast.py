@@ -97,6 +97,26 @@ def is_direct_jcs(value: Any) -> bool:
     return _scan(value) is JcsRoute.DIRECT
 
 
+def jcs_writable(value: Any, route: JcsRoute) -> tuple[Any, JcsRoute]:
+    """``(value to write, its route)`` for ``value`` whose :func:`jcs_route` is ``route``:
+    for ``NUMBERS`` when every float the encoder writes wrongly is an integral double
+    below 2^53 (``2500.0``), a copy with those floats as ints (only the containers on
+    the way to one are copied) and ``DIRECT``; otherwise ``(value, route)``.
+
+    The copy and every value inside it are written by the encoder as they are, as
+    ``value`` and the value at the same place in it are by RFC 8785 (the ints are the
+    same numbers, the other floats are written alike), so a caller that canonicalizes
+    several parts of one walked value converts its floats once, not once per part. The
+    copy is for canonicalizing only: ``2500`` is not ``2500.0`` to a policy."""
+    if route is not JcsRoute.NUMBERS:
+        return value, route
+    numbers: list[str] = []
+    ready = _with_numbers(value, numbers)
+    if numbers:  # a float needs a placeholder: each part is rewritten when written
+        return value, route
+    return ready, JcsRoute.DIRECT
+
+
 def fast_jcs_bytes(value: Any, *, within: JcsRoute | None = None) -> bytes | None:
     """The RFC 8785 bytes of ``value``, or None when this fast path cannot be sure of
     them (the module docstring lists when). Never raises for a JSON-like value; a
