@@ -24,7 +24,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from warden.crypto import jcs_fast
-from warden.crypto.canonical import canonical_bytes
+from warden.crypto.canonical import canonical_bytes, parse_strict_json, parsed_jcs_route
 from warden.crypto.ecmascript_number import ecmascript_number
 from warden.crypto.jcs_fast import (
     JcsRoute,
@@ -298,3 +298,63 @@ def test_the_callers_value_is_not_changed() -> None:
     before = repr(value)
     canonical_bytes(value)
     assert repr(value) == before
+
+
+# -- the route read off a request's text (parsed_jcs_route) -------------------------------
+
+wide_values = st.recursive(
+    json_scalars | st.integers(min_value=-(2**70), max_value=2**70),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(json_keys, children, max_size=6)
+    ),
+    max_leaves=40,
+)
+
+
+def _floats_in(value: Any) -> list[str]:
+    return sorted(repr(v) for v in _members(value) if type(v) is float)
+
+
+@settings(max_examples=500, deadline=None)
+@given(wide_values, st.booleans(), st.booleans())
+@example({"\U0001f600": 1}, True, False)  # a surrogate-pair escape: not read off the text
+@example({"\U0001f600": 1}, False, False)  # a 4-byte UTF-8 key
+@example({"x": 2**53}, False, True)
+@example({"x": 10**15, "y": "1234567890123456"}, False, False)  # 16 digits: walked
+@example({"a": [2500.0, 1e-7], "b": "é", "c": 0.5}, False, True)
+def test_the_route_read_off_a_request_text_is_the_walks(
+    value: Any, ensure_ascii: bool, compact: bool
+) -> None:
+    """The ACS wire reads a request's route off its body and the floats the parser met
+    instead of walking the parsed value: that route must be the walk's (or None, "walk
+    to find out"), and the parser must report every float it read."""
+    separators = (",", ":") if compact else (", ", ": ")
+    raw = json.dumps(value, ensure_ascii=ensure_ascii, separators=separators).encode()
+    floats: list[float] = []
+    parsed = parse_strict_json(raw, floats=floats)
+    assert _floats_in(parsed) == sorted(repr(x) for x in floats)
+    route = parsed_jcs_route(raw, floats)
+    if route is not None:
+        assert route is jcs_route(parsed)
+
+
+@pytest.mark.parametrize(
+    ("text", "route"),
+    [
+        (b'{"a": 1, "b": "x", "c": [true, null, -7]}', JcsRoute.DIRECT),
+        (b'{"amount": 1500.5, "rate": 0.0375}', JcsRoute.DIRECT),
+        (b'{"amount": 2500.0, "name": "\xc3\xa9"}', JcsRoute.NUMBERS),
+        (b'{"tiny": 1e-7}', JcsRoute.NUMBERS),
+        (b'{"x": 1e400}', JcsRoute.UNSURE),
+        (b'{"x": 9007199254740993}', None),
+        (b'{"\xf0\x9f\x98\x80": 1}', None),
+        (b'{"\\ud83d\\ude00": 1}', None),
+        (b'{"ts": "2026-12-06T18:01:35.239Z", "id": "9007199254740993"}', None),
+    ],
+)
+def test_the_route_read_off_a_text(text: bytes, route: JcsRoute | None) -> None:
+    floats: list[float] = []
+    parsed = parse_strict_json(text, floats=floats)
+    assert parsed_jcs_route(text, floats) is route
+    if route is not None:
+        assert jcs_route(parsed) is route

@@ -46,8 +46,8 @@ from warden.crypto.ecmascript_number import ecmascript_number
 _MAX_SAFE_INT: Final = 2**53 - 1
 
 #: orjson writes these doubles as ECMAScript does (see the module docstring).
-_DIRECT_LOW: Final = 1e-3
-_DIRECT_HIGH: Final = 1e15
+DIRECT_LOW: Final = 1e-3
+DIRECT_HIGH: Final = 1e15
 
 
 class JcsRoute(IntEnum):
@@ -170,7 +170,7 @@ def _scan(value: Any) -> JcsRoute:
                     continue
                 return _UNSURE
             if t is float:
-                if _DIRECT_LOW <= abs(v) < _DIRECT_HIGH and not v.is_integer():
+                if DIRECT_LOW <= abs(v) < DIRECT_HIGH and not v.is_integer():
                     continue
                 if v - v != 0.0:  # NaN or ±Infinity (x − x is NaN for both)
                     return _UNSURE

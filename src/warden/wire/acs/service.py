@@ -54,6 +54,7 @@ from warden.crypto.canonical import (
     lone_surrogate_at,
     may_hold_surrogates,
     parse_strict_json,
+    parsed_jcs_route,
     sha256_hex,
 )
 from warden.crypto.hmac_keys import SessionKeys
@@ -223,8 +224,9 @@ class AcsService:
                     f"request body exceeds {self.max_body_bytes} bytes", reason="body_too_large"
                 ),
             )
+        floats: list[float] = []
         try:
-            msg = parse_strict_json(body, max_depth=MAX_REQUEST_DEPTH)
+            msg = parse_strict_json(body, max_depth=MAX_REQUEST_DEPTH, floats=floats)
         except ParseError as exc:
             return error_response(None, exc)
         if isinstance(msg, list):
@@ -257,12 +259,15 @@ class AcsService:
                     f"request envelope invalid at {pointer or '/'}: {text}", pointer=pointer
                 ),
             )
-        # One walk checks the JCS domain and finds how the fast path writes this
-        # envelope (floats included); every canonicalization of it below reuses that
-        # route instead of walking again. Only a value the walk is unsure of (NaN, an
-        # integer beyond 2^53, ...) is canonicalized here, to refuse it first. Integral
-        # floats (2500.0) are made ints once, in a copy only signed and hashed.
-        jcs = jcs_route(msg)
+        # How the fast path writes this envelope (floats included), read off the body
+        # and the floats the parser met, or when that cannot tell, found by one walk;
+        # every canonicalization of it below reuses that route. Only a value the fast
+        # path is unsure of (an integer beyond 2^53, ...) is canonicalized here, to
+        # refuse it first. Integral floats (2500.0) are made ints once, in a copy only
+        # signed and hashed.
+        jcs = parsed_jcs_route(body, floats)
+        if jcs is None:
+            jcs = jcs_route(msg)
         if jcs is JcsRoute.UNSURE:
             try:
                 canonical_bytes(msg)  # raises for values outside the JCS domain
