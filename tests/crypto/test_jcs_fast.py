@@ -316,20 +316,23 @@ def _floats_in(value: Any) -> list[str]:
 
 
 @settings(max_examples=500, deadline=None)
-@given(wide_values, st.booleans(), st.booleans())
-@example({"\U0001f600": 1}, True, False)  # a surrogate-pair escape: not read off the text
-@example({"\U0001f600": 1}, False, False)  # a 4-byte UTF-8 key
-@example({"x": 2**53}, False, True)
-@example({"x": 10**15, "y": "1234567890123456"}, False, False)  # 16 digits: walked
-@example({"a": [2500.0, 1e-7], "b": "é", "c": 0.5}, False, True)
+@given(wide_values, st.booleans(), st.sampled_from(["compact", "spaced", "indented"]))
+@example({"\U0001f600": 1}, True, "spaced")  # a surrogate-pair escape: not read off the text
+@example({"\U0001f600": 1}, False, "spaced")  # a 4-byte UTF-8 key
+@example({"x": 2**53}, False, "compact")
+@example({"x": [-(2**60)]}, False, "indented")
+@example({"x": 10**15, "y": "1234567890123456"}, False, "spaced")  # 16 digits: walked
+@example({"a": [2500.0, 1e-7], "b": "é", "c": 0.5}, False, "compact")
 def test_the_route_read_off_a_request_text_is_the_walks(
-    value: Any, ensure_ascii: bool, compact: bool
+    value: Any, ensure_ascii: bool, layout: str
 ) -> None:
     """The ACS wire reads a request's route off its body and the floats the parser met
     instead of walking the parsed value: that route must be the walk's (or None, "walk
     to find out"), and the parser must report every float it read."""
-    separators = (",", ":") if compact else (", ", ": ")
-    raw = json.dumps(value, ensure_ascii=ensure_ascii, separators=separators).encode()
+    separators = (",", ":") if layout == "compact" else (", ", ": ")
+    indent = 1 if layout == "indented" else None
+    raw = json.dumps(value, ensure_ascii=ensure_ascii, separators=separators, indent=indent)
+    raw = raw.encode()
     floats: list[float] = []
     parsed = parse_strict_json(raw, floats=floats)
     assert _floats_in(parsed) == sorted(repr(x) for x in floats)
@@ -349,7 +352,15 @@ def test_the_route_read_off_a_request_text_is_the_walks(
         (b'{"x": 9007199254740993}', None),
         (b'{"\xf0\x9f\x98\x80": 1}', None),
         (b'{"\\ud83d\\ude00": 1}', None),
-        (b'{"ts": "2026-12-06T18:01:35.239Z", "id": "9007199254740993"}', None),
+        (b'{"ts": "2026-12-06T18:01:35.239Z", "id": "9007199254740993"}', JcsRoute.DIRECT),
+        (b'{"key_id": "agk_7777777777777777", "n": 12}', JcsRoute.DIRECT),  # no int token
+        (b'{"f": 0.12345678901234567, "g": 2.0}', JcsRoute.NUMBERS),  # a fraction's run
+        (b'{"g": 1.5e-123456789012345678}', None),  # after a minus sign: walked
+        (b'{"a": "x,1234567890123456"}', None),  # could be an integer: walked
+        (b"[\n 1234567890123456]", None),
+        (b'{"a":-9007199254740992}', None),
+        (b'["' + b"a1234567890123456" * 9 + b'"]', None),  # many runs: walked
+        (b'["' + b"a1234567890123456" * 8 + b'"]', JcsRoute.DIRECT),
     ],
 )
 def test_the_route_read_off_a_text(text: bytes, route: JcsRoute | None) -> None:

@@ -223,6 +223,30 @@ def parse_strict_json(
 _DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x78 for b in range(256))
 #: The fewest digits an integer beyond ±(2^53 − 1) = ±9007199254740991 can have.
 _LONG_DIGIT_RUN = b"0" * 16
+#: What can come right before an integer token's first digit: start of a value (after
+#: ``[``, ``,``, ``:`` or whitespace) or its minus sign. A run of digits after anything
+#: else (``agk_7777777777777777``, a float's fraction) is no integer token.
+_INT_LEADS = b"[,: \t\n\r-"
+#: Long digit runs looked at before the walk is left to decide.
+_MAX_LONG_RUNS = 8
+
+
+def _may_hold_long_integer(raw: bytes) -> bool:
+    """False when the JSON text ``raw`` certainly has no integer token of 16 or more
+    digits; True when it may (then walk). Substring searches, a loop step per run of
+    16+ digits (at most :data:`_MAX_LONG_RUNS`)."""
+    digits = raw.translate(_DIGITS_AS_ZEROS)
+    at = digits.find(_LONG_DIGIT_RUN)
+    for _ in range(_MAX_LONG_RUNS):
+        if at == -1:
+            return False
+        if at == 0 or raw[at - 1] in _INT_LEADS:
+            return True
+        end = digits.find(b"x", at)  # past this run
+        if end == -1:
+            return True
+        at = digits.find(_LONG_DIGIT_RUN, end)
+    return at != -1
 # The lead byte of a 4-byte UTF-8 sequence: a character beyond U+FFFF.
 _BEYOND_BMP = re.compile(rb"[\xf0-\xf4]")
 
@@ -235,13 +259,13 @@ def parsed_jcs_route(raw: bytes, floats: list[float]) -> JcsRoute | None:
 
     The parser makes only exact dicts (str keys), lists, strs, ints, floats, bools and
     None, and refuses NaN/Infinity tokens, so what the walk looks for is in the text:
-    an integer beyond ±(2^53 − 1) has at least 16 digits in a row (any such run, in a
-    string too, answers None); a key beyond U+FFFF is a 4-byte UTF-8 sequence or a
+    an integer beyond ±(2^53 − 1) has at least 16 digits in a row, right after what
+    can begin a value (such a run, in a string too, answers None); a key beyond U+FFFF is a 4-byte UTF-8 sequence or a
     surrogate escape (any such character answers None); the floats decide between
     ``DIRECT``, ``NUMBERS`` and (an overflow to infinity) ``UNSURE``. Lone surrogates are
     not looked for, as the walk does not look for them.
     """
-    if _LONG_DIGIT_RUN in raw.translate(_DIGITS_AS_ZEROS):
+    if _may_hold_long_integer(raw):
         return None
     if not raw.isascii() and _BEYOND_BMP.search(raw) is not None:
         return None
