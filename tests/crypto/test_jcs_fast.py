@@ -285,6 +285,34 @@ def test_a_placeholder_in_the_callers_data_cannot_change_the_bytes() -> None:
         assert canonical_bytes(value) == rfc8785.dumps(value)
 
 
+@pytest.mark.parametrize(
+    ("value", "rewritten"),
+    [
+        ({"arguments": {"amount_usd": 2500.0, "to": "acct-42"}, "method": "m"}, True),
+        ({"a": [2500.0, 2500.0], "b": -0.0, "c": 1e21, "d": 2.0**60, "e": 1.5e-6}, True),
+        ({"a": 2500.0, "s": "2500.0"}, False),  # the number's text inside a string
+        ({"a": 2500.0, "2500.0": 1}, False),  # ... a key
+        ({"a": 2500.0, "b": 12500.05}, False),  # ... another number
+        ({"a": 0.0, "b": -0.0}, None),  # "0.0" inside "-0.0": refused or right
+        ({"a": 1e-7, "s": "1e-7"}, True),  # written alike: nothing to replace
+    ],
+)
+def test_floats_are_rewritten_in_the_encoders_text_only_where_that_is_safe(
+    value: dict[str, Any], rewritten: bool | None
+) -> None:
+    """The NUMBERS route replaces each float's text in the encoder's output when it
+    occurs there exactly as often as the float: never inside a string, a key or
+    another number. Where it cannot, the value is copied and rewritten instead."""
+    floats: list[float] = []
+    assert jcs_fast._scan(value, floats) is JcsRoute.NUMBERS
+    text = jcs_fast.numbers_rewritten(jcs_fast._sorted_dumps(value), floats)
+    if rewritten is not None:
+        assert (text is not None) is rewritten
+    if text is not None:
+        assert text == rfc8785.dumps(value)
+    assert canonical_bytes(value) == rfc8785.dumps(value)
+
+
 def test_a_value_too_deep_for_the_encoder_is_refused_as_outside_the_domain() -> None:
     deep: Any = 1.5
     for _ in range(5000):

@@ -126,12 +126,22 @@ def fast_jcs_bytes(value: Any, *, within: JcsRoute | None = None) -> bytes | Non
     (or is it). Any route but ``UNSURE`` holds for every value inside, so the walk is
     skipped and the value is written by that route (a value needing less is written
     the same by a costlier route)."""
-    verdict = _scan(value) if within is None or within is JcsRoute.UNSURE else within
+    floats: list[float] | None = None
+    if within is None or within is JcsRoute.UNSURE:
+        floats = []
+        verdict = _scan(value, floats)
+    else:
+        verdict = within
     if verdict is JcsRoute.UNSURE:
         return None
     try:
         if verdict is JcsRoute.DIRECT:
             return _sorted_dumps(value)
+        if verdict is JcsRoute.NUMBERS and floats:
+            # The walk found every float to rewrite: rewrite the encoder's text.
+            placed = numbers_rewritten(_sorted_dumps(value), floats)
+            if placed is not None:
+                return placed
         numbers: list[str] = []
         if verdict is JcsRoute.NUMBERS:
             text = _sorted_dumps(_with_numbers(value, numbers))
@@ -142,8 +152,34 @@ def fast_jcs_bytes(value: Any, *, within: JcsRoute | None = None) -> bytes | Non
         return None
 
 
-def _scan(value: Any) -> JcsRoute:
-    """Walk ``value`` once and say how the fast path can write it. Iterative, so
+def numbers_rewritten(text: bytes, floats: list[float]) -> bytes | None:
+    """``text``, the encoder's sorted output for a value in which ``floats`` are all the
+    floats the encoder may write otherwise than ECMAScript (repeats included, any order;
+    floats it writes right may be among them), with each of those written as RFC 8785
+    writes it; None when that cannot be done safely.
+
+    Each float's encoder text (``2500.0``) is replaced by its ECMAScript text
+    (``2500``) only after checking that it occurs in ``text`` exactly as many times as
+    the float does: every occurrence is then the number itself, none inside a string,
+    a key or another number (such a text answers None; the caller copies and rewrites
+    the value instead). Substring counts and replaces: no walk, no copy of the value."""
+    seen: dict[bytes, int] = {}
+    for x in floats:
+        token = _ordered_dumps(x)
+        seen[token] = seen.get(token, 0) + 1
+    for token, count in seen.items():
+        number = ecmascript_number(float(token)).encode("ascii")
+        if number == token:
+            continue
+        if text.count(token) != count:
+            return None
+        text = text.replace(token, number)
+    return text
+
+
+def _scan(value: Any, floats: list[float] | None = None) -> JcsRoute:
+    """Walk ``value`` once and say how the fast path can write it; with ``floats``,
+    append to it every float that makes the route ``NUMBERS``. Iterative, so
     depth costs no recursion. Only containers go on the stack: a container's scalars
     are checked as its members are read (most members are scalars)."""
     verdict: JcsRoute = _DIRECT
@@ -176,6 +212,8 @@ def _scan(value: Any) -> JcsRoute:
                     return _UNSURE
                 if verdict is _DIRECT:
                     verdict = _NUMBERS
+                if floats is not None:
+                    floats.append(v)
                 continue
             return _UNSURE
     return verdict
