@@ -305,7 +305,8 @@ def test_floats_are_rewritten_in_the_encoders_text_only_where_that_is_safe(
     another number. Where it cannot, the value is copied and rewritten instead."""
     floats: list[float] = []
     assert jcs_fast._scan(value, floats) is JcsRoute.NUMBERS
-    text = jcs_fast.numbers_rewritten(jcs_fast._sorted_dumps(value), floats)
+    rewrites = jcs_fast.float_rewrites(floats)
+    text = jcs_fast.numbers_rewritten(jcs_fast._sorted_dumps(value), rewrites)
     if rewritten is not None:
         assert (text is not None) is rewritten
     if text is not None:

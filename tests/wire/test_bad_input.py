@@ -25,10 +25,15 @@ import rfc8785
 from conftest import start_server
 from wire_targets import InProcess, OverHttp, Target
 
+from warden.crypto.canonical import parse_strict_json
 from warden.crypto.hmac_keys import SessionKeys
 from warden.runtime import Runtime
 from warden.wire.acs.client import AcsClient, verify_response
-from warden.wire.acs.signing import sign_request
+from warden.wire.acs.signing import (
+    request_signing_input,
+    request_texts_rewritten,
+    sign_request,
+)
 
 MAX_BODY = 1 << 20
 SLOT = '"__SLOT__"'
@@ -570,20 +575,23 @@ def test_floats_signed_with_rfc8785_verify_through_the_fast_path(
 
 
 @pytest.mark.parametrize(
-    "arguments",
+    ("arguments", "rid"),
     [
-        {"amount_usd": 2500.0, "fee": -0.0, "qty": [3.0, 1.0]},  # all made ints once
-        {"amount_usd": 2500.0, "big": 2.0**60, "tiny": 1e-7},  # one needs a placeholder
-        {"\U0001f600": 1.0, "\ue000": 2.0},  # UTF-16 member order: no copy
+        ({"amount_usd": 2500.0, "fee": -0.0, "qty": [3.0, 1.0]}, None),
+        ({"amount_usd": 2500.0, "big": 2.0**60, "tiny": 1e-7, "huge": 1e21}, None),
+        ({"amount_usd": 2500.0, "memo": "2500.0"}, None),  # the float's text in a string
+        ({"amount_usd": 2500.0}, 3.0),  # a float outside params
+        ({"\U0001f600": 1.0, "\ue000": 2.0}, None),  # UTF-16 member order: walked
     ],
-    ids=["integral", "placeholder", "astral_keys"],
+    ids=["integral", "exponents", "text_in_a_string", "float_id", "astral_keys"],
 )
 def test_request_hash_of_float_arguments_is_their_rfc8785_hash(
-    runtime: Runtime, arguments: dict[str, Any]
+    runtime: Runtime, arguments: dict[str, Any], rid: float | None
 ) -> None:
-    """Issue 16: the request's integral floats are made ints in one copy that is both
-    verified and hashed; the entry's request_hash and the stored request text must
-    still be the rfc8785 bytes of the params as sent."""
+    """Issue 16: a request's floats are rewritten in the encoder's text of its signing
+    input and params (or, where that is not safe, in one copy made for both); the
+    signature must verify and the entry's request_hash must be the rfc8785 hash of the
+    params as sent."""
     target = InProcess(runtime)
     client = target.client(track_chain=False)
     assert "result" in client.hello()
@@ -595,6 +603,8 @@ def test_request_hash_of_float_arguments_is_their_rfc8785_hash(
         },
         sign=False,
     )
+    if rid is not None:
+        env["id"] = rid
     mac = hmac.new(client.key, rfc8785.dumps(env), hashlib.sha256).digest()
     env["params"]["signature"] = {
         "algorithm": "HMAC-SHA256",
@@ -694,3 +704,33 @@ def test_server_fixture_refuses_not_json(server: Any, tmp_path: Path) -> None:
         target.close()
     _assert_plain_error(response, code=-32700, rid=None, reason="invalid_json")
     assert target.counts() == before == {"sessions": 0, "replay_keys": 0, "entries": 0}
+
+
+@pytest.mark.parametrize(
+    ("envelope", "rewritten"),
+    [
+        ({"id": "1", "params": {"a": 2500.0, "signature": {"value": "v"}}}, True),
+        ({"id": 2, "params": {"a": [2500.0, -0.0, 1e21], "signature": {"value": "v"}}}, True),
+        ({"id": 3.0, "params": {"a": 2500.0, "signature": {"value": "v"}}}, False),
+        ({"id": "1", "params": {"a": 2500.0, "signature": {"value": 1.0}}}, False),
+        ({"id": "1", "params": {"a": 2500.0, "b": "2500.0", "signature": {}}}, False),
+    ],
+)
+def test_a_requests_texts_are_rewritten_only_where_that_is_safe(
+    envelope: dict[str, Any], rewritten: bool
+) -> None:
+    """The ACS wire writes a request's signing input and params from the encoder's text
+    with the parser's floats rewritten, and falls back to a copy where it cannot."""
+    raw = json.dumps(envelope).encode()
+    floats: list[float] = []
+    parsed = parse_strict_json(raw, floats=floats)
+    texts = request_texts_rewritten(parsed, floats)
+    assert (texts is not None) is rewritten
+    if texts is not None:
+        assert texts[0] == rfc8785.dumps(json.loads(raw) | {"params": _unsigned(parsed)})
+        assert texts[0] == request_signing_input(parsed)
+        assert texts[1] == rfc8785.dumps(parsed["params"])
+
+
+def _unsigned(envelope: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in envelope["params"].items() if k != "signature"}

@@ -247,6 +247,8 @@ def _may_hold_long_integer(raw: bytes) -> bool:
             return True
         at = digits.find(_LONG_DIGIT_RUN, end)
     return at != -1
+
+
 # The lead byte of a 4-byte UTF-8 sequence: a character beyond U+FFFF.
 _BEYOND_BMP = re.compile(rb"[\xf0-\xf4]")
 
@@ -260,10 +262,11 @@ def parsed_jcs_route(raw: bytes, floats: list[float]) -> JcsRoute | None:
     The parser makes only exact dicts (str keys), lists, strs, ints, floats, bools and
     None, and refuses NaN/Infinity tokens, so what the walk looks for is in the text:
     an integer beyond ±(2^53 − 1) has at least 16 digits in a row, right after what
-    can begin a value (such a run, in a string too, answers None); a key beyond U+FFFF is a 4-byte UTF-8 sequence or a
-    surrogate escape (any such character answers None); the floats decide between
-    ``DIRECT``, ``NUMBERS`` and (an overflow to infinity) ``UNSURE``. Lone surrogates are
-    not looked for, as the walk does not look for them.
+    can begin a value (such a run, in a string too, answers None); a key beyond U+FFFF
+    is a 4-byte UTF-8 sequence or a surrogate escape (any such character answers
+    None); the floats decide between ``DIRECT``, ``NUMBERS`` and (an overflow to
+    infinity) ``UNSURE``. Lone surrogates are not looked for, as the walk does not
+    look for them.
     """
     if _may_hold_long_integer(raw):
         return None

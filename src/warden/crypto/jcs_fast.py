@@ -139,7 +139,7 @@ def fast_jcs_bytes(value: Any, *, within: JcsRoute | None = None) -> bytes | Non
             return _sorted_dumps(value)
         if verdict is JcsRoute.NUMBERS and floats:
             # The walk found every float to rewrite: rewrite the encoder's text.
-            placed = numbers_rewritten(_sorted_dumps(value), floats)
+            placed = numbers_rewritten(_sorted_dumps(value), float_rewrites(floats))
             if placed is not None:
                 return placed
         numbers: list[str] = []
@@ -152,25 +152,36 @@ def fast_jcs_bytes(value: Any, *, within: JcsRoute | None = None) -> bytes | Non
         return None
 
 
-def numbers_rewritten(text: bytes, floats: list[float]) -> bytes | None:
-    """``text``, the encoder's sorted output for a value in which ``floats`` are all the
-    floats the encoder may write otherwise than ECMAScript (repeats included, any order;
-    floats it writes right may be among them), with each of those written as RFC 8785
-    writes it; None when that cannot be done safely.
-
-    Each float's encoder text (``2500.0``) is replaced by its ECMAScript text
-    (``2500``) only after checking that it occurs in ``text`` exactly as many times as
-    the float does: every occurrence is then the number itself, none inside a string,
-    a key or another number (such a text answers None; the caller copies and rewrites
-    the value instead). Substring counts and replaces: no walk, no copy of the value."""
-    seen: dict[bytes, int] = {}
+def float_rewrites(floats: list[float]) -> list[tuple[bytes, bytes, int]]:
+    """``(encoder text, RFC 8785 text, count)`` of each float in ``floats`` that the
+    encoder writes otherwise than ECMAScript (``(b"2500.0", b"2500", 1)``), for
+    :func:`numbers_rewritten`; a float written alike by both is left out."""
+    seen: dict[bytes, tuple[float, int]] = {}
     for x in floats:
         token = _ordered_dumps(x)
-        seen[token] = seen.get(token, 0) + 1
-    for token, count in seen.items():
-        number = ecmascript_number(float(token)).encode("ascii")
-        if number == token:
-            continue
+        seen[token] = (x, seen[token][1] + 1 if token in seen else 1)
+    out = []
+    for token, (x, count) in seen.items():
+        if -_MAX_EXACT < x < _MAX_EXACT and x.is_integer():
+            number = b"%d" % x  # below 2^53 the shortest digits are the integer's own
+        else:
+            number = ecmascript_number(x).encode("ascii")
+        if number != token:
+            out.append((token, number, count))
+    return out
+
+
+def numbers_rewritten(text: bytes, rewrites: list[tuple[bytes, bytes, int]]) -> bytes | None:
+    """``text``, the encoder's sorted output for a value whose floats written otherwise
+    than ECMAScript are exactly those of ``rewrites`` (:func:`float_rewrites`), with
+    each written as RFC 8785 writes it; None when that cannot be done safely.
+
+    A float's encoder text (``2500.0``) is replaced by its ECMAScript text (``2500``)
+    only after checking that it occurs in ``text`` exactly as many times as the float
+    does: every occurrence is then the number itself, none inside a string, a key or
+    another number (such a text answers None; the caller copies and rewrites the value
+    instead). Substring counts and replaces: no walk, no copy of the value."""
+    for token, number, count in rewrites:
         if text.count(token) != count:
             return None
         text = text.replace(token, number)
@@ -183,10 +194,10 @@ def _scan(value: Any, floats: list[float] | None = None) -> JcsRoute:
     depth costs no recursion. Only containers go on the stack: a container's scalars
     are checked as its members are read (most members are scalars)."""
     verdict: JcsRoute = _DIRECT
-    stack = [value if type(value) is dict or type(value) is list else [value]]
+    stack: list[Any] = [value if type(value) is dict or type(value) is list else [value]]
     pop, append = stack.pop, stack.append
     while stack:
-        members = pop()
+        members: Any = pop()
         if type(members) is dict:
             for k in members:
                 if type(k) is not str:

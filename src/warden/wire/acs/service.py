@@ -94,6 +94,7 @@ from warden.wire.acs.parse import action_request
 from warden.wire.acs.render import entry_content, error_response, jsonrpc_id, verdict_result
 from warden.wire.acs.signing import (
     ResponseSigner,
+    request_texts_rewritten,
     sign_response,
     sign_response_with,
     verify_request,
@@ -266,14 +267,18 @@ class AcsService:
         # refuse it first. Integral floats (2500.0) are made ints once, in a copy only
         # signed and hashed.
         jcs = parsed_jcs_route(body, floats)
+        texts = None  # (signing input, params) when written from the parser's floats
         if jcs is None:
             jcs = jcs_route(msg)
+        elif jcs is JcsRoute.NUMBERS:
+            texts = request_texts_rewritten(msg, floats)
         if jcs is JcsRoute.UNSURE:
             try:
                 canonical_bytes(msg)  # raises for values outside the JCS domain
             except InvalidRequest as exc:
                 return error_response(rid, exc)
-        jcs_msg, jcs = jcs_writable(msg, jcs)
+        jcs_msg, jcs = (msg, jcs) if texts else jcs_writable(msg, jcs)
+        signing_input = texts[0] if texts else None
         params = msg["params"]
         method = msg["method"]
         sid = params["metadata"]["session_id"]
@@ -286,10 +291,16 @@ class AcsService:
             try:
                 if caller.public_key is not None:
                     authentic = verify_request_asymmetric(
-                        jcs_msg, caller.algorithm, caller.public_key, within=jcs
+                        jcs_msg,
+                        caller.algorithm,
+                        caller.public_key,
+                        within=jcs,
+                        signing_input=signing_input,
                     )
                 else:
-                    authentic = verify_request(jcs_msg, caller.key, within=jcs)
+                    authentic = verify_request(
+                        jcs_msg, caller.key, within=jcs, signing_input=signing_input
+                    )
             except InvalidRequest as exc:  # a lone surrogate passes jcs_route's walk
                 return error_response(rid, exc)
         if method == PING:
@@ -309,7 +320,7 @@ class AcsService:
                 return self._sign(caller, self._handshake(msg, caller))
             info = route(method)
             # The params exactly as hashed into request_hash (and stored beside the entry).
-            received = canonical_bytes(jcs_msg["params"], within=jcs)
+            received = texts[1] if texts else canonical_bytes(jcs_msg["params"], within=jcs)
             return (yield from self._step(msg, info, caller, received))
         except KeyRevoked as exc:
             # Revoked on some replica since this one cached the key: unauthenticated.
