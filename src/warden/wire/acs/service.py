@@ -264,8 +264,9 @@ class AcsService:
         # and the floats the parser met, or when that cannot tell, found by one walk;
         # every canonicalization of it below reuses that route. Only a value the fast
         # path is unsure of (an integer beyond 2^53, ...) is canonicalized here, to
-        # refuse it first. Integral floats (2500.0) are made ints once, in a copy only
-        # signed and hashed.
+        # refuse it first. Floats (2500.0) are rewritten in the encoder's text of the
+        # signing input and params, or where that is unsafe, made ints once in a copy
+        # only verified and hashed (decisions 860-862).
         jcs = parsed_jcs_route(body, floats)
         texts = None  # (signing input, params) when written from the parser's floats
         if jcs is None:
