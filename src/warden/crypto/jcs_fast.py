@@ -18,11 +18,14 @@ same bytes for these values, an order of magnitude slower (decision 271):
   takes, but places the point and spells the exponent differently
   (:mod:`warden.crypto.ecmascript_number`). For a non-integral double ``x`` with
   ``1e-3 ≤ |x| < 1e15`` the two texts are identical, so such values are written as
-  they are. Any other finite double is rewritten before encoding: an integral one
-  below 2^53 becomes the Python int (``1500.0`` → ``1500``), one that orjson already
-  writes as ECMAScript does (``5e-324``) stays, and the rest (``2.0**60`` →
-  ``1152921504606847000``, ``1e-07`` → ``1e-7``, ``1e21`` → ``1e+21``, ``1.5e-05`` →
-  ``0.000015``) are written through a placeholder string replaced in the output.
+  they are. Any other finite double that orjson writes otherwise (``1500.0`` →
+  ``1500``, ``1.152921504606847e+18`` → ``1152921504606847000``, ``1.5e-6`` →
+  ``0.0000015``; ``1e+21`` and ``5e-324`` are written alike) has its text replaced
+  in the encoder's output, once a count shows that text occurs there only as that
+  number (:func:`numbers_rewritten`, decision 863). Where it also occurs elsewhere (in a
+  string, a key, another number), the value is rewritten before encoding instead: an
+  integral double below 2^53 becomes the Python int, the rest are written through a
+  placeholder string replaced in the output.
 
 The fast path answers None ("not sure"; ``rfc8785`` decides, and raises its domain
 errors) for: NaN and ±Infinity, integers beyond ±(2^53 − 1) (their domain rule is in
