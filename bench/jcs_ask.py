@@ -7,8 +7,8 @@ the approval's action, the chain entry, the session's head record and the unsign
 response. ``base`` is that work as ``AcsService`` did it in ``--base-src``'s checkout
 (its ``warden/crypto`` loaded under another package name): strict parse, ``jcs_route``
 walk, signing input and ``request_hash`` params by that route, then the four other
-values; ``now`` is the same work as this checkout's ``AcsService`` does it (the route
-read off the body, both request texts written from the encoder's output). The strict
+values; ``now`` is the same work as this checkout's ``AcsService`` does it (the walk,
+then one copy with the floats made ints for both request texts). The strict
 parse is timed alone too, so the JCS part can be read apart from it. Both must give
 the same bytes. Printed: µs per ask (best and median of ``--rounds`` rounds of
 ``--repeat`` × ``--number`` calls, interleaved), and the ratio of the bests.
@@ -85,16 +85,18 @@ def capture() -> tuple[bytes, list[Any]]:
         for module in modules:
             module.canonical_bytes = real  # type: ignore[attr-defined]
         warden.close()
-    # The action, the entry content, the head record, the unsigned response (this
-    # checkout writes the request's own texts without canonical_bytes).
-    if len(seen) != 4:
-        raise SystemExit(f"expected the 4 values an ask canonicalizes, saw {len(seen)}")
-    return bodies[11], seen
+    # The action, the entry content, the head record, the unsigned response; the
+    # request's own texts (an envelope with params) are made by each case from the body.
+    others = [v for v in seen if not ("jsonrpc" in v and "params" in v)]
+    if len(others) != 4:
+        raise SystemExit(f"expected the 4 values an ask canonicalizes, saw {len(others)}")
+    return bodies[11], others
 
 
 def cases(base_src: Path) -> dict[str, Callable[[], object]]:
     from warden.crypto import canonical as now_c
-    from warden.wire.acs.signing import request_texts_rewritten
+    from warden.crypto.jcs_fast import jcs_route, jcs_writable
+    from warden.wire.acs.signing import request_signing_input
 
     base_c, base_f = load_base(base_src)
     body, others = capture()
@@ -110,13 +112,13 @@ def cases(base_src: Path) -> dict[str, Callable[[], object]]:
         return texts + [base_c.canonical_bytes(v) for v in others]
 
     def now() -> object:
-        floats: list[float] = []
-        msg = now_c.parse_strict_json(body, max_depth=128, floats=floats)
-        route = now_c.parsed_jcs_route(body, floats)
-        texts = request_texts_rewritten(msg, floats) if route is not None else None
-        if texts is None:
-            raise SystemExit("this checkout's fast request path did not apply")
-        return list(texts) + [now_c.canonical_bytes(v) for v in others]
+        msg = now_c.parse_strict_json(body, max_depth=128)
+        ready, route = jcs_writable(msg, jcs_route(msg))
+        texts = [
+            request_signing_input(ready, within=route),
+            now_c.canonical_bytes(ready["params"], within=route),
+        ]
+        return texts + [now_c.canonical_bytes(v) for v in others]
 
     def parse() -> object:
         return base_c.parse_strict_json(body, max_depth=128)

@@ -24,7 +24,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from warden.crypto import jcs_fast
-from warden.crypto.canonical import canonical_bytes, parse_strict_json, parsed_jcs_route
+from warden.crypto.canonical import canonical_bytes
 from warden.crypto.ecmascript_number import ecmascript_number
 from warden.crypto.jcs_fast import (
     JcsRoute,
@@ -285,35 +285,6 @@ def test_a_placeholder_in_the_callers_data_cannot_change_the_bytes() -> None:
         assert canonical_bytes(value) == rfc8785.dumps(value)
 
 
-@pytest.mark.parametrize(
-    ("value", "rewritten"),
-    [
-        ({"arguments": {"amount_usd": 2500.0, "to": "acct-42"}, "method": "m"}, True),
-        ({"a": [2500.0, 2500.0], "b": -0.0, "c": 1e21, "d": 2.0**60, "e": 1.5e-6}, True),
-        ({"a": 2500.0, "s": "2500.0"}, False),  # the number's text inside a string
-        ({"a": 2500.0, "2500.0": 1}, False),  # ... a key
-        ({"a": 2500.0, "b": 12500.05}, False),  # ... another number
-        ({"a": 0.0, "b": -0.0}, None),  # "0.0" inside "-0.0": refused or right
-        ({"a": 1e-7, "s": "1e-7"}, True),  # written alike: nothing to replace
-    ],
-)
-def test_floats_are_rewritten_in_the_encoders_text_only_where_that_is_safe(
-    value: dict[str, Any], rewritten: bool | None
-) -> None:
-    """The NUMBERS route replaces each float's text in the encoder's output when it
-    occurs there exactly as often as the float: never inside a string, a key or
-    another number. Where it cannot, the value is copied and rewritten instead."""
-    floats: list[float] = []
-    assert jcs_fast._scan(value, floats) is JcsRoute.NUMBERS
-    rewrites = jcs_fast.float_rewrites(floats)
-    text = jcs_fast.numbers_rewritten(jcs_fast._sorted_dumps(value), rewrites)
-    if rewritten is not None:
-        assert (text is not None) is rewritten
-    if text is not None:
-        assert text == rfc8785.dumps(value)
-    assert canonical_bytes(value) == rfc8785.dumps(value)
-
-
 def test_a_value_too_deep_for_the_encoder_is_refused_as_outside_the_domain() -> None:
     deep: Any = 1.5
     for _ in range(5000):
@@ -327,74 +298,3 @@ def test_the_callers_value_is_not_changed() -> None:
     before = repr(value)
     canonical_bytes(value)
     assert repr(value) == before
-
-
-# -- the route read off a request's text (parsed_jcs_route) -------------------------------
-
-wide_values = st.recursive(
-    json_scalars | st.integers(min_value=-(2**70), max_value=2**70),
-    lambda children: (
-        st.lists(children, max_size=5) | st.dictionaries(json_keys, children, max_size=6)
-    ),
-    max_leaves=40,
-)
-
-
-def _floats_in(value: Any) -> list[str]:
-    return sorted(repr(v) for v in _members(value) if type(v) is float)
-
-
-@settings(max_examples=500, deadline=None)
-@given(wide_values, st.booleans(), st.sampled_from(["compact", "spaced", "indented"]))
-@example({"\U0001f600": 1}, True, "spaced")  # a surrogate-pair escape: not read off the text
-@example({"\U0001f600": 1}, False, "spaced")  # a 4-byte UTF-8 key
-@example({"x": 2**53}, False, "compact")
-@example({"x": [-(2**60)]}, False, "indented")
-@example({"x": 10**15, "y": "1234567890123456"}, False, "spaced")  # 16 digits: walked
-@example({"a": [2500.0, 1e-7], "b": "é", "c": 0.5}, False, "compact")
-def test_the_route_read_off_a_request_text_is_the_walks(
-    value: Any, ensure_ascii: bool, layout: str
-) -> None:
-    """The ACS wire reads a request's route off its body and the floats the parser met
-    instead of walking the parsed value: that route must be the walk's (or None, "walk
-    to find out"), and the parser must report every float it read."""
-    separators = (",", ":") if layout == "compact" else (", ", ": ")
-    indent = 1 if layout == "indented" else None
-    raw = json.dumps(value, ensure_ascii=ensure_ascii, separators=separators, indent=indent)
-    raw = raw.encode()
-    floats: list[float] = []
-    parsed = parse_strict_json(raw, floats=floats)
-    assert _floats_in(parsed) == sorted(repr(x) for x in floats)
-    route = parsed_jcs_route(raw, floats)
-    if route is not None:
-        assert route is jcs_route(parsed)
-
-
-@pytest.mark.parametrize(
-    ("text", "route"),
-    [
-        (b'{"a": 1, "b": "x", "c": [true, null, -7]}', JcsRoute.DIRECT),
-        (b'{"amount": 1500.5, "rate": 0.0375}', JcsRoute.DIRECT),
-        (b'{"amount": 2500.0, "name": "\xc3\xa9"}', JcsRoute.NUMBERS),
-        (b'{"tiny": 1e-7}', JcsRoute.NUMBERS),
-        (b'{"x": 1e400}', JcsRoute.UNSURE),
-        (b'{"x": 9007199254740993}', None),
-        (b'{"\xf0\x9f\x98\x80": 1}', None),
-        (b'{"\\ud83d\\ude00": 1}', None),
-        (b'{"ts": "2026-12-06T18:01:35.239Z", "id": "9007199254740993"}', JcsRoute.DIRECT),
-        (b'{"key_id": "agk_7777777777777777", "n": 12}', JcsRoute.DIRECT),  # no int token
-        (b'{"f": 0.12345678901234567, "g": 2.0}', JcsRoute.NUMBERS),  # a fraction's run
-        (b'{"g": 1.5e-123456789012345678}', None),  # after a minus sign: walked
-        (b'{"a": "x,1234567890123456"}', None),  # could be an integer: walked
-        (b"[\n 1234567890123456]", None),
-        (b'{"a":-9007199254740992}', None),
-        (b'["' + b"a1234567890123456" * 9 + b'"]', None),  # many runs: walked
-        (b'["' + b"a1234567890123456" * 8 + b'"]', JcsRoute.DIRECT),
-    ],
-)
-def test_the_route_read_off_a_text(text: bytes, route: JcsRoute | None) -> None:
-    floats: list[float] = []
-    parsed = parse_strict_json(text, floats=floats)
-    assert parsed_jcs_route(text, floats) is route
-    if route is not None:
-        assert jcs_route(parsed) is route

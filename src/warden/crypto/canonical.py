@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import rfc8785
 
-from warden.crypto.jcs_fast import DIRECT_HIGH, DIRECT_LOW, JcsRoute, fast_jcs_bytes
+from warden.crypto.jcs_fast import JcsRoute, fast_jcs_bytes
 from warden.errors import InvalidRequest, ParseError
 
 
@@ -159,18 +159,8 @@ def _finite_float(token: str) -> float:
     return value
 
 
-def _read_float(floats: list[float], finite: bool, token: str) -> float:
-    value = _finite_float(token) if finite else float(token)
-    floats.append(value)
-    return value
-
-
 def parse_strict_json(
-    raw: bytes | str,
-    *,
-    max_depth: int | None = None,
-    finite: bool = False,
-    floats: list[float] | None = None,
+    raw: bytes | str, *, max_depth: int | None = None, finite: bool = False
 ) -> Any:
     """Parse JSON text strictly.
 
@@ -180,9 +170,7 @@ def parse_strict_json(
     ``too_deep``). Numbers outside the JCS domain (``1e400``, integers that are not
     IEEE doubles) parse here and are refused by :func:`canonical_bytes`; with
     ``finite``, a number that overflows a double (``1e400``) is refused here too
-    (reason ``non_standard_number``, as for an ``Infinity`` token). ``floats``: every
-    number read as a float is appended to it, in the text's order (for
-    :func:`parsed_jcs_route`).
+    (reason ``non_standard_number``, as for an ``Infinity`` token).
     """
     if max_depth is not None:
         data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
@@ -200,13 +188,7 @@ def parse_strict_json(
             text,
             object_pairs_hook=_no_duplicates,
             parse_constant=_no_constants,
-            parse_float=(
-                partial(_read_float, floats, finite)
-                if floats is not None
-                else _finite_float
-                if finite
-                else None
-            ),
+            parse_float=_finite_float if finite else None,
         )
     except ParseError:
         raise
@@ -216,72 +198,6 @@ def parse_strict_json(
         ) from exc
     except ValueError as exc:
         raise ParseError(f"invalid JSON: {exc}", reason="invalid_json") from exc
-
-
-#: Every byte but an ASCII digit becomes ``x``, every digit ``0``: a long run of digits
-#: is then found by one substring search.
-_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x78 for b in range(256))
-#: The fewest digits an integer beyond ±(2^53 − 1) = ±9007199254740991 can have.
-_LONG_DIGIT_RUN = b"0" * 16
-#: What can come right before an integer token's first digit: start of a value (after
-#: ``[``, ``,``, ``:`` or whitespace) or its minus sign. A run of digits after anything
-#: else (``agk_7777777777777777``, a float's fraction) is no integer token.
-_INT_LEADS = b"[,: \t\n\r-"
-#: Long digit runs looked at before the walk is left to decide.
-_MAX_LONG_RUNS = 8
-
-
-def _may_hold_long_integer(raw: bytes) -> bool:
-    """False when the JSON text ``raw`` certainly has no integer token of 16 or more
-    digits; True when it may (then walk). Substring searches, a loop step per run of
-    16+ digits (at most :data:`_MAX_LONG_RUNS`)."""
-    digits = raw.translate(_DIGITS_AS_ZEROS)
-    at = digits.find(_LONG_DIGIT_RUN)
-    for _ in range(_MAX_LONG_RUNS):
-        if at == -1:
-            return False
-        if at == 0 or raw[at - 1] in _INT_LEADS:
-            return True
-        end = digits.find(b"x", at)  # past this run
-        if end == -1:
-            return True
-        at = digits.find(_LONG_DIGIT_RUN, end)
-    return at != -1
-
-
-# The lead byte of a 4-byte UTF-8 sequence: a character beyond U+FFFF.
-_BEYOND_BMP = re.compile(rb"[\xf0-\xf4]")
-
-
-def parsed_jcs_route(raw: bytes, floats: list[float]) -> JcsRoute | None:
-    """:func:`~warden.crypto.jcs_fast.jcs_route` of the value :func:`parse_strict_json`
-    read from the JSON text ``raw`` (given ``floats``, the floats it read), found from
-    the text instead of by walking the value; None when the text cannot tell (then
-    walk). Linear in ``len(raw)`` with C-speed passes.
-
-    The parser makes only exact dicts (str keys), lists, strs, ints, floats, bools and
-    None, and refuses NaN/Infinity tokens, so what the walk looks for is in the text:
-    an integer beyond ±(2^53 − 1) has at least 16 digits in a row, right after what
-    can begin a value (such a run, in a string too, answers None); a key beyond U+FFFF
-    is a 4-byte UTF-8 sequence or a surrogate escape (any such character answers
-    None); the floats decide between ``DIRECT``, ``NUMBERS`` and (an overflow to
-    infinity) ``UNSURE``. Lone surrogates are not looked for, as the walk does not
-    look for them.
-    """
-    if _may_hold_long_integer(raw):
-        return None
-    if not raw.isascii() and _BEYOND_BMP.search(raw) is not None:
-        return None
-    if may_hold_surrogates(raw):
-        return None
-    route = JcsRoute.DIRECT
-    for x in floats:
-        if DIRECT_LOW <= abs(x) < DIRECT_HIGH and not x.is_integer():
-            continue
-        if x - x != 0.0:  # infinity (a token beyond the doubles)
-            return JcsRoute.UNSURE
-        route = JcsRoute.NUMBERS
-    return route
 
 
 _MAX_SAFE_INT = 2**53 - 1

@@ -18,14 +18,11 @@ same bytes for these values, an order of magnitude slower (decision 271):
   takes, but places the point and spells the exponent differently
   (:mod:`warden.crypto.ecmascript_number`). For a non-integral double ``x`` with
   ``1e-3 ≤ |x| < 1e15`` the two texts are identical, so such values are written as
-  they are. Any other finite double that orjson writes otherwise (``1500.0`` →
-  ``1500``, ``1.152921504606847e+18`` → ``1152921504606847000``, ``1.5e-6`` →
-  ``0.0000015``; ``1e+21`` and ``5e-324`` are written alike) has its text replaced
-  in the encoder's output, once a count shows that text occurs there only as that
-  number (:func:`numbers_rewritten`, decision 863). Where it also occurs elsewhere (in a
-  string, a key, another number), the value is rewritten before encoding instead: an
-  integral double below 2^53 becomes the Python int, the rest are written through a
-  placeholder string replaced in the output.
+  they are. Any other finite double is rewritten before encoding: an integral one
+  below 2^53 becomes the Python int (``1500.0`` → ``1500``), one that orjson already
+  writes as ECMAScript does (``5e-324``) stays, and the rest (``2.0**60`` →
+  ``1152921504606847000``, ``1e-07`` → ``1e-7``, ``1e21`` → ``1e+21``, ``1.5e-05`` →
+  ``0.000015``) are written through a placeholder string replaced in the output.
 
 The fast path answers None ("not sure"; ``rfc8785`` decides, and raises its domain
 errors) for: NaN and ±Infinity, integers beyond ±(2^53 − 1) (their domain rule is in
@@ -49,8 +46,8 @@ from warden.crypto.ecmascript_number import ecmascript_number
 _MAX_SAFE_INT: Final = 2**53 - 1
 
 #: orjson writes these doubles as ECMAScript does (see the module docstring).
-DIRECT_LOW: Final = 1e-3
-DIRECT_HIGH: Final = 1e15
+_DIRECT_LOW: Final = 1e-3
+_DIRECT_HIGH: Final = 1e15
 
 
 class JcsRoute(IntEnum):
@@ -129,22 +126,12 @@ def fast_jcs_bytes(value: Any, *, within: JcsRoute | None = None) -> bytes | Non
     (or is it). Any route but ``UNSURE`` holds for every value inside, so the walk is
     skipped and the value is written by that route (a value needing less is written
     the same by a costlier route)."""
-    floats: list[float] | None = None
-    if within is None or within is JcsRoute.UNSURE:
-        floats = []
-        verdict = _scan(value, floats)
-    else:
-        verdict = within
+    verdict = _scan(value) if within is None or within is JcsRoute.UNSURE else within
     if verdict is JcsRoute.UNSURE:
         return None
     try:
         if verdict is JcsRoute.DIRECT:
             return _sorted_dumps(value)
-        if verdict is JcsRoute.NUMBERS and floats:
-            # The walk found every float to rewrite: rewrite the encoder's text.
-            placed = numbers_rewritten(_sorted_dumps(value), float_rewrites(floats))
-            if placed is not None:
-                return placed
         numbers: list[str] = []
         if verdict is JcsRoute.NUMBERS:
             text = _sorted_dumps(_with_numbers(value, numbers))
@@ -155,45 +142,8 @@ def fast_jcs_bytes(value: Any, *, within: JcsRoute | None = None) -> bytes | Non
         return None
 
 
-def float_rewrites(floats: list[float]) -> list[tuple[bytes, bytes, int]]:
-    """``(encoder text, RFC 8785 text, count)`` of each float in ``floats`` that the
-    encoder writes otherwise than ECMAScript (``(b"2500.0", b"2500", 1)``), for
-    :func:`numbers_rewritten`; a float written alike by both is left out."""
-    seen: dict[bytes, tuple[float, int]] = {}
-    for x in floats:
-        token = _ordered_dumps(x)
-        seen[token] = (x, seen[token][1] + 1 if token in seen else 1)
-    out = []
-    for token, (x, count) in seen.items():
-        if -_MAX_EXACT < x < _MAX_EXACT and x.is_integer():
-            number = b"%d" % x  # below 2^53 the shortest digits are the integer's own
-        else:
-            number = ecmascript_number(x).encode("ascii")
-        if number != token:
-            out.append((token, number, count))
-    return out
-
-
-def numbers_rewritten(text: bytes, rewrites: list[tuple[bytes, bytes, int]]) -> bytes | None:
-    """``text``, the encoder's sorted output for a value whose floats written otherwise
-    than ECMAScript are exactly those of ``rewrites`` (:func:`float_rewrites`), with
-    each written as RFC 8785 writes it; None when that cannot be done safely.
-
-    A float's encoder text (``2500.0``) is replaced by its ECMAScript text (``2500``)
-    only after checking that it occurs in ``text`` exactly as many times as the float
-    does: every occurrence is then the number itself, none inside a string, a key or
-    another number (such a text answers None; the caller copies and rewrites the value
-    instead). Substring counts and replaces: no walk, no copy of the value."""
-    for token, number, count in rewrites:
-        if text.count(token) != count:
-            return None
-        text = text.replace(token, number)
-    return text
-
-
-def _scan(value: Any, floats: list[float] | None = None) -> JcsRoute:
-    """Walk ``value`` once and say how the fast path can write it; with ``floats``,
-    append to it every float that makes the route ``NUMBERS``. Iterative, so
+def _scan(value: Any) -> JcsRoute:
+    """Walk ``value`` once and say how the fast path can write it. Iterative, so
     depth costs no recursion. Only containers go on the stack: a container's scalars
     are checked as its members are read (most members are scalars)."""
     verdict: JcsRoute = _DIRECT
@@ -220,14 +170,12 @@ def _scan(value: Any, floats: list[float] | None = None) -> JcsRoute:
                     continue
                 return _UNSURE
             if t is float:
-                if DIRECT_LOW <= abs(v) < DIRECT_HIGH and not v.is_integer():
+                if _DIRECT_LOW <= abs(v) < _DIRECT_HIGH and not v.is_integer():
                     continue
                 if v - v != 0.0:  # NaN or ±Infinity (x − x is NaN for both)
                     return _UNSURE
                 if verdict is _DIRECT:
                     verdict = _NUMBERS
-                if floats is not None:
-                    floats.append(v)
                 continue
             return _UNSURE
     return verdict

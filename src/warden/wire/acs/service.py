@@ -54,7 +54,6 @@ from warden.crypto.canonical import (
     lone_surrogate_at,
     may_hold_surrogates,
     parse_strict_json,
-    parsed_jcs_route,
     sha256_hex,
 )
 from warden.crypto.hmac_keys import SessionKeys
@@ -94,7 +93,6 @@ from warden.wire.acs.parse import action_request
 from warden.wire.acs.render import entry_content, error_response, jsonrpc_id, verdict_result
 from warden.wire.acs.signing import (
     ResponseSigner,
-    request_texts_rewritten,
     sign_response,
     sign_response_with,
     verify_request,
@@ -225,9 +223,8 @@ class AcsService:
                     f"request body exceeds {self.max_body_bytes} bytes", reason="body_too_large"
                 ),
             )
-        floats: list[float] = []
         try:
-            msg = parse_strict_json(body, max_depth=MAX_REQUEST_DEPTH, floats=floats)
+            msg = parse_strict_json(body, max_depth=MAX_REQUEST_DEPTH)
         except ParseError as exc:
             return error_response(None, exc)
         if isinstance(msg, list):
@@ -260,26 +257,18 @@ class AcsService:
                     f"request envelope invalid at {pointer or '/'}: {text}", pointer=pointer
                 ),
             )
-        # How the fast path writes this envelope (floats included), read off the body
-        # and the floats the parser met, or when that cannot tell, found by one walk;
-        # every canonicalization of it below reuses that route. Only a value the fast
-        # path is unsure of (an integer beyond 2^53, ...) is canonicalized here, to
-        # refuse it first. Floats (2500.0) are rewritten in the encoder's text of the
-        # signing input and params, or where that is unsafe, made ints once in a copy
-        # only verified and hashed (decisions 860-862).
-        jcs = parsed_jcs_route(body, floats)
-        texts = None  # (signing input, params) when written from the parser's floats
-        if jcs is None:
-            jcs = jcs_route(msg)
-        elif jcs is JcsRoute.NUMBERS:
-            texts = request_texts_rewritten(msg, floats)
+        # One walk checks the JCS domain and finds how the fast path writes this
+        # envelope (floats included); every canonicalization of it below reuses that
+        # route instead of walking again. Only a value the walk is unsure of (NaN, an
+        # integer beyond 2^53, ...) is canonicalized here, to refuse it first. Integral
+        # floats (2500.0) are made ints once, in a copy only signed and hashed.
+        jcs = jcs_route(msg)
         if jcs is JcsRoute.UNSURE:
             try:
                 canonical_bytes(msg)  # raises for values outside the JCS domain
             except InvalidRequest as exc:
                 return error_response(rid, exc)
-        jcs_msg, jcs = (msg, jcs) if texts else jcs_writable(msg, jcs)
-        signing_input = texts[0] if texts else None
+        jcs_msg, jcs = jcs_writable(msg, jcs)
         params = msg["params"]
         method = msg["method"]
         sid = params["metadata"]["session_id"]
@@ -292,16 +281,10 @@ class AcsService:
             try:
                 if caller.public_key is not None:
                     authentic = verify_request_asymmetric(
-                        jcs_msg,
-                        caller.algorithm,
-                        caller.public_key,
-                        within=jcs,
-                        signing_input=signing_input,
+                        jcs_msg, caller.algorithm, caller.public_key, within=jcs
                     )
                 else:
-                    authentic = verify_request(
-                        jcs_msg, caller.key, within=jcs, signing_input=signing_input
-                    )
+                    authentic = verify_request(jcs_msg, caller.key, within=jcs)
             except InvalidRequest as exc:  # a lone surrogate passes jcs_route's walk
                 return error_response(rid, exc)
         if method == PING:
@@ -321,7 +304,7 @@ class AcsService:
                 return self._sign(caller, self._handshake(msg, caller))
             info = route(method)
             # The params exactly as hashed into request_hash (and stored beside the entry).
-            received = texts[1] if texts else canonical_bytes(jcs_msg["params"], within=jcs)
+            received = canonical_bytes(jcs_msg["params"], within=jcs)
             return (yield from self._step(msg, info, caller, received))
         except KeyRevoked as exc:
             # Revoked on some replica since this one cached the key: unauthenticated.

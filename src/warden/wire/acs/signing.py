@@ -14,20 +14,13 @@ ML-DSA-65 key for responses; values are standard base64 with padding, as for HMA
 from __future__ import annotations
 
 import base64
-from functools import partial
 from typing import Any, Protocol
-
-import orjson
 
 from warden.crypto import asymmetric
 from warden.crypto.asymmetric import PublicKey
 from warden.crypto.canonical import canonical_bytes
 from warden.crypto.hmac_keys import HMAC_ALGORITHM, hmac_sign, hmac_verify
-from warden.crypto.jcs_fast import JcsRoute, float_rewrites, numbers_rewritten
-
-_sorted_dumps = partial(orjson.dumps, option=orjson.OPT_SORT_KEYS)
-#: Scalars that are no float and hold none (a JSON-RPC id, ``jsonrpc``, ``method``).
-_FLOATLESS = frozenset({str, int, bool, type(None)})
+from warden.crypto.jcs_fast import JcsRoute
 
 
 def request_signing_input(
@@ -37,31 +30,6 @@ def request_signing_input(
     ``within``: as for :func:`~warden.crypto.canonical.canonical_bytes`, of the envelope."""
     params = {k: v for k, v in envelope["params"].items() if k != "signature"}
     return canonical_bytes({**envelope, "params": params}, known_fast=known_fast, within=within)
-
-
-def request_texts_rewritten(
-    envelope: dict[str, Any], floats: list[float]
-) -> tuple[bytes, bytes] | None:
-    """``(signing input, JCS of params)`` of a request envelope of route ``NUMBERS``
-    whose floats are all in ``floats`` (as the parser read them), from the encoder's
-    text with those floats rewritten (:func:`~warden.crypto.jcs_fast.numbers_rewritten`):
-    no walk and no copy of the envelope. None when that cannot be done safely (then
-    canonicalize as usual), or when a float may be outside ``params`` or in its
-    ``signature`` (not the case of any ACS request)."""
-    params = envelope["params"]
-    signature = params.get("signature")
-    if any(type(v) not in _FLOATLESS for k, v in envelope.items() if k != "params"):
-        return None
-    if type(signature) is not dict or any(type(v) is not str for v in signature.values()):
-        return None
-    rewrites = float_rewrites(floats)
-    unsigned = {**envelope, "params": {k: v for k, v in params.items() if k != "signature"}}
-    try:
-        signing = numbers_rewritten(_sorted_dumps(unsigned), rewrites)
-        received = numbers_rewritten(_sorted_dumps(params), rewrites)
-    except orjson.JSONEncodeError:  # a lone surrogate: canonicalizing raises it
-        return None
-    return None if signing is None or received is None else (signing, received)
 
 
 def verify_request(
