@@ -26,7 +26,13 @@ from hypothesis import strategies as st
 from warden.crypto import jcs_fast
 from warden.crypto.canonical import canonical_bytes
 from warden.crypto.ecmascript_number import ecmascript_number
-from warden.crypto.jcs_fast import JcsRoute, fast_jcs_bytes, is_direct_jcs, jcs_route
+from warden.crypto.jcs_fast import (
+    JcsRoute,
+    fast_jcs_bytes,
+    is_direct_jcs,
+    jcs_route,
+    jcs_writable,
+)
 from warden.errors import InvalidRequest
 
 
@@ -108,6 +114,52 @@ def test_a_route_found_for_a_value_writes_every_value_inside_it(value: Any) -> N
         expected = rfc8785.dumps(inner)
         assert fast_jcs_bytes(inner, within=route) == expected
         assert canonical_bytes(inner, within=route) == expected
+
+
+def _pairs(value: Any, copy: Any) -> list[tuple[Any, Any]]:
+    """``(v, c)`` for ``value`` and every value inside it, ``c`` at the same place in
+    ``copy``; asserts the two have the same shape on the way."""
+    out, stack = [], [(value, copy)]
+    while stack:
+        v, c = stack.pop()
+        out.append((v, c))
+        if isinstance(v, dict):
+            assert list(c) == list(v)  # same members, same order
+            stack.extend((v[k], c[k]) for k in v)
+        elif isinstance(v, list):
+            assert len(c) == len(v)
+            stack.extend(zip(v, c, strict=True))
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values)
+@example({"params": {"arguments": {"amount_usd": {"value": 2500.0}}, "id": "x"}})
+@example({"a": [2500.0, -0.0, 1e-7], "b": {"c": 3.0}})
+@example({"a": [2500.0, 2.0**60]})
+@example({"\U0001f600": 1.0})
+def test_a_writable_copy_writes_each_inner_value_as_rfc8785_writes_the_original(
+    value: Any,
+) -> None:
+    """The ACS wire converts a request's floats once (``jcs_writable``) and writes its
+    signing input and params from the copy by the copy's route: each value inside the
+    copy must give the rfc8785 bytes of the value at the same place in the original,
+    and the original must be left as it was."""
+    before = repr(value)
+    route = jcs_route(value)
+    copy, copy_route = jcs_writable(value, route)
+    assert repr(value) == before
+    if route is not JcsRoute.NUMBERS:
+        assert copy is value and copy_route is route
+    else:
+        assert copy_route in (JcsRoute.DIRECT, JcsRoute.NUMBERS)
+        if copy_route is JcsRoute.NUMBERS:
+            assert copy is value  # a float needing a placeholder: no copy
+    for inner, inner_copy in _pairs(value, copy):
+        expected = rfc8785.dumps(inner)
+        assert canonical_bytes(inner_copy, within=copy_route) == expected
+        if copy_route is JcsRoute.DIRECT:  # (1e-7 stays a float the encoder writes right)
+            assert canonical_bytes(inner_copy, known_fast=True) == expected
 
 
 @settings(max_examples=800, deadline=None)

@@ -569,6 +569,52 @@ def test_floats_signed_with_rfc8785_verify_through_the_fast_path(
     assert target.counts()["entries"] == before["entries"] + 1
 
 
+@pytest.mark.parametrize(
+    ("arguments", "rid"),
+    [
+        ({"amount_usd": 2500.0, "fee": -0.0, "qty": [3.0, 1.0]}, None),
+        ({"amount_usd": 2500.0, "big": 2.0**60, "tiny": 1e-7, "huge": 1e21}, None),
+        ({"amount_usd": 2500.0, "memo": "2500.0"}, None),  # the float's text in a string
+        ({"amount_usd": 2500.0}, 3.0),  # a float outside params
+        ({"\U0001f600": 1.0, "\ue000": 2.0}, None),  # UTF-16 member order: walked
+    ],
+    ids=["integral", "exponents", "text_in_a_string", "float_id", "astral_keys"],
+)
+def test_request_hash_of_float_arguments_is_their_rfc8785_hash(
+    runtime: Runtime, arguments: dict[str, Any], rid: float | None
+) -> None:
+    """Issue 16: a request's integral floats are made ints in one copy that is both
+    verified and hashed; the signature must verify and the entry's request_hash must be
+    the rfc8785 hash of the params as sent."""
+    target = InProcess(runtime)
+    client = target.client(track_chain=False)
+    assert "result" in client.hello()
+    env = client.envelope(
+        "steps/toolCallRequest",
+        {
+            "tool": {"name": "read_file"},
+            "arguments": {"path": {"value": "a"}} | {k: {"value": v} for k, v in arguments.items()},
+        },
+        sign=False,
+    )
+    if rid is not None:
+        env["id"] = rid
+    mac = hmac.new(client.key, rfc8785.dumps(env), hashlib.sha256).digest()
+    env["params"]["signature"] = {
+        "algorithm": "HMAC-SHA256",
+        "value": base64.b64encode(mac).decode(),
+        "key_id": client.key_id,
+    }
+    response = target.send(_dumps(env).encode())
+    assert response["result"]["decision"] == "allow", response
+    entries = [
+        r["entry"] for r in runtime.store.iter_records(client.session_id) if r["kind"] == "entry"
+    ]
+    expected = rfc8785.dumps(env["params"])
+    assert entries[-1]["step_id"] == env["params"]["request_id"]
+    assert entries[-1]["request_hash"] == hashlib.sha256(expected).hexdigest()
+
+
 def test_signed_unknown_method_writes_nothing(target: Target, session: AcsClient) -> None:
     env = session.envelope("steps/launchMissiles", {})
     before = target.counts()

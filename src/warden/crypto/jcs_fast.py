@@ -60,6 +60,12 @@ class JcsRoute(IntEnum):
     UNSURE = 3  # the fast path is not sure: rfc8785 writes it or raises
 
 
+# Module names for the walk (an enum member's attribute lookup costs more).
+_DIRECT: Final = JcsRoute.DIRECT
+_NUMBERS: Final = JcsRoute.NUMBERS
+_ORDER: Final = JcsRoute.ORDER
+_UNSURE: Final = JcsRoute.UNSURE
+
 _MAX_EXACT: Final = float(2**53)  # below it an integral double's digits are its ECMAScript text
 
 #: Compact UTF-8 with sorted members / in the dicts' own order (see the module docstring).
@@ -91,6 +97,26 @@ def is_direct_jcs(value: Any) -> bool:
     return _scan(value) is JcsRoute.DIRECT
 
 
+def jcs_writable(value: Any, route: JcsRoute) -> tuple[Any, JcsRoute]:
+    """``(value to write, its route)`` for ``value`` whose :func:`jcs_route` is ``route``:
+    for ``NUMBERS`` when every float the encoder writes wrongly is an integral double
+    below 2^53 (``2500.0``), a copy with those floats as ints (only the containers on
+    the way to one are copied) and ``DIRECT``; otherwise ``(value, route)``.
+
+    The copy and every value inside it are written by the encoder as they are, as
+    ``value`` and the value at the same place in it are by RFC 8785 (the ints are the
+    same numbers, the other floats are written alike), so a caller that canonicalizes
+    several parts of one walked value converts its floats once, not once per part. The
+    copy is for canonicalizing only: ``2500`` is not ``2500.0`` to a policy."""
+    if route is not JcsRoute.NUMBERS:
+        return value, route
+    numbers: list[str] = []
+    ready = _with_numbers(value, numbers)
+    if numbers:  # a float needs a placeholder: each part is rewritten when written
+        return value, route
+    return ready, JcsRoute.DIRECT
+
+
 def fast_jcs_bytes(value: Any, *, within: JcsRoute | None = None) -> bytes | None:
     """The RFC 8785 bytes of ``value``, or None when this fast path cannot be sure of
     them (the module docstring lists when). Never raises for a JSON-like value; a
@@ -118,38 +144,40 @@ def fast_jcs_bytes(value: Any, *, within: JcsRoute | None = None) -> bytes | Non
 
 def _scan(value: Any) -> JcsRoute:
     """Walk ``value`` once and say how the fast path can write it. Iterative, so
-    depth costs no recursion."""
-    verdict: JcsRoute = JcsRoute.DIRECT
-    stack = [value]
-    pop, extend = stack.pop, stack.extend
+    depth costs no recursion. Only containers go on the stack: a container's scalars
+    are checked as its members are read (most members are scalars)."""
+    verdict: JcsRoute = _DIRECT
+    stack: list[Any] = [value if type(value) is dict or type(value) is list else [value]]
+    pop, append = stack.pop, stack.append
     while stack:
-        v = pop()
-        t = type(v)
-        if t is str or t is bool or v is None:
-            continue
-        if t is int:
-            if -_MAX_SAFE_INT <= v <= _MAX_SAFE_INT:
-                continue
-            return JcsRoute.UNSURE
-        if t is float:
-            if _DIRECT_LOW <= abs(v) < _DIRECT_HIGH and not v.is_integer():
-                continue
-            if v - v != 0.0:  # NaN or ±Infinity (x − x is NaN for both)
-                return JcsRoute.UNSURE
-            verdict = max(verdict, JcsRoute.NUMBERS)
-            continue
-        if t is dict:
-            for k in v:
+        members: Any = pop()
+        if type(members) is dict:
+            for k in members:
                 if type(k) is not str:
-                    return JcsRoute.UNSURE
+                    return _UNSURE
                 if not k.isascii() and max(map(ord, k)) > 0xFFFF:
-                    verdict = JcsRoute.ORDER  # UTF-16 order differs from code-point order
-            extend(v.values())
-            continue
-        if t is list:
-            extend(v)
-            continue
-        return JcsRoute.UNSURE
+                    verdict = _ORDER  # UTF-16 order differs from code-point order
+            members = members.values()
+        for v in members:
+            t = type(v)
+            if t is str or t is bool or v is None:
+                continue
+            if t is dict or t is list:
+                append(v)
+                continue
+            if t is int:
+                if -_MAX_SAFE_INT <= v <= _MAX_SAFE_INT:
+                    continue
+                return _UNSURE
+            if t is float:
+                if _DIRECT_LOW <= abs(v) < _DIRECT_HIGH and not v.is_integer():
+                    continue
+                if v - v != 0.0:  # NaN or ±Infinity (x − x is NaN for both)
+                    return _UNSURE
+                if verdict is _DIRECT:
+                    verdict = _NUMBERS
+                continue
+            return _UNSURE
     return verdict
 
 

@@ -57,7 +57,7 @@ from warden.crypto.canonical import (
     sha256_hex,
 )
 from warden.crypto.hmac_keys import SessionKeys
-from warden.crypto.jcs_fast import JcsRoute, jcs_route
+from warden.crypto.jcs_fast import JcsRoute, jcs_route, jcs_writable
 from warden.errors import (
     CapabilityNotNegotiated,
     DowngradeRefused,
@@ -260,13 +260,15 @@ class AcsService:
         # One walk checks the JCS domain and finds how the fast path writes this
         # envelope (floats included); every canonicalization of it below reuses that
         # route instead of walking again. Only a value the walk is unsure of (NaN, an
-        # integer beyond 2^53, ...) is canonicalized here, to refuse it first.
+        # integer beyond 2^53, ...) is canonicalized here, to refuse it first. Integral
+        # floats (2500.0) are made ints once, in a copy only signed and hashed.
         jcs = jcs_route(msg)
         if jcs is JcsRoute.UNSURE:
             try:
                 canonical_bytes(msg)  # raises for values outside the JCS domain
             except InvalidRequest as exc:
                 return error_response(rid, exc)
+        jcs_msg, jcs = jcs_writable(msg, jcs)
         params = msg["params"]
         method = msg["method"]
         sid = params["metadata"]["session_id"]
@@ -279,10 +281,10 @@ class AcsService:
             try:
                 if caller.public_key is not None:
                     authentic = verify_request_asymmetric(
-                        msg, caller.algorithm, caller.public_key, within=jcs
+                        jcs_msg, caller.algorithm, caller.public_key, within=jcs
                     )
                 else:
-                    authentic = verify_request(msg, caller.key, within=jcs)
+                    authentic = verify_request(jcs_msg, caller.key, within=jcs)
             except InvalidRequest as exc:  # a lone surrogate passes jcs_route's walk
                 return error_response(rid, exc)
         if method == PING:
@@ -302,7 +304,7 @@ class AcsService:
                 return self._sign(caller, self._handshake(msg, caller))
             info = route(method)
             # The params exactly as hashed into request_hash (and stored beside the entry).
-            received = canonical_bytes(params, within=jcs)
+            received = canonical_bytes(jcs_msg["params"], within=jcs)
             return (yield from self._step(msg, info, caller, received))
         except KeyRevoked as exc:
             # Revoked on some replica since this one cached the key: unauthenticated.
