@@ -26,6 +26,21 @@ NODE_DIR = Path(__file__).resolve().parent / "node"
 FILESYSTEM_SERVER = NODE_DIR / "node_modules" / ".bin" / "mcp-server-filesystem"
 
 
+#: A raw client's ``initialize`` request and ``initialized`` notification (lines
+#: written to a proxy's stdin by the tests that bypass the SDK client).
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    },
+}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
 def mcp_bundle(tmp_path: Path, writable_root: Path) -> Path:
     """The shipped MCP bundle with ``data.writable_roots`` pointed at ``writable_root``."""
     spec = yaml.safe_load(MCP_BUNDLE.read_text())

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcp_helpers import ROOT, agent_key_file, verify
+from mcp_helpers import INIT, ROOT, agent_key_file, verify
 
 SERVER = [sys.executable, str(Path(__file__).with_name("fake_stdio_server.py"))]
 BUNDLE = """\
@@ -25,16 +25,6 @@ rules:
     hooks: ["protocols/MCP/*", steps/sessionEnd, steps/toolCallResult]
     effect: allow
 """
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
 
 
 def call(rid: Any, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

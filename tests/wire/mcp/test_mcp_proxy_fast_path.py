@@ -13,20 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcp_helpers import MCP_BUNDLE, ROOT, agent_key_file, verify
+from mcp_helpers import INIT, INITIALIZED, MCP_BUNDLE, ROOT, agent_key_file, verify
 
 TIME_SERVER = [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"]
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
-INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 
 def call(rid: Any, params: dict[str, Any]) -> dict[str, Any]:
