@@ -64,31 +64,37 @@ def _child(case: str, calls: int) -> None:
     subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
 
 
-def measure(python: str, case: str, calls: int, src: str | None) -> int:
-    """Main-thread instructions per call of ``case`` (runs valgrind)."""
+def main_thread_instructions(
+    cmd: list[str], env: dict[str, str]
+) -> tuple[int, subprocess.CompletedProcess[str]]:
+    """Run ``cmd`` under callgrind (counting only where the child turns it on, threads
+    apart) and return the main thread's instruction total with the finished process
+    (its output as text). Raises CalledProcessError if it fails, RuntimeError if
+    callgrind wrote no totals."""
     out = Path(tempfile.mkdtemp(prefix="warden-cg-")) / "cg.out"
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    if src is not None:
-        env["PYTHONPATH"] = str(Path(src).resolve())
-    cmd = [
+    valgrind = [
         "valgrind",
         "--tool=callgrind",
         "--instr-atstart=no",
         "--separate-threads=yes",
         f"--callgrind-out-file={out}",
-        python,
-        str(Path(__file__).resolve()),
-        "--child",
-        case,
-        "--calls",
-        str(calls),
     ]
-    subprocess.run(cmd, env=env, check=True, capture_output=True)
+    done = subprocess.run([*valgrind, *cmd], env=env, check=True, capture_output=True, text=True)
     main = out.parent / (out.name + "-01")
     match = re.search(r"^totals:\s+(\d+)", main.read_text(), re.M)
     if match is None:
         raise RuntimeError(f"no totals in {main}")
-    return int(match.group(1)) // calls
+    return int(match.group(1)), done
+
+
+def measure(python: str, case: str, calls: int, src: str | None) -> int:
+    """Main-thread instructions per call of ``case`` (runs valgrind)."""
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    if src is not None:
+        env["PYTHONPATH"] = str(Path(src).resolve())
+    cmd = [python, str(Path(__file__).resolve()), "--child", case, "--calls", str(calls)]
+    total, _ = main_thread_instructions(cmd, env)
+    return total // calls
 
 
 def main() -> None:

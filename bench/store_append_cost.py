@@ -36,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from callgrind_decision import main_thread_instructions  # noqa: E402 - beside this file
 
 
 def _child(appends: int, callgrind: bool, workdir: Path | None = None) -> dict[str, float]:
@@ -122,24 +125,13 @@ def _child(appends: int, callgrind: bool, workdir: Path | None = None) -> dict[s
 def _run(src: str, appends: int, *, callgrind: bool = False) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(Path(src).resolve()), "PYTHONHASHSEED": "0"}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--appends", str(appends)]
-    out = Path(tempfile.mkdtemp(prefix="warden-cg-")) / "cg.out"
     if callgrind:
-        cmd = [
-            "valgrind",
-            "--tool=callgrind",
-            "--instr-atstart=no",
-            "--separate-threads=yes",
-            f"--callgrind-out-file={out}",
-            *cmd,
-            "--callgrind",
-        ]
-    done = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+        total, done = main_thread_instructions([*cmd, "--callgrind"], env)
+    else:
+        done = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     if callgrind:
-        main = out.parent / (out.name + "-01")
-        for line in main.read_text().splitlines():
-            if line.startswith("totals:"):
-                result["instructions"] = int(line.split()[1]) / appends
+        result["instructions"] = total / appends
     return result
 
 
