@@ -8,6 +8,9 @@ Everything it prints goes to stderr: stdout is the MCP channel.
 from __future__ import annotations
 
 import logging
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -117,7 +120,18 @@ def mcp_proxy_cmd(
         err_console.print(f"[red]invalid settings:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     try:
-        credential = load_agent_key(agent_key or data_dir / "agents" / "demo-agent.key")
+        key_path = agent_key or data_dir / "agents" / "demo-agent.key"
+        if agent_key is None and not key_path.exists():
+            from warden.errors import ConfigError
+
+            # A fresh data directory has no demo agent yet: say how to get a key.
+            raise ConfigError(
+                f"agent key file {key_path} does not exist: pass --agent-key FILE (from "
+                "`warden agents add ID --owner PRINCIPAL --key-out FILE`), or run "
+                f"`warden serve --data-dir {data_dir}` once first (it registers demo-agent "
+                "and writes that file)"
+            )
+        credential = load_agent_key(key_path)
         runtime = Runtime.start(settings)
     except WardenError as exc:
         raise _fail(exc) from exc
@@ -138,9 +152,21 @@ def mcp_proxy_cmd(
             f"store {settings.resolved_database_url()}, agent {escape(credential.agent_id)}, "
             f"ACS session {gateway.session_id}"
         )
-        anyio.run(
-            lambda: serve_stdio(gateway, target, bundle=runtime.bundle, hide_denied=hide_denied)
-        )
+        with _sigterm_as_interrupt() as terminated:
+            try:
+                anyio.run(
+                    lambda: serve_stdio(
+                        gateway, target, bundle=runtime.bundle, hide_denied=hide_denied
+                    )
+                )
+            except KeyboardInterrupt:
+                if not terminated:
+                    raise
+                # Stopped by SIGTERM: the same shutdown as Ctrl-C, and the exit status
+                # `warden serve` gives for it.
+                raise typer.Exit(128 + signal.SIGTERM) from None
+    except typer.Exit:
+        raise
     except WardenError as exc:
         raise _fail(exc) from exc
     except Exception as exc:  # noqa: BLE001 - the upstream failed: one line, not a traceback
@@ -154,6 +180,36 @@ def mcp_proxy_cmd(
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     finally:
         runtime.close()
+
+
+class _Terminated:
+    """Truthy once SIGTERM arrived (see :func:`_sigterm_as_interrupt`)."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def __bool__(self) -> bool:
+        return self.seen
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[_Terminated]:
+    """Within the block, SIGTERM (what MCP clients, ``kill``, systemd and container
+    runtimes send to stop a stdio server) is turned into SIGINT, so the proxy shuts
+    down as on Ctrl-C: the calls in flight are cancelled upstream, the ACS session is
+    closed with its ``steps/sessionEnd`` entry, the real server is stopped, and the
+    store signs its shutdown checkpoint. The previous handler is restored after."""
+    terminated = _Terminated()
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        terminated.seen = True
+        signal.raise_signal(signal.SIGINT)
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield terminated
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _first_leaf(exc: BaseException) -> BaseException:

@@ -92,9 +92,13 @@ async def _read(
     channel: StdioChannel,
     direct: DirectCalls,
     to_session: MemoryObjectSendStream[SessionMessage | Exception],
+    proc: subprocess.Popen[bytes],
+    stopping: list[bool],
 ) -> None:
     """Every line to its call or to the session until the server's stdout ends; once the
-    session is gone the rest is read and dropped (a server blocked writing cannot exit)."""
+    session is gone the rest is read and dropped (a server blocked writing cannot exit).
+    An end the proxy did not cause (``stopping`` still ``[False]``) is logged: every
+    call after it fails with ``Connection closed``."""
     gone = False
     try:
         async with to_session:
@@ -108,6 +112,14 @@ async def _read(
                     await to_session.send(item)
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                     gone = True
+        if not stopping[0]:
+            status = proc.poll()
+            log.error(
+                "the MCP server (process %d) closed its output%s: every call from now on "
+                "fails with 'Connection closed' until the proxy is stopped",
+                proc.pid,
+                "" if status is None else f" and exited with status {status}",
+            )
     except OSError:
         log.exception("Reading from the MCP server's stdout failed")
     finally:
@@ -165,13 +177,14 @@ async def connect_stdio(
     os.set_blocking(wfd, False)
     os.set_blocking(rfd, False)
     channel = StdioChannel(rfd, wfd)
+    stopping = [False]  # set once the proxy itself stops the server
     writer = PipeWriter(channel)
     direct = DirectCalls(writer, timeout_s)
     to_session, session_read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     session_write, from_session = anyio.create_memory_object_stream[SessionMessage](0)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_read, channel, direct, to_session)
+            tg.start_soon(_read, channel, direct, to_session, proc, stopping)
             tg.start_soon(_write, from_session, writer)
             try:
                 async with (
@@ -185,6 +198,7 @@ async def connect_stdio(
                     direct.session = session
                     yield session, direct
             finally:
+                stopping[0] = True
                 with anyio.CancelScope(shield=True):
                     await _stop(proc)
                 tg.cancel_scope.cancel()

@@ -19,7 +19,7 @@ def send(message: dict[str, object]) -> None:
 
 
 def main() -> None:
-    print("fake server started", file=sys.stderr, flush=True)
+    print(f"fake server started pid {os.getpid()}", file=sys.stderr, flush=True)
     for line in sys.stdin:
         msg = json.loads(line)
         method, rid = msg.get("method"), msg.get("id")

@@ -139,6 +139,12 @@ BAD_LINES: list[tuple[bytes, int | None, Any]] = [
     (b"[" * 201 + b"]" * 201, -32700, None),
     (b'{"jsonrpc":"2.0","id":27,"method":"tools/call","params":{"name":"get_current_time",'
      b'"arguments":{"timezone":"UTC","n":123456789012345678901234567890}}}', -32602, 27),
+    # A request that also carries a result or an error (decision 856): -32602, its id;
+    # such a notification is only logged.
+    (b'{"jsonrpc":"2.0","id":28,"method":"tools/call","params":{"name":"get_current_time",'
+     b'"arguments":{"timezone":"UTC"}},"result":{}}', -32602, 28),
+    (b'{"jsonrpc":"2.0","id":29,"method":"ping","error":{"code":1,"message":"x"}}', -32602, 29),
+    (b'{"jsonrpc":"2.0","method":"notifications/initialized","result":{}}', None, None),
     (b'{"method":"notifications/initialized"}', None, None),
 ]  # fmt: skip
 

@@ -70,7 +70,9 @@ def test_calls_go_direct_and_the_session_gets_the_rest() -> None:
     anyio.run(main)
 
 
-def test_a_server_that_dies_fails_the_call_in_flight_and_later_ones() -> None:
+def test_a_server_that_dies_fails_the_call_in_flight_and_later_ones(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async def main() -> None:
         with anyio.fail_after(30):
             async with connect_stdio(SERVER, 10.0) as (_session, direct):
@@ -82,10 +84,13 @@ def test_a_server_that_dies_fails_the_call_in_flight_and_later_ones() -> None:
                 assert again.value.error.code == types.CONNECTION_CLOSED
 
     anyio.run(main)
+    # Said once on stderr, not only to each caller (a fresh user saw nothing).
+    closed = [r for r in caplog.records if "closed its output" in r.getMessage()]
+    assert len(closed) == 1 and closed[0].levelname == "ERROR", caplog.text
 
 
 @pytest.mark.parametrize("mode", ["plain", "chatty"])
-def test_a_server_leaves_when_its_stdin_closes(mode: str) -> None:
+def test_a_server_leaves_when_its_stdin_closes(mode: str, caplog: pytest.LogCaptureFixture) -> None:
     pids: list[int] = []
 
     async def main() -> None:
@@ -96,6 +101,8 @@ def test_a_server_leaves_when_its_stdin_closes(mode: str) -> None:
     anyio.run(main)
     assert time.monotonic() - started < 10
     assert not _alive(pids[0])
+    # The proxy stopped it: no error about a server that went away.
+    assert "closed its output" not in caplog.text
 
 
 def test_a_server_that_ignores_the_end_of_its_stdin_is_terminated() -> None:

@@ -10,7 +10,9 @@ The proxy answers it itself, on the line it read, and forwards and records nothi
   a lone surrogate escape), or nested deeper than 200 levels; ``id: null``, or the
   request's id when the line is JSON apart from such a number or key (760–762);
 - ``-32602`` Invalid params, the request's id: a ``tools/call`` whose params hold an
-  integer outside the RFC 8785 domain, named by its JSON pointer (763);
+  integer outside the RFC 8785 domain, named by its JSON pointer (763); a request that
+  also carries ``result`` or ``error`` (a notification that does is only logged), as
+  ``/acs`` refuses such a wrapped message (856);
 - ``-32600`` Invalid Request: JSON that is not a JSON-RPC 2.0 message (``{}``, a
   string, a request without ``jsonrpc`` or ``method``, an ``id`` that is neither a
   string nor an integer), with the request's ``id`` when it is one, else ``null``;
@@ -108,6 +110,13 @@ def message_of(value: Any) -> types.JSONRPCMessage | Rejection:
     # string or an integer (1.5, null) would pass as a notification and go unanswered.
     if isinstance(message, types.JSONRPCNotification) and "id" in value:
         return _invalid("id must be a string or an integer", None)
+    # The models drop what they do not know, so `method` or `params` beside `result` or
+    # `error` would pass as one or the other: refused, as `/acs` refuses such a wrapped
+    # message, instead of forwarded without half of it.
+    if ("method" in value or "params" in value) and ("result" in value or "error" in value):
+        rid = _id(value)
+        errors = (_error(types.INVALID_PARAMS, _BOTH, rid),) if rid is not None else ()
+        return Rejection(_BOTH, errors)
     return message
 
 
@@ -205,6 +214,12 @@ def _what_is_wrong(value: dict[str, Any]) -> str:
 
 def _is_notification(item: object) -> bool:
     return isinstance(item, dict) and "method" in item and "id" not in item
+
+
+_BOTH = (
+    "Invalid params: a JSON-RPC message is a request or a response, not both "
+    "(it carries method beside result or error)"
+)
 
 
 def _id(item: object) -> str | int | None:
