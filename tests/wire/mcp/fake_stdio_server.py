@@ -1,7 +1,8 @@
 """A minimal MCP server over stdio for the upstream transport's tests.
 
 Tools: ``echo`` (answers its arguments as text), ``die`` (the process exits before
-answering) and ``slow`` (never answered). With ``stubborn`` on the command line it
+answering) and ``slow`` (never answered); unlisted, ``big`` (a 2 MiB text result) and
+``bad`` (a result that is no ``CallToolResult``). With ``stubborn`` on the command line it
 ignores the end of its stdin and waits to be signalled; with ``chatty`` it writes 1 MiB
 to stdout when its stdin ends (the proxy must drain it for the server to exit)."""
 
@@ -41,6 +42,10 @@ def main() -> None:
             os._exit(3)
         elif method == "tools/call" and msg["params"]["name"] == "slow":
             continue
+        elif method == "tools/call" and msg["params"]["name"] == "big":
+            result = {"content": [{"type": "text", "text": "x" * (2 << 20)}], "isError": False}
+        elif method == "tools/call" and msg["params"]["name"] == "bad":
+            result = {"content": "not a list", "isError": False}
         elif method == "tools/call":
             text = json.dumps(msg["params"].get("arguments"), sort_keys=True)
             result = {"content": [{"type": "text", "text": text}], "isError": False}

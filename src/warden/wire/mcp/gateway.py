@@ -190,6 +190,24 @@ class Gateway:
         the client; a modify may carry redactions (pointers into the response)."""
         method = str(request.get("method", ""))
         answer = self._step(f"protocols/MCP/{method}", response)
+        if not isinstance(answer.result.get("chain_hash"), str):
+            # The answer could not be chained (over the body limit, outside RFC 8785, …):
+            # chain that it was withheld, so the audit shows the call ran and its answer
+            # did not pass, instead of a request with no response (decision 295).
+            why = ", ".join(answer.reason_codes) or "gateway_error"
+            withheld = {
+                "jsonrpc": "2.0",
+                "id": response.get("id", request.get("id")),
+                "error": {
+                    "code": -32603,  # JSON-RPC internal error
+                    "message": f"result withheld: Warden could not record the MCP server's "
+                    f"answer ({why})",
+                },
+            }
+            if not isinstance(
+                self._step(f"protocols/MCP/{method}", withheld).result.get("chain_hash"), str
+            ):
+                log.error("could not chain that the answer to %s was withheld", method)
         spend = (ruling.result.get("policy_data") or {}).get("spend")
         if isinstance(spend, dict) and isinstance(spend.get("reservation_id"), str):
             params = request.get("params") or {}

@@ -247,6 +247,20 @@ class Proxy:
                 "error": {"code": exc.code, "message": exc.message},
             }
             failed = True
+        except Exception as exc:  # noqa: BLE001 - the SDK's checks refused the server's answer
+            # (not a CallToolResult, or outside the tool's output schema): the tool ran, so
+            # its refused answer is chained and the client told why (decision 295).
+            log.warning("the MCP server's answer to tools/call %s was refused: %s", name, exc)
+            text = " ".join(str(exc).split())[:300]
+            response = {
+                "jsonrpc": "2.0",
+                "id": message["id"],
+                "error": {
+                    "code": -32603,
+                    "message": f"the MCP server's answer was refused: {text}",
+                },
+            }
+            failed = True
         answer = await self.record(sent, response, ruling, failed)
         if not answer.forwards:
             return withheld_tool_result(answer, name)
