@@ -41,6 +41,21 @@ INIT = {
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 
+def allow_all_bundle(bundle_id: str) -> str:
+    """A bundle that allows every MCP message, the tool results and the session's end
+    (for tests of the proxy's transport and shutdown, not of policy)."""
+    return f"""\
+warden_bundle: 1
+id: {bundle_id}
+version: "1"
+default: deny
+rules:
+  - id: everything
+    hooks: ["protocols/MCP/*", steps/sessionEnd, steps/toolCallResult]
+    effect: allow
+"""
+
+
 def mcp_bundle(tmp_path: Path, writable_root: Path) -> Path:
     """The shipped MCP bundle with ``data.writable_roots`` pointed at ``writable_root``."""
     spec = yaml.safe_load(MCP_BUNDLE.read_text())

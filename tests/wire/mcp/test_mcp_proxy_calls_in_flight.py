@@ -12,19 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcp_helpers import INIT, ROOT, agent_key_file, verify
+from mcp_helpers import INIT, ROOT, agent_key_file, allow_all_bundle, verify
 
 SERVER = [sys.executable, str(Path(__file__).with_name("fake_stdio_server.py"))]
-BUNDLE = """\
-warden_bundle: 1
-id: in-flight
-version: "1"
-default: deny
-rules:
-  - id: everything
-    hooks: ["protocols/MCP/*", steps/sessionEnd, steps/toolCallResult]
-    effect: allow
-"""
+BUNDLE = allow_all_bundle("in-flight")
 
 
 def call(rid: Any, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

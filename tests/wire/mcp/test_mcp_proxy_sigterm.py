@@ -16,19 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-from mcp_helpers import INIT, ROOT, agent_key_file, verify
+from mcp_helpers import INIT, ROOT, agent_key_file, allow_all_bundle, verify
 
 SERVER = [sys.executable, str(Path(__file__).with_name("fake_stdio_server.py")), "stubborn"]
-BUNDLE = """\
-warden_bundle: 1
-id: sigterm
-version: "1"
-default: deny
-rules:
-  - id: everything
-    hooks: ["protocols/MCP/*", steps/sessionEnd, steps/toolCallResult]
-    effect: allow
-"""
+BUNDLE = allow_all_bundle("sigterm")
 
 
 def _alive(pid: int) -> bool:

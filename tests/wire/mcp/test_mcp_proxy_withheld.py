@@ -12,19 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcp_helpers import INIT, INITIALIZED, ROOT, agent_key_file, verify
+from mcp_helpers import INIT, INITIALIZED, ROOT, agent_key_file, allow_all_bundle, verify
 
 SERVER = [sys.executable, str(Path(__file__).with_name("fake_stdio_server.py"))]
-BUNDLE = """\
-warden_bundle: 1
-id: withheld
-version: "1"
-default: deny
-rules:
-  - id: everything
-    hooks: ["protocols/MCP/*", steps/sessionEnd, steps/toolCallResult]
-    effect: allow
-"""
+BUNDLE = allow_all_bundle("withheld")
 
 
 def _call(rid: int, name: str) -> bytes:
