@@ -82,6 +82,15 @@ def mcp_proxy_cmd(
             "before the call fails with an MCP error.",
         ),
     ] = 120.0,
+    max_line_bytes: Annotated[
+        int,
+        typer.Option(
+            "--max-line-bytes",
+            min=1024,
+            help="The longest JSON-RPC line read from the client or the real server; a "
+            "longer one is discarded unread and refused with an error.",
+        ),
+    ] = 4 << 20,
     log_level: Annotated[
         str, typer.Option(envvar="WARDEN_LOG_LEVEL", help="Python logging level (stderr).")
     ] = "WARNING",
@@ -100,7 +109,12 @@ def mcp_proxy_cmd(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        target = Upstream(command=tuple(command or ()), url=upstream, timeout_s=upstream_timeout)
+        target = Upstream(
+            command=tuple(command or ()),
+            url=upstream,
+            timeout_s=upstream_timeout,
+            max_line=max_line_bytes,
+        )
     except ValueError as exc:
         err_console.print(
             f"[red]error:[/red] {escape(str(exc))}: warden mcp-proxy -- <server command …> "

@@ -176,6 +176,18 @@ class Resolution:
         return "approval_timeout_allow" if self.timed_out else REASON_CODES[self.outcome]
 
 
+def with_reasoning(reasoning: str, text: str) -> str:
+    """The policy's ``reasoning`` then the desk's ``text``, as two sentences: a full stop
+    is put after a reasoning that ends without one (a bundle's ``reasoning: deleting
+    needs a human`` read "… needs a human Awaiting approval …"; decision 904)."""
+    reasoning = reasoning.strip()
+    if not reasoning:
+        return text.strip()
+    if not reasoning.endswith((".", "!", "?", ":", ";")):
+        reasoning += "."
+    return f"{reasoning} {text.strip()}".strip()
+
+
 def _clean_reason(reason: str) -> str:
     text = (reason or "").strip()
     if len(text) > MAX_REASON_CHARS:

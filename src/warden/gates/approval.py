@@ -35,7 +35,13 @@ from dataclasses import replace
 from typing import Any
 
 from warden.approvals.binding import action_of
-from warden.approvals.desk import ApprovalDesk, AskRequest, Outcome, Resolution
+from warden.approvals.desk import (
+    ApprovalDesk,
+    AskRequest,
+    Outcome,
+    Resolution,
+    with_reasoning,
+)
 from warden.approvals.redaction import shown_action
 from warden.approvals.tasks import Requester, TaskKind
 from warden.core.guardian import Guardian, fit_to_hook
@@ -314,7 +320,7 @@ class ApprovalStep:
                 return replace(
                     verdict,
                     ask_details=ask,
-                    reasoning=f"{verdict.reasoning} {res.text}".strip(),
+                    reasoning=with_reasoning(verdict.reasoning, res.text),
                     reason_codes=codes,
                     policy_data=policy_data,
                 )
@@ -322,7 +328,7 @@ class ApprovalStep:
             return replace(
                 verdict,
                 defer_details=defer,
-                reasoning=f"{verdict.reasoning} {res.text}".strip(),
+                reasoning=with_reasoning(verdict.reasoning, res.text),
                 reason_codes=codes,
                 policy_data=policy_data,
             )
@@ -345,7 +351,7 @@ class ApprovalStep:
             decision=decision,
             reasoning=res.text
             if decision is Effect.ALLOW
-            else f"{verdict.reasoning} {res.text}".strip(),
+            else with_reasoning(verdict.reasoning, res.text),
             reason_codes=codes,
             policy_references=verdict.policy_references,
             bundle=verdict.bundle,

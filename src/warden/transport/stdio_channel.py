@@ -9,6 +9,10 @@ As the SDK does, the channel claims fds 0 and 1 while it serves: it keeps privat
 duplicates for the MCP channel and points fd 0 at the null device and fd 1 at
 stderr, so the real server and stray prints never touch the channel; both are
 restored on exit (docs/decisions.md 650).
+
+A line longer than the channel's limit is never held whole: past the limit its bytes
+are counted and dropped as they arrive, and the reader gets a :class:`TooLong` in
+its place (docs/decisions.md 900).
 """
 
 from __future__ import annotations
@@ -18,11 +22,29 @@ import os
 import stat
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import anyio
 
 #: Bytes read per ``read(2)``.
 _CHUNK = 1 << 16
+
+#: The longest line a channel reads by default (``warden mcp-proxy --max-line-bytes``).
+MAX_LINE = 4 << 20
+
+#: Bytes kept of each end of an over-long line (where a JSON-RPC id is written).
+_KEEP = 256
+
+
+@dataclass(frozen=True)
+class TooLong:
+    """A line of ``size`` bytes (more than the channel's ``limit``), discarded as it was
+    read but for its first and last :data:`_KEEP` bytes."""
+
+    size: int
+    limit: int
+    head: bytes
+    tail: bytes
 
 
 def _streamable(fd: int) -> bool:
@@ -38,8 +60,9 @@ class StdioChannel:
     """Lines in from ``rfd``, lines out to ``wfd``; both non-blocking. One reader task;
     writers are serialised so that every line leaves whole."""
 
-    def __init__(self, rfd: int, wfd: int) -> None:
+    def __init__(self, rfd: int, wfd: int, max_line: int = MAX_LINE) -> None:
         self.rfd, self.wfd = rfd, wfd
+        self.max_line = max_line
         # A free lock is taken without yielding to the event loop first (anyio's default
         # lock checkpoints once before an uncontended acquire: one more loop pass before
         # every answer, decision 720); a writer that must wait for the pipe still yields
@@ -47,11 +70,13 @@ class StdioChannel:
         # anyio's ``Lock(fast_acquire=True)`` (decision 855).
         self._write_lock = asyncio.Lock()
 
-    async def lines(self) -> AsyncIterator[bytes]:
+    async def lines(self) -> AsyncIterator[bytes | TooLong]:
         """Each line (without its newline) until end of input; a last unterminated
-        line is yielded too."""
+        line is yielded too. A line longer than ``max_line`` is a :class:`TooLong`."""
+        limit = self.max_line
         buf = bytearray()
         drained = False
+        skipped: _Skipped | None = None  # the over-long line being dropped
         readable = _Readable(self.rfd)
         try:
             while True:
@@ -67,15 +92,32 @@ class StdioChannel:
                     continue
                 drained = len(chunk) < _CHUNK
                 if not chunk:
-                    if buf:
-                        yield bytes(buf)
+                    if skipped is not None:
+                        yield skipped.done(limit)
+                    elif buf:
+                        yield bytes(buf) if len(buf) <= limit else _whole(buf, limit)
                     return
+                if skipped is not None:
+                    end = chunk.find(b"\n")
+                    skipped.add(chunk if end < 0 else chunk[:end])
+                    if end < 0:
+                        continue
+                    yield skipped.done(limit)
+                    skipped = None
+                    chunk = chunk[end + 1 :]
                 buf += chunk
                 start = 0
                 while (end := buf.find(b"\n", start)) >= 0:
-                    yield bytes(buf[start:end])
+                    if end - start > limit:
+                        yield _whole(buf[start:end], limit)
+                    else:
+                        yield bytes(buf[start:end])
                     start = end + 1
                 del buf[:start]
+                if len(buf) > limit:
+                    skipped = _Skipped(bytes(buf[:_KEEP]))
+                    skipped.add(buf)
+                    buf.clear()
         finally:
             readable.close()
 
@@ -88,6 +130,26 @@ class StdioChannel:
                     view = view[os.write(self.wfd, view) :]
                 except BlockingIOError:
                     await anyio.wait_writable(self.wfd)
+
+
+class _Skipped:
+    """The size, head and tail of an over-long line while the rest of it is dropped."""
+
+    def __init__(self, head: bytes) -> None:
+        self.head = head
+        self.tail = b""
+        self.size = 0
+
+    def add(self, data: bytes | bytearray) -> None:
+        self.size += len(data)
+        self.tail = (self.tail + data[-_KEEP:])[-_KEEP:]
+
+    def done(self, limit: int) -> TooLong:
+        return TooLong(self.size, limit, self.head, self.tail)
+
+
+def _whole(line: bytes | bytearray, limit: int) -> TooLong:
+    return TooLong(len(line), limit, bytes(line[:_KEEP]), bytes(line[-_KEEP:]))
 
 
 class _Readable:
@@ -146,7 +208,7 @@ class _Readable:
 
 
 @contextmanager
-def claim_stdio() -> Iterator[StdioChannel | None]:
+def claim_stdio(max_line: int = MAX_LINE) -> Iterator[StdioChannel | None]:
     """A :class:`StdioChannel` on private duplicates of fds 0 and 1 (diverted while it
     serves), or None when either is not something the loop can watch (a regular
     file): the caller then uses the SDK's threaded transport."""
@@ -162,7 +224,7 @@ def claim_stdio() -> Iterator[StdioChannel | None]:
         os.dup2(2, 1)
         os.set_blocking(rfd, False)
         os.set_blocking(wfd, False)
-        yield StdioChannel(rfd, wfd)
+        yield StdioChannel(rfd, wfd, max_line)
     finally:
         os.close(null)
         # The descriptions are shared with whoever started us (a terminal): leave

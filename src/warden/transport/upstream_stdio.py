@@ -24,8 +24,10 @@ meanwhile so a server flushing output can exit. POSIX only: elsewhere the proxy 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -41,8 +43,10 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
+from warden.crypto.canonical import parse_strict_json
+from warden.errors import ParseError
 from warden.transport.mcp_direct_calls import DirectCalls
-from warden.transport.stdio_channel import StdioChannel
+from warden.transport.stdio_channel import MAX_LINE, StdioChannel, TooLong
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +83,67 @@ class PipeWriter:
 
 
 def _parse(line: bytes) -> SessionMessage | Exception:
-    """One stdout line as the SDK's transport parses it (an error is handed on as a value)."""
+    """One stdout line as the SDK's transport parses it (an error is handed on as a
+    value), but strictly (decision 903): an answer that is not strict JSON is refused."""
     try:
-        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        value = parse_strict_json(line, finite=True)
+        message = types.jsonrpc_message_adapter.validate_python(value, by_name=False)
+    except ParseError as exc:
+        return _not_strict(line, exc)
     except ValueError as exc:
         log.exception("Failed to parse JSONRPC message from server")
         return exc
     return SessionMessage(message)
+
+
+def _not_strict(line: bytes, exc: ParseError) -> SessionMessage | Exception:
+    """A line Warden's strict parser refused: an answer the SDK's parser reads (a
+    ``NaN``, ``Infinity``, an overflowing number, a duplicate key) becomes the refused
+    answer to its request; anything else is handed on as the SDK's error, as before."""
+    try:
+        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValueError as err:
+        log.exception("Failed to parse JSONRPC message from server")
+        return err
+    if not isinstance(message, types.JSONRPCResponse | types.JSONRPCError) or message.id is None:
+        log.error("refused a message from the MCP server that is not strict JSON: %s", exc)
+        return exc
+    return _refused(message.id, f"it is not strict JSON ({exc})")
+
+
+def _refused(rid: types.RequestId, why: str) -> SessionMessage:
+    """The error answer (-32603) its request gets in place of a refused answer."""
+    text = f"the MCP server's answer was refused: {why}"
+    log.error("%s (request id %r)", text, rid)
+    error = types.ErrorData(code=types.INTERNAL_ERROR, message=text)
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=rid, error=error))
+
+
+#: A JSON-RPC answer's id as its first member (or after ``jsonrpc``), or as its last
+#: (or before ``jsonrpc``): where the SDKs write it, readable on the kept ends of a line.
+_ID = rb'"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?[0-9]+)'
+_JSONRPC = rb'"jsonrpc"\s*:\s*"2\.0"\s*'
+_FIRST_ID = re.compile(rb"^\s*\{\s*(?:" + _JSONRPC + rb",\s*)?" + _ID)
+_LAST_ID = re.compile(_ID + rb"\s*(?:,\s*" + _JSONRPC + rb")?\}\s*$")
+
+
+def _refused_answer(line: TooLong) -> SessionMessage | None:
+    """An over-long line from the server as the error answer to the request it names
+    (-32603, as another refused answer; decision 901), or None when no id can be read
+    on its ends (it is then only logged, and its call times out)."""
+    found = _FIRST_ID.search(line.head) or _LAST_ID.search(line.tail)
+    why = (
+        f"its line of {line.size} bytes is longer than the proxy's limit of "
+        f"{line.limit} bytes (warden mcp-proxy --max-line-bytes)"
+    )
+    try:
+        rid = json.loads(found.group(1)) if found is not None else None
+    except ValueError:
+        rid = None
+    if rid is None:
+        log.error("a line from the MCP server was refused and names no request: %s", why)
+        return None
+    return _refused(rid, why)
 
 
 async def _read(
@@ -103,9 +161,15 @@ async def _read(
     try:
         async with to_session:
             async for line in channel.lines():
-                if gone or not line.strip():
+                if isinstance(line, TooLong):
+                    refused = _refused_answer(line)
+                    if gone or refused is None:
+                        continue
+                    item: SessionMessage | Exception = refused
+                elif gone or not line.strip():
                     continue
-                item = _parse(line)
+                else:
+                    item = _parse(line)
                 if direct.deliver(item):
                     continue
                 try:
@@ -160,7 +224,10 @@ async def _exited(proc: subprocess.Popen[bytes], timeout: float) -> bool:
 
 @asynccontextmanager
 async def connect_stdio(
-    command: Sequence[str], timeout_s: float, errlog: TextIO = sys.stderr
+    command: Sequence[str],
+    timeout_s: float,
+    errlog: TextIO = sys.stderr,
+    max_line: int = MAX_LINE,
 ) -> AsyncIterator[tuple[ClientSession, DirectCalls]]:
     """Start ``command``, and yield an initialized SDK session to it and the
     :class:`DirectCalls` its ``tools/call`` take; the server is stopped on exit."""
@@ -176,7 +243,7 @@ async def connect_stdio(
     wfd, rfd = proc.stdin.fileno(), proc.stdout.fileno()
     os.set_blocking(wfd, False)
     os.set_blocking(rfd, False)
-    channel = StdioChannel(rfd, wfd)
+    channel = StdioChannel(rfd, wfd, max_line)
     stopping = [False]  # set once the proxy itself stops the server
     writer = PipeWriter(channel)
     direct = DirectCalls(writer, timeout_s)

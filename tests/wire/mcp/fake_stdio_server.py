@@ -2,9 +2,11 @@
 
 Tools: ``echo`` (answers its arguments as text), ``die`` (the process exits before
 answering) and ``slow`` (never answered); unlisted, ``big`` (a 2 MiB text result) and
-``bad`` (a result that is no ``CallToolResult``). With ``stubborn`` on the command line it
-ignores the end of its stdin and waits to be signalled; with ``chatty`` it writes 1 MiB
-to stdout when its stdin ends (the proxy must drain it for the server to exit)."""
+``bad`` (a result that is no ``CallToolResult``), ``nan`` (``NaN`` and ``Infinity`` in its
+``structuredContent``) and ``dup`` (a duplicate key in it): not strict JSON. With
+``stubborn`` on the command line it ignores the end of its stdin and waits to be
+signalled; with ``chatty`` it writes 1 MiB to stdout when its stdin ends (the proxy must
+drain it for the server to exit)."""
 
 from __future__ import annotations
 
@@ -46,6 +48,15 @@ def main() -> None:
             result = {"content": [{"type": "text", "text": "x" * (2 << 20)}], "isError": False}
         elif method == "tools/call" and msg["params"]["name"] == "bad":
             result = {"content": "not a list", "isError": False}
+        elif method == "tools/call" and msg["params"]["name"] in ("nan", "dup"):
+            dup = msg["params"]["name"] == "dup"
+            body = '{"n":1,"n":2}' if dup else '{"n":NaN,"m":-Infinity}'
+            sys.stdout.write(
+                f'{{"jsonrpc":"2.0","id":{json.dumps(rid)},"result":{{"content":[],'
+                f'"structuredContent":{body},"isError":false}}}}\n'
+            )
+            sys.stdout.flush()
+            continue
         elif method == "tools/call":
             text = json.dumps(msg["params"].get("arguments"), sort_keys=True)
             result = {"content": [{"type": "text", "text": text}], "isError": False}

@@ -7,6 +7,7 @@ the fail-closed cases drive :class:`warden.wire.mcp.gateway.Gateway` directly.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,11 @@ from mcp_helpers import proxied, text, verify, warden_meta
 
 from warden.runtime import Runtime
 from warden.wire.mcp.gateway import Gateway
-from warden.wire.mcp.outcome import UnsupportedModification, modify_message
+from warden.wire.mcp.outcome import (
+    UnsupportedModification,
+    modify_message,
+    refused_tool_result,
+)
 
 TIME_SERVER = [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"]
 
@@ -158,6 +163,46 @@ def test_the_default_bundle_decides_mcp_calls_through_the_acs_path(runtime: Runt
     assert denied.decision == "deny" and "destructive-shell" in denied.rule_ids
     asked = gateway.check(call_message("delete_file", {"path": "/tmp/x"}))
     assert asked.decision == "ask" and asked.task[0] is not None
+    gateway.close()
+
+
+ASK_BUNDLE = """\
+warden_bundle: 1
+id: ask-no-stop
+version: "1"
+default: deny
+rules:
+  - id: ask-delete
+    hooks: [protocols/MCP/tools/call]
+    tools: ["*delete*"]
+    effect: ask
+    reasoning: deleting needs a human
+    ask:
+      question: Delete it?
+      approver: {type: human, id: operators}
+      timeout_seconds: 900
+      timeout_disposition: deny
+  - id: the-rest
+    hooks: ["protocols/MCP/*", steps/sessionEnd, steps/toolCallResult]
+    effect: allow
+"""
+
+
+def test_an_asks_reasoning_and_the_desks_text_read_as_two_sentences(
+    make_runtime: Callable[..., Runtime], tmp_path: Path
+) -> None:
+    # Decision 904: a bundle's reasoning without a full stop ran into the desk's text
+    # ("needs a human Awaiting approval").
+    policy = tmp_path / "ask.yaml"
+    policy.write_text(ASK_BUNDLE)
+    runtime = make_runtime(policy)
+    gateway = Gateway.for_agent(runtime.acs.handle, agent_credential(runtime, "a"))
+    gateway.open()
+    asked = gateway.check(call_message("delete_file", {"path": "/tmp/x"}))
+    assert asked.decision == "ask"
+    assert asked.reasoning.startswith("deleting needs a human. Awaiting approval: task ")
+    said = refused_tool_result(asked, "delete_file")["content"][0]["text"]
+    assert "deleting needs a human. Awaiting approval: task " in said
     gateway.close()
 
 

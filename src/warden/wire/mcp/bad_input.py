@@ -18,6 +18,8 @@ The proxy answers it itself, on the line it read, and forwards and records nothi
   string nor an integer), with the request's ``id`` when it is one, else ``null``;
   a batch gets one such error per element that is not a notification, as an array
   (an empty batch: one error), since MCP 2025-06-18 has no batches;
+- ``-32600``, ``id: null``: a line longer than ``--max-line-bytes`` (900), dropped as
+  it is read;
 - a malformed notification (an object with ``method`` and no ``id``) is not
   answered (JSON-RPC 2.0 §4.1), only logged.
 """
@@ -142,6 +144,16 @@ def _invalid_params(at: str, rid: str | int) -> Rejection:
         "(beyond ±(2^53−1) and not the RFC 8785 form of a double); send it as a string"
     )
     return Rejection(text, (_error(types.INVALID_PARAMS, text, rid),))
+
+
+def too_long(size: int, limit: int) -> Rejection:
+    """A line longer than the proxy reads (``--max-line-bytes``): discarded unread, so
+    ``-32600`` with ``id: null`` (decision 900)."""
+    return _invalid(
+        f"a line of {size} bytes is longer than the proxy's limit of {limit} bytes "
+        "(warden mcp-proxy --max-line-bytes); it was discarded unread",
+        None,
+    )
 
 
 def rejection_for(exc: Exception) -> Rejection:

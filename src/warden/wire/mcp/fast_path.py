@@ -31,8 +31,8 @@ from mcp.shared.message import SessionMessage
 from mcp_types import methods
 from pydantic import ValidationError
 
-from warden.transport.stdio_channel import StdioChannel
-from warden.wire.mcp.bad_input import Rejection, parse_line
+from warden.transport.stdio_channel import StdioChannel, TooLong
+from warden.wire.mcp.bad_input import Rejection, parse_line, too_long
 
 if TYPE_CHECKING:
     from warden.wire.mcp.proxy import Proxy
@@ -50,6 +50,11 @@ async def serve_channel(proxy: Proxy, server: Server[Any], channel: StdioChannel
     async def read() -> None:
         async with to_server:
             async for line in channel.lines():
+                if isinstance(line, TooLong):
+                    rejection = too_long(line.size, line.limit)
+                    log.warning("refused a client line: %s", rejection.reason)
+                    await _write(channel, rejection.answer or b"")
+                    continue
                 if not line.strip():
                     continue  # a blank line carries no message (decision 692)
                 message = parse_line(line)

@@ -41,7 +41,7 @@ from pydantic import BaseModel
 
 from warden.policy.bundle import Bundle
 from warden.transport.mcp_direct_calls import DirectCalls
-from warden.transport.stdio_channel import claim_stdio
+from warden.transport.stdio_channel import MAX_LINE, claim_stdio
 from warden.transport.upstream_stdio import connect_stdio
 from warden.wire.mcp.bad_input import rejection_for
 from warden.wire.mcp.fast_path import serve_channel
@@ -71,6 +71,8 @@ class Upstream:
     #: this many seconds or fails (an MCP error to the client), so a stalled or dead
     #: server never hangs the proxy.
     timeout_s: float = 120.0
+    #: The longest line read from the real server or the client (decision 900).
+    max_line: int = MAX_LINE
 
     def __post_init__(self) -> None:
         if bool(self.command) == (self.url is not None):
@@ -92,7 +94,9 @@ class Upstream:
                 yield session, None
             return
         if sys.platform != "win32":
-            async with connect_stdio(self.command, self.timeout_s) as connected:
+            async with connect_stdio(
+                self.command, self.timeout_s, max_line=self.max_line
+            ) as connected:
                 yield connected
             return
         params = StdioServerParameters(command=self.command[0], args=list(self.command[1:]))
@@ -161,6 +165,8 @@ class Proxy:
         #: The protocol version the client negotiated, once ``tools/call`` may take the
         #: fast path (:mod:`warden.wire.mcp.fast_path`); None until then.
         self.fast_version: str | None = None
+        #: Whether the client's ``initialize`` was answered (decision 902).
+        self.initialized = False
 
     # -- the gateway, one ACS step at a time (one session chain) ---------------------
     # Run on the event loop itself, not a worker thread: a step is synchronous, so
@@ -189,8 +195,14 @@ class Proxy:
                     refusal_text(ruling, "initialize"),
                     {"warden": ruling.meta()},
                 )
-        result = await call_next(ctx)
+        try:
+            result = await call_next(ctx)
+        except MCPError as exc:
+            if self.initialized:
+                raise
+            raise _before_initialize(exc, ctx.method) from None
         if ctx.method == "initialize" and isinstance(result, dict):
+            self.initialized = True
             # The fast path answers tools/call itself only on a handshake-era connection
             # whose version it knows, and only where the SDK would serve tools/call.
             version = result.get("protocolVersion")
@@ -402,6 +414,18 @@ class Proxy:
         return server
 
 
+def _before_initialize(exc: MCPError, method: str) -> MCPError:
+    """The SDK's refusal of a request before the handshake (INVALID_PARAMS, ``data: ""``)
+    with a message that says so (decision 902); any other error as it is."""
+    if exc.code != types.INVALID_PARAMS or exc.error.data != "":
+        return exc
+    return MCPError(
+        types.INVALID_PARAMS,
+        f"Invalid request: {method} before initialize; MCP requires the client to send "
+        "initialize, and wait for its answer, before any request but ping",
+    )
+
+
 def _message(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
     """The intact MCP JSON-RPC request the handler answers."""
     message: dict[str, Any] = {"jsonrpc": "2.0", "id": ctx.request_id, "method": ctx.method}
@@ -425,7 +449,7 @@ async def serve_stdio(
         try:
             proxy = Proxy(gateway, session, bundle=bundle, hide_denied=hide_denied, direct=direct)
             server = proxy.server()
-            with claim_stdio() as channel:
+            with claim_stdio(upstream.max_line) as channel:
                 if channel is not None:
                     await serve_channel(proxy, server, channel)
                     return

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from fastapi.responses import Response
 
-from warden.approvals.desk import ApprovalDesk, DeskTx, Outcome
+from warden.approvals.desk import ApprovalDesk, DeskTx, Outcome, with_reasoning
 from warden.core.guardian import Guardian
 from warden.core.pipeline import Pipeline
 from warden.core.types import Effect as VerdictEffect
@@ -350,16 +350,20 @@ class SpendWire:
             raise Refusal(
                 "approval:unavailable",
                 503,
-                f"{verdict.reasoning} No approval desk is configured, so it is refused.",
+                with_reasoning(
+                    verdict.reasoning, "No approval desk is configured, so it is refused."
+                ),
             )
         assert res.task is not None or res.outcome is Outcome.INVALID
         if res.outcome is Outcome.PENDING:
             assert res.task is not None
-            return self.awaiting(res.task.id, f"{verdict.reasoning} {res.text}", requested=amount)
+            return self.awaiting(
+                res.task.id, with_reasoning(verdict.reasoning, res.text), requested=amount
+            )
         raise Refusal(
             f"approval:{res.outcome.value}",
             403,
-            f"{verdict.reasoning} {res.text}",
+            with_reasoning(verdict.reasoning, res.text),
             resolution=retry("submit the quote again to ask a human again"),
         )
 
