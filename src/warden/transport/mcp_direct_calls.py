@@ -8,9 +8,10 @@ sits between the transport and the session: it hands the session every message
 except the answers to the calls sent here, whose ids (``warden-<n>``) the session
 never uses. What the session checks on an answer is checked here too, with the
 same functions: the result against the negotiated version's schema
-(``validate_server_result``), the ``CallToolResult`` model, and the tool's output
-schema (``ClientSession.validate_tool_result``; a result that a compiled validator
-accepts under a schema of plain keywords skips the SDK's slower check,
+(``validate_server_result``'s model, :mod:`warden.transport.mcp_results`), the
+``CallToolResult`` model, and the tool's output schema
+(``ClientSession.validate_tool_result``; a result that a compiled validator accepts
+under a schema of plain keywords skips the SDK's slower check,
 :class:`OutputSchemas`). A call that outlives the upstream
 timeout is cancelled upstream and fails with the SDK's REQUEST_TIMEOUT; a closed
 connection fails every call in flight with CONNECTION_CLOSED, as the SDK does
@@ -22,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable
 from typing import Any, Protocol
 
 import anyio
@@ -33,8 +34,9 @@ from jsonschema import Draft202012Validator
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
-from mcp_types import methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from warden.transport.mcp_results import check_result, request_line
 
 _Answer = types.JSONRPCResponse | types.JSONRPCError
 _CLOSED = types.ErrorData(code=types.CONNECTION_CLOSED, message="Connection closed")
@@ -53,6 +55,11 @@ class DirectCalls:
         #: a writer without one.
         self._send_nowait: Callable[[SessionMessage], None] | None = getattr(
             write, "send_nowait", None
+        )
+        #: A writer's ``send_line`` (:class:`~warden.transport.upstream_stdio.PipeWriter`:
+        #: the request's JSON line written as it is); None for a writer without one.
+        self._send_line: Callable[[bytes], Awaitable[None]] | None = getattr(
+            write, "send_line", None
         )
         self._timeout_s = timeout_s
         self._ids = itertools.count(1)
@@ -122,10 +129,14 @@ class DirectCalls:
             params["arguments"] = arguments
         timer: asyncio.TimerHandle | None = None
         try:
-            request = types.JSONRPCRequest(
-                jsonrpc="2.0", id=rid, method="tools/call", params=params
-            )
-            await self._send(SessionMessage(request))
+            if self._send_line is not None:
+                # The same line the request model would be dumped to (decision 882).
+                await self._send_line(request_line(rid, params))
+            else:
+                request = types.JSONRPCRequest(
+                    jsonrpc="2.0", id=rid, method="tools/call", params=params
+                )
+                await self._send(SessionMessage(request))
             timer = loop.call_later(self._timeout_s, _settle, waiter, False)
             answered = await waiter
         except anyio.get_cancelled_exc_class():
@@ -145,7 +156,7 @@ class DirectCalls:
         if isinstance(answer, types.JSONRPCError):
             raise MCPError.from_error_data(answer.error)
         with contextlib.suppress(KeyError):  # no tools/call surface: as the SDK, no check
-            methods.validate_server_result("tools/call", version, answer.result)
+            check_result(version, answer.result)  # validate_server_result, without its dump
         result = types.CallToolResult.model_validate(answer.result, by_name=False)
         if not result.is_error and not self._schemas.accepts(session, name, result):
             await session.validate_tool_result(name, result)

@@ -75,9 +75,14 @@ class PipeWriter:
         self.channel = channel
 
     async def send(self, item: SessionMessage, /) -> None:
-        text = item.message.model_dump_json(by_alias=True, exclude_unset=True)
+        await self.send_line(
+            item.message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        )
+
+    async def send_line(self, line: bytes, /) -> None:
+        """One message's JSON line, written as it is (a direct ``tools/call``)."""
         try:
-            await self.channel.write_line(text.encode())
+            await self.channel.write_line(line)
         except OSError as exc:
             raise MCPError(code=types.CONNECTION_CLOSED, message="Connection closed") from exc
 

@@ -8,9 +8,9 @@ request bytes to the parsed response (HTTP via httpx, or an in-process
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -43,9 +43,29 @@ def http_transport(url: str, client: httpx.Client | None = None) -> Transport:
     return send
 
 
+#: ``(second since the epoch, its "YYYY-MM-DDTHH:MM:SS" in UTC)``: the last second
+#: :func:`now_rfc3339` formatted (replaced whole, so threads read a consistent pair).
+_SECOND: tuple[int, str] = (-1, "")
+
+
 def now_rfc3339() -> str:
-    """Current UTC time as ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """Current UTC time as ``YYYY-MM-DDTHH:MM:SS.mmmZ``: ``datetime.now(UTC)`` in
+    ``isoformat(timespec="milliseconds")`` with ``Z`` (the clock floored to the
+    millisecond, as there). The date and time of day are formatted once a second, as
+    the store's timestamps are (decision 872); every signed envelope has one
+    (docs/decisions.md 881)."""
+    global _SECOND
+    seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
+    second = _SECOND
+    if second[0] != seconds:
+        t = time.gmtime(seconds)
+        second = (
+            seconds,
+            f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}"
+            f"T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}",
+        )
+        _SECOND = second
+    return f"{second[1]}.{nanos // 1_000_000:03d}Z"
 
 
 def verify_response(response: dict[str, Any], key: bytes) -> bool:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Generator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -78,6 +77,7 @@ from warden.errors import (
 )
 from warden.gates.approval import ApprovalGate, ApprovalStep
 from warden.gates.spend import SpendGate, SpendStep
+from warden.ids import uuid4_text
 from warden.ledger.ledger import Ledger
 from warden.provenance.facts import view_for
 from warden.provenance.graph import SessionProvenance
@@ -717,7 +717,7 @@ class AcsService:
         # The params exactly as hashed (canonicalized once, on arrival) are stored beside
         # the entry, so an auditor can re-check the decision from the record alone.
         content = entry_content(
-            entry_id=str(uuid.uuid4()),
+            entry_id=uuid4_text(),
             session_id=session.session_id,
             request=request,
             params=params,

@@ -31,6 +31,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import methods
 from pydantic import ValidationError
 
+from warden.transport.mcp_results import answer_line
 from warden.transport.stdio_channel import StdioChannel, TooLong
 from warden.wire.mcp.bad_input import Rejection, parse_line, too_long
 
@@ -178,7 +179,7 @@ async def _call(
     request: dict[str, Any] = {"jsonrpc": "2.0", "id": message.id, "method": "tools/call"}
     if message.params is not None:
         request["params"] = dict(message.params)
-    answer: types.JSONRPCMessage | None = None
+    answer: types.JSONRPCMessage | bytes | None = None
     try:
         with scope:
             try:
@@ -191,8 +192,9 @@ async def _call(
                 answer = types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error)
             else:
                 try:
-                    shaped = methods.serialize_server_result("tools/call", version, result)
-                    answer = types.JSONRPCResponse(jsonrpc="2.0", id=message.id, result=shaped)
+                    # serialize_server_result in a JSONRPCResponse, validated and written
+                    # once (decision 882).
+                    answer = answer_line(version, message.id, result)
                 except ValidationError:
                     log.exception("handler for 'tools/call' returned an invalid result")
                     invalid = types.ErrorData(
@@ -202,7 +204,10 @@ async def _call(
     finally:
         in_flight.pop(message.id, None)
     if answer is not None and not scope.cancel_called:
-        await _send(channel, answer)
+        if isinstance(answer, bytes):
+            await _write(channel, answer)
+        else:
+            await _send(channel, answer)
 
 
 async def _send(channel: StdioChannel, message: types.JSONRPCMessage) -> None:

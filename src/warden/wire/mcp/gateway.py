@@ -16,12 +16,12 @@ here decides; an answer that is not a well-formed verdict is a deny (fail closed
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from warden.errors import SessionRefused
+from warden.ids import uuid4_text
 from warden.wire.acs.client import AcsClient, Transport
 
 log = logging.getLogger(__name__)
@@ -232,7 +232,7 @@ class Gateway:
             log.warning("closing the ACS session was answered %s", ruling.decision)
 
     def _step(self, method: str, payload: dict[str, Any]) -> Ruling:
-        request_id = str(uuid.uuid4())
+        request_id = uuid4_text()
         try:
             response = self.client.call(method, payload, request_id=request_id)
         except Exception:  # noqa: BLE001 - fail closed: no verdict, no forwarding
