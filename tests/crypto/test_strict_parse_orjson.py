@@ -252,3 +252,13 @@ def test_orjson_still_keeps_the_last_duplicate() -> None:
     """What the colon count guards against: if orjson ever refuses duplicates itself, the
     guard is still right, but this says its reason changed."""
     assert orjson.loads(b'{"a":1,"a":2}') == {"a": 2}
+
+
+def test_a_bytes_subclass_takes_the_stdlib_path() -> None:
+    class Body(bytes):
+        pass
+
+    raw = Body(b'{"a":1,"a":2}')
+    with pytest.raises(ParseError, match="duplicate object key 'a'"):
+        parse_strict_json(raw)
+    assert parse_strict_json(Body(b'{"a":[1.5]}')) == {"a": [1.5]}

@@ -179,7 +179,7 @@ def parse_strict_json(
                 f"arrays and objects are nested deeper than {max_depth} levels",
                 reason="too_deep",
             )
-    if isinstance(raw, bytes):
+    if type(raw) is bytes:  # not a subclass: orjson's own type checks decide those
         value = _orjson_if_same(raw)
         if value is not _NOT_SURE:
             return value
