@@ -442,3 +442,25 @@ def test_a_repeated_evaluation_is_the_same_and_explain_still_traces() -> None:
     assert one.ask_details is not None
     one.ask_details["question"] = "changed"
     assert eng.evaluate(write).ask_details["question"] == "ok?"
+
+
+@pytest.mark.parametrize("effect", ["ask", "defer"])
+def test_repeated_asks_and_defers_are_equal_and_each_has_its_own_details(effect: str) -> None:
+    # Decision 891: an ask's or defer's Evaluation is shared too, but each caller gets
+    # its own details dict; every field but that one is the first evaluation's.
+    eng = engine([{"id": "r", "tools": ["write_file"], **DETAILS[effect], "effect": effect}])
+    write = tool_call("write_file", path="/srv/a")
+    attr = f"{effect}_details"
+    first, second, third = (eng.evaluate(write) for _ in range(3))
+    assert first == second == third
+    assert first.effect is Effect(effect) and first.trace == ()
+    assert second.references is first.references  # built once, shared
+    wire = dict(getattr(first, attr))
+    assert {k: wire[k] for k in DETAILS[effect][effect]} == DETAILS[effect][effect]
+    dicts = [getattr(e, attr) for e in (first, second, third)]
+    assert len({id(d) for d in dicts}) == 3
+    dicts[0]["reason"] = dicts[1]["question"] = "changed"
+    dicts[1].clear()
+    assert getattr(third, attr) == wire
+    assert getattr(eng.evaluate(write), attr) == wire
+    assert eng.evaluate(write, explain=True).trace[0].rule_id == "r"

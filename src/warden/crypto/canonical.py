@@ -179,6 +179,49 @@ def parse_strict_json(
                 f"arrays and objects are nested deeper than {max_depth} levels",
                 reason="too_deep",
             )
+    if type(raw) is bytes:  # not a subclass: orjson's own type checks decide those
+        value = _orjson_if_same(raw)
+        if value is not _NOT_SURE:
+            return value
+    return _parse_strict_stdlib(raw, finite=finite)
+
+
+#: Bytes that are not an ASCII digit become 1, digits 0: a run of 19 zero bytes in the
+#: translation is a run of 19 digits in the text.
+_DIGITS_TO_ZERO = bytes(0 if 0x30 <= b <= 0x39 else 1 for b in range(256))
+_NINETEEN_DIGITS = bytes(19)
+_NOT_SURE = object()
+
+
+def _orjson_if_same(raw: bytes) -> Any:
+    """orjson's value for the JSON text ``raw`` when it is certainly what the stdlib
+    parse of :func:`_parse_strict_stdlib` returns, else ``_NOT_SURE`` (docs/decisions.md 890).
+
+    orjson refuses invalid UTF-8, a byte-order mark, ``NaN``/``Infinity``, numbers that
+    overflow a double, lone surrogate escapes and control characters, all of which the
+    stdlib path refuses or answers otherwise: any refusal here leaves the decision to it.
+    What orjson accepts differently is excluded: duplicate member names (it keeps the
+    last) and integers beyond 64 bits (it makes them floats). A member name is followed
+    by one structural ``:``; a colon inside a string is one byte in the text and in
+    orjson's output alike unless written ``\\u003a``. So with no ``\\u003`` in ``raw``,
+    ``raw`` holds as many colons as the compact text of what orjson kept, and exactly
+    when it dropped no member: a dropped member takes its own colon with it. Any run of
+    19 digits (every integer orjson would make a float has one) also answers not sure.
+    """
+    if raw.find(b"\\u003") != -1 or raw.translate(_DIGITS_TO_ZERO).find(_NINETEEN_DIGITS) != -1:
+        return _NOT_SURE
+    try:
+        value = orjson.loads(raw)
+        # Raises past orjson's 255 levels of nesting, which its parser takes.
+        kept = orjson.dumps(value)
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        return _NOT_SURE
+    return value if raw.count(b":") == kept.count(b":") else _NOT_SURE
+
+
+def _parse_strict_stdlib(raw: bytes | str, *, finite: bool) -> Any:
+    """The strict parse by the stdlib's ``json``: the reference :func:`_orjson_if_same`
+    stands in for, and the path of every text it is not sure of."""
     try:
         text = raw.decode("utf-8", errors="strict") if isinstance(raw, bytes) else raw
     except UnicodeDecodeError as exc:

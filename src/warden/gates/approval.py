@@ -31,7 +31,6 @@ and if that entry then fails to commit, or the spend gate denies the granted ste
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any
 
 from warden.approvals.binding import action_of
@@ -317,16 +316,14 @@ class ApprovalStep:
             }
             if verdict.decision is Effect.ASK:
                 ask = {**(verdict.ask_details or {}), **extra, "timeout_seconds": left}
-                return replace(
-                    verdict,
+                return verdict.but(
                     ask_details=ask,
                     reasoning=with_reasoning(verdict.reasoning, res.text),
                     reason_codes=codes,
                     policy_data=policy_data,
                 )
             defer = {**(verdict.defer_details or {}), **extra, "resolution_timeout_ms": left * 1000}
-            return replace(
-                verdict,
+            return verdict.but(
                 defer_details=defer,
                 reasoning=with_reasoning(verdict.reasoning, res.text),
                 reason_codes=codes,

@@ -124,8 +124,11 @@ class PolicyEngine:
         ] = {}
         self._wire_text: dict[int, bytes] = {}
         #: :meth:`_combine`'s traceless results by fired rules (and wrapped MCP), for the
-        #: results that hold nothing mutable: allow and deny without modifications.
-        self._combined: dict[tuple[tuple[Rule, ...], bool], Evaluation] = {}
+        #: results without modifications.
+        #: With each, the compact text of its ask and defer details (None when absent).
+        self._combined: dict[
+            tuple[tuple[Rule, ...], bool], tuple[Evaluation, bytes | None, bytes | None]
+        ] = {}
         #: Every rule by id (:meth:`rule`).
         self._by_id: dict[str, Rule] = {r.id: r for r in bundle.rules}
         #: The modify rules by id, in bundle order (what :meth:`modifications_of` merges).
@@ -224,19 +227,35 @@ class PolicyEngine:
         if explain:
             return self._combine(fired, tuple(trace), wrapped_mcp=wrapped_mcp)
         key = (tuple(fired), wrapped_mcp)
-        combined = self._combined.get(key)
-        if combined is None:
+        cached = self._combined.get(key)
+        if cached is None:
             combined = self._combine(fired, (), wrapped_mcp=wrapped_mcp)
-            if (
-                combined.modifications is None
-                and combined.ask_details is None
-                and combined.defer_details is None
-                and len(self._combined) < 4096
-            ):
-                # Immutable throughout (tuples, frozen references, no dict a caller may
-                # change): the same fired rules give the same Evaluation, so it is shared.
-                self._combined[key] = combined
-        return combined
+            if combined.modifications is None and len(self._combined) < 4096:
+                # Immutable throughout (tuples, frozen references) but for the ask and
+                # defer details, which each caller gets as its own dict (it may change
+                # them): the same fired rules give the same Evaluation (decision 891).
+                self._combined[key] = (
+                    combined,
+                    orjson.dumps(combined.ask_details)
+                    if combined.ask_details is not None
+                    else None,
+                    orjson.dumps(combined.defer_details)
+                    if combined.defer_details is not None
+                    else None,
+                )
+            return combined
+        shared, ask_text, defer_text = cached
+        if ask_text is None and defer_text is None:
+            return shared
+        # A copy of the frozen instance with its own details: no ``__init__`` (one
+        # ``object.__setattr__`` per field) and no ``dataclasses.replace``.
+        own = object.__new__(Evaluation)
+        own.__dict__.update(shared.__dict__)
+        if ask_text is not None:
+            own.__dict__["ask_details"] = orjson.loads(ask_text)
+        if defer_text is not None:
+            own.__dict__["defer_details"] = orjson.loads(defer_text)
+        return own
 
     def _combine(
         self, fired: list[Rule], trace: tuple[RuleTrace, ...], *, wrapped_mcp: bool
