@@ -27,6 +27,10 @@ _COLUMNS = (
 KIND_ORDER = ("action_request", "policy_decision", "approval_event", "audit_event")
 
 
+class RecordChanged(IntegrityError):
+    """A stored KLA record no longer hashes to its stored digest (edited in the database)."""
+
+
 @dataclass(frozen=True)
 class KlaRow:
     """One stored record. ``record`` is the canonical JSON text; :meth:`value` parses it."""
@@ -49,11 +53,11 @@ class KlaRow:
         """The record, parsed strictly (it was stored canonical, so it parses back exactly).
 
         Fails closed: a record that does not hash to its stored ``digest`` (edited in the
-        database) raises :class:`IntegrityError` (``record_hash_mismatch``) rather than be
+        database) raises :class:`RecordChanged` (``record_hash_mismatch``) rather than be
         served, decided on or exported (decision 911; one SHA-256 per read)."""
         recomputed = self.recomputed_digest()
         if recomputed != self.digest:
-            raise IntegrityError(
+            raise RecordChanged(
                 f"KLA record {self.record_id!r:.80} does not hash to its stored digest "
                 f"{self.digest} (it hashes to {recomputed}): it was changed in the database; "
                 "run `warden verify`",

@@ -32,7 +32,6 @@ from typing import Any, TypeVar
 from warden.approvals.desk import ApprovalDesk, Approver, DeskTx
 from warden.approvals.tasks import Event, Task
 from warden.core.guardian import Guardian
-from warden.errors import IntegrityError
 from warden.identity.api_keys import Identity
 from warden.kla import approval_events
 from warden.kla.evidence import Evidence, Signer
@@ -40,6 +39,7 @@ from warden.kla.keys import KeyRegistry
 from warden.kla.recorder import KlaStore, Recorder
 from warden.ledger.ledger import Ledger
 from warden.ledger.warden_chain import WardenChain
+from warden.store.kla_sql import RecordChanged
 from warden.wire.kla import outcome, reads, submit
 from warden.wire.kla.answers import Answer
 from warden.wire.kla.models import OutcomeRequest
@@ -54,7 +54,7 @@ def _intact(call: Callable[[], _T]) -> _T:
     evidence:integrity_failed``, never served or decided on (decision 911)."""
     try:
         return call()
-    except IntegrityError as exc:
+    except RecordChanged as exc:
         raise Refusal("evidence:integrity_failed", 500, exc.message) from exc
 
 
