@@ -12,6 +12,7 @@ says ``"ok": false`` and names the first bad record); 2 bad input or configurati
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -168,7 +169,7 @@ def verify_chains(
         # Read lazily, as before (a bad line is an integrity failure at its place); the
         # log record is kept aside for the log check after the chains.
         exported = []
-        records: Any = _chain_records(read_jsonl(file), exported)
+        records: Any = _chain_records(_export_records(file, read_jsonl(file)), exported)
         source = str(file)
     else:
         from warden.store import open_store
@@ -209,6 +210,30 @@ def verify_chains(
     return ChainCheck(result)
 
 
+#: What the first record of an audit export can be (a truncated export may start anywhere).
+_EXPORT_KINDS = frozenset({"session", "entry", "head", "log", "manifest"})
+
+
+def _export_records(path: Path, records: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """``records`` once its first one shows ``path`` is an audit export at all: a file
+    whose first line is not a JSON object naming an export record's kind, or that holds
+    no record, is unusable input (:class:`ConfigError`, exit 2), not a finding; a bad line
+    after that is a finding at its place (decision 915)."""
+    try:
+        first = next(records, None)
+    except IntegrityError as exc:
+        raise ConfigError(f"{path} is not a Warden audit export: {exc.message}") from exc
+    if first is None:
+        raise ConfigError(f"{path} is not a Warden audit export: it holds no record")
+    if first.get("kind") not in _EXPORT_KINDS:
+        raise ConfigError(
+            f"{path} is not a Warden audit export: its first record's kind is "
+            f"{first.get('kind')!r:.40} (an export's records are session, entry, head, log "
+            "and manifest records, as `warden export` writes them)"
+        )
+    return itertools.chain((first,), records)
+
+
 def _chain_records(
     records: Iterable[dict[str, Any]], seen: list[dict[str, Any]]
 ) -> Iterator[dict[str, Any]]:
@@ -223,10 +248,20 @@ def _chain_records(
 def _read_kept(checkpoint: Path | None) -> str | None:
     if checkpoint is None:
         return None
+    from warden.tlog.note import NoteError, parse_checkpoint, parse_note
+
     try:
-        return checkpoint.read_text(encoding="utf-8")
+        text = checkpoint.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read the kept checkpoint {checkpoint}: {exc}") from exc
+    try:  # its form only: whether its signature verifies is a finding (log_signature)
+        parse_checkpoint(parse_note(text).text)
+    except NoteError as exc:
+        raise ConfigError(
+            f"--checkpoint {checkpoint}: not a signed checkpoint (a C2SP signed note, as "
+            f"GET /v1/log/checkpoint serves it): {exc}"
+        ) from exc
+    return text
 
 
 def _log_verifier(log_key: str | None, data_dir: Path) -> Any:

@@ -82,25 +82,78 @@ class EvidenceStore(Protocol):
     def iter_records(self, session_id: str | None = None) -> Iterator[dict[str, Any]]: ...
 
 
+def chain_view(detail: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a ``warden/kla.*`` chain entry says of its record: kind, digest, status,
+    principal, the Ed25519 signature and kid, the other signatures."""
+    return (
+        detail.get("kind"),
+        detail.get("digest"),
+        detail.get("status"),
+        detail.get("principal"),
+        detail.get("signature"),
+        detail.get("kid"),
+        detail.get("signatures"),
+    )
+
+
+def row_view(row: KlaRow) -> tuple[Any, ...]:
+    """:func:`chain_view` of a stored row, its digest recomputed from the stored record:
+    a record edited with or without its ``digest`` column differs from the chain."""
+    digest = row.recomputed_digest()
+    if digest != row.digest:
+        digest = f"{row.digest} (the stored record hashes to {digest})"
+    return (
+        row.kind,
+        digest,
+        row.status,
+        row.principal,
+        row.signature,
+        row.kid,
+        json.loads(row.signatures) if row.signatures else None,
+    )
+
+
+_VIEW = ("kind", "digest", "status", "principal", "signature", "kid", "signatures")
+
+
+def view_difference(chained: tuple[Any, ...], stored: tuple[Any, ...]) -> str:
+    """The first member where a stored row and its chain entry differ, as a phrase."""
+    for name, have, want in zip(_VIEW, stored, chained, strict=True):
+        if have != want:
+            return f"its {name} is {have!r:.160}, the chain says {want!r:.160}"
+    return "it agrees with the chain"  # pragma: no cover - only called on a difference
+
+
 def check_against_chain(store: EvidenceStore, execution_id: str, rows: list[KlaRow]) -> None:
     """The records table says what the execution's audit chain says: every chained record
-    is stored with its digest and nothing else is. The chain is verified first (hashes
-    and links). Raises :class:`IntegrityError` otherwise: an export never signs records
-    the chain does not vouch for."""
+    is stored, each with the digest its stored record hashes to (recomputed, not the
+    ``digest`` column alone) and the kind, status, principal and signatures the chain
+    carries, and nothing else is. The chain is verified first (hashes and links). Raises
+    :class:`IntegrityError` otherwise: an export never signs records the chain does not
+    vouch for."""
     sid = execution_session_id(execution_id)
     records = list(store.iter_records(sid))
     verify_records(records)  # raises on a broken link or hash
     chained = {
-        e["entry"]["kla"]["record_id"]: e["entry"]["kla"]["digest"]
+        e["entry"]["kla"]["record_id"]: chain_view(e["entry"]["kla"])
         for e in records
         if e.get("kind") == "entry" and isinstance(e["entry"].get("kla"), dict)
     }
-    stored = {r.record_id: r.digest for r in rows}
-    if chained != stored:
-        differ = sorted(set(chained.items()) ^ set(stored.items()))
+    stored = {r.record_id: row_view(r) for r in rows}
+    if chained == stored:
+        return
+    for record_id in sorted(set(chained) | set(stored)):
+        if record_id not in stored:
+            why = "is on the chain but not stored (deleted)"
+        elif record_id not in chained:
+            why = "is stored but not on the chain"
+        elif stored[record_id] != chained[record_id]:
+            why = view_difference(chained[record_id], stored[record_id])
+        else:
+            continue
         raise IntegrityError(
             f"the stored records of execution {execution_id!r:.80} differ from its audit chain "
-            f"(first at record {differ[0][0]!r:.80}); run `warden verify`",
+            f"(first at record {record_id!r:.80}: {why}); run `warden verify`",
             reason=IntegrityReason.RECORD_HASH_MISMATCH,
             session_id=sid,
         )

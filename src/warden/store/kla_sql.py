@@ -10,11 +10,13 @@ scoping) is given by :mod:`warden.wire.kla`; this module only reads and writes r
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from warden.crypto.canonical import parse_strict_json
+from warden.crypto.canonical import canonical_bytes, parse_strict_json
+from warden.errors import IntegrityError, IntegrityReason, WardenError
 
 _COLUMNS = (
     "record_id, kind, action_request_id, execution_id, principal, digest, record, "
@@ -23,6 +25,10 @@ _COLUMNS = (
 
 #: The order records of one request are listed in (the order they are written).
 KIND_ORDER = ("action_request", "policy_decision", "approval_event", "audit_event")
+
+
+class RecordChanged(IntegrityError):
+    """A stored KLA record no longer hashes to its stored digest (edited in the database)."""
 
 
 @dataclass(frozen=True)
@@ -44,11 +50,42 @@ class KlaRow:
     signatures: str | None = None
 
     def value(self) -> dict[str, Any]:
-        """The record, parsed strictly (it was stored canonical, so it parses back exactly)."""
+        """The record, parsed strictly (it was stored canonical, so it parses back exactly).
+
+        Fails closed: a record that does not hash to its stored ``digest`` (edited in the
+        database) raises :class:`RecordChanged` (``record_hash_mismatch``) rather than be
+        served, decided on or exported (decision 911; one SHA-256 per read)."""
+        recomputed = self.recomputed_digest()
+        if recomputed != self.digest:
+            raise RecordChanged(
+                f"KLA record {self.record_id!r:.80} does not hash to its stored digest "
+                f"{self.digest} (it hashes to {recomputed}): it was changed in the database; "
+                "run `warden verify`",
+                reason=IntegrityReason.RECORD_HASH_MISMATCH,
+            )
+        return self._parsed()
+
+    def _parsed(self) -> dict[str, Any]:
         parsed = parse_strict_json(self.record)
         if not isinstance(parsed, dict):  # pragma: no cover - only objects are stored
             raise ValueError(f"kla record {self.record_id} is not a JSON object")
         return parsed
+
+    def recomputed_digest(self) -> str:
+        """The digest of the record as stored, recomputed (never the ``digest`` column).
+
+        Records are stored as their RFC 8785 canonical text, so the digest is the SHA-256
+        of that text: one hash. Text that does not hash to the stored digest is parsed,
+        canonicalized and hashed again (another spelling of the same JSON is still the
+        record it claims to be); text that is not a JSON object gives the hash of the
+        text itself, which matches no record's digest."""
+        fast = "sha256:" + hashlib.sha256(self.record.encode("utf-8")).hexdigest()
+        if fast == self.digest:
+            return fast
+        try:
+            return "sha256:" + hashlib.sha256(canonical_bytes(self._parsed())).hexdigest()
+        except (WardenError, ValueError):
+            return fast
 
     def sort_key(self) -> tuple[str, int, str]:
         rank = KIND_ORDER.index(self.kind) if self.kind in KIND_ORDER else len(KIND_ORDER)

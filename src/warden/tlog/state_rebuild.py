@@ -21,6 +21,14 @@ table               what is compared (the column, or the field of the stored JSO
 ``reservations``    budget, status, expiry, owner (columns); amount, path, buckets,
                     currency, action, settled amount, receipt, reason (record)
 ``receipts``        reservation, amount, undone or not, owner
+``kla_records``     the digest its stored record hashes to (recomputed) and the ``digest``
+                    column, kind, status, principal, signatures, the execution's chain
+                    (decision 912)
+``adcp_plans``      version, plan hash (the column, and recomputed from the stored record),
+                    budget: the plan chain's latest ``plan_synced`` (decision 914)
+``policy_bundles``  the source parses and hashes to the row's digest, as ``warden serve``
+                    checks the active one at start (decision 914)
+``policy_active``   digest and generation: the latest ``policy.activate`` leaf
 ==================  ========================================================================
 
 Every row that disagrees is one :class:`Mismatch` naming the table, the row, the column,
@@ -32,8 +40,9 @@ A field an older Warden did not record in its event (a budget's ``name``, a task
 events lack it; everything else is. What is not compared, and why: timestamps other
 than the ones the events carry (``updated_at``: a refusal reported once moves it and
 ``consumed_by`` without an entry, which only decides whether the refusal is reported
-again), a hold's ``meta`` and ``created_at`` (the caller's correlation), and the AdCP
-and KLA tables (their records are the chain entries' own payloads).
+again), a hold's ``meta`` and ``created_at`` (the caller's correlation), a KLA record's
+``created_at``, and the tables docs/audit-chain.md lists as outside verify's coverage
+(decision 913).
 
 All rows and events are read in one read-only snapshot (PostgreSQL ``REPEATABLE
 READ``; SQLite one read transaction), so a Warden still running does not make rows and
@@ -117,6 +126,15 @@ _TABLES = {
         "SELECT reservation_id, budget_id, status, expires_at, record, principal FROM reservations"
     ),
     "receipts": "SELECT receipt_id, reservation_id, record, principal FROM receipts",
+    "kla_records": (
+        "SELECT record_id, kind, action_request_id, execution_id, principal, digest, record, "
+        "signature, kid, status, created_at, signatures FROM kla_records"
+    ),
+    "adcp_plans": (
+        "SELECT principal, plan_id, version, budget_id, plan_hash, record FROM adcp_plans"
+    ),
+    "policy_bundles": "SELECT digest, source FROM policy_bundles",
+    "policy_active": "SELECT digest, generation FROM policy_active",
 }
 
 #: Warden-chain entries (their text, as stored; a JSON string cannot contain this with
@@ -126,7 +144,10 @@ _CHAIN_EVENTS = (
     "SELECT log_index, entry FROM entries WHERE log_index IS NOT NULL AND "
     'entry LIKE \'%"step_type":"warden/%\' ORDER BY log_index'
 )
-_KEY_EVENTS = "SELECT log_index, event FROM log_events WHERE kind LIKE 'keys.%' ORDER BY log_index"
+_KEY_EVENTS = (
+    "SELECT log_index, event FROM log_events WHERE kind LIKE 'keys.%' "
+    "OR kind = 'policy.activate' ORDER BY log_index"
+)
 
 
 @contextmanager
@@ -179,12 +200,22 @@ class _State:
     usage: dict[tuple[str, str], _Implied] = field(default_factory=dict)
     holds: dict[str, _Implied] = field(default_factory=dict)
     receipts: dict[str, _Implied] = field(default_factory=dict)
+    kla: dict[str, _Implied] = field(default_factory=dict)
+    #: By the plan chain's session id (its name is ``principal/plan_id``).
+    plans: dict[str, _Implied] = field(default_factory=dict)
+    #: The latest ``policy.activate`` leaf, as the ``policy_active`` row (id 1).
+    active: dict[int, _Implied] = field(default_factory=dict)
     #: API keys an agent's revocation revoked (no ``keys.revoked`` leaf of their own).
     keys_revoked_by_agents: dict[str, int] = field(default_factory=dict)
     spend_chains: set[str] = field(default_factory=set)
 
 
 def _key_event(st: _State, index: int, event: dict[str, Any]) -> None:
+    if event.get("kind") == "policy.activate":
+        st.active[1] = _Implied(
+            index, {"digest": event.get("digest"), "generation": event.get("generation")}
+        )
+        return
     key_id = event.get("key_id")
     if not isinstance(key_id, str):
         return
@@ -399,6 +430,27 @@ def _spend_event(st: _State, index: int, event: str, sid: str, d: dict[str, Any]
     # refused, settle_refused, policy: audit only, no state
 
 
+def _kla_event(st: _State, index: int, sid: str, d: dict[str, Any]) -> None:
+    """A ``warden/kla.*`` entry: the record it carries, as the row must store it."""
+    record_id = d.get("record_id")
+    if not isinstance(record_id, str):
+        return
+    st.kla[record_id] = _Implied(
+        index,
+        {
+            "digest of record": d.get("digest"),
+            "digest": d.get("digest"),
+            "kind": d.get("kind"),
+            "status": d.get("status"),
+            "principal": d.get("principal"),
+            "signature": d.get("signature"),
+            "kid": d.get("kid"),
+            "signatures": d.get("signatures"),
+            "chain": sid,
+        },
+    )
+
+
 def rebuild(chain: list[tuple[int, dict[str, Any]]], keys: list[tuple[int, Any]]) -> _State:
     """Replay the events (each list in leaf order) into the state they imply."""
     st = _State()
@@ -417,6 +469,19 @@ def rebuild(chain: list[tuple[int, dict[str, Any]]], keys: list[tuple[int, Any]]
             _desk_event(st, index, name, sid, detail)
         elif kind == "spend":
             _spend_event(st, index, name, sid, detail)
+        elif kind == "kla":
+            _kla_event(st, index, sid, detail)
+        elif kind == "adcp" and name == "plan_synced":
+            st.plans[sid] = _Implied(
+                index,
+                {
+                    "plan_id": detail.get("plan_id"),
+                    "version": detail.get("version"),
+                    "plan_hash": detail.get("plan_hash"),
+                    "plan_hash of record": detail.get("plan_hash"),
+                    "budget_id": detail.get("budget_id"),
+                },
+            )
     for key_id, index in st.keys_revoked_by_agents.items():
         if key_id in st.keys:
             st.keys[key_id] = _Implied(index, st.keys[key_id].values | {"revoked": True})
@@ -538,7 +603,36 @@ def compare(rows: Rows, st: _State) -> StateReport:
 
     _compare_tasks(report, rows, st)
     _compare_spend(report, rows, st)
+    _compare_kla(report, rows, st)
+    _compare_adcp_and_policy(report, rows, st)
     return report
+
+
+def _compare_kla(report: StateReport, rows: Rows, st: _State) -> None:
+    """Each stored KLA record against the chain entry that carried it: the digest is
+    recomputed from the stored record, so an edit with or without its ``digest`` column
+    is named (``warden export-evidence`` refuses the same rows)."""
+    from warden.store.kla_sql import KlaRow
+
+    c = _Compare(report, "kla_records", st.kla)
+    for r in rows["kla_records"]:
+        row = KlaRow(*r)
+        c.row(
+            row.record_id,
+            str(row.record_id),
+            {
+                "digest of record": row.recomputed_digest(),
+                "digest": row.digest,
+                "kind": row.kind,
+                "status": row.status,
+                "principal": row.principal,
+                "signature": row.signature,
+                "kid": row.kid,
+                "signatures": _json(row.signatures),
+                "chain": chain_session_id("kla", row.execution_id or ""),
+            },
+        )
+    c.missing(str)
 
 
 #: The fields of a task's JSON record compared with the events.
@@ -705,6 +799,50 @@ def _compare_spend(report: StateReport, rows: Rows, st: _State) -> None:
                 "principal": principal,
             },
         )
+    c.missing(str)
+
+
+def _compare_adcp_and_policy(report: StateReport, rows: Rows, st: _State) -> None:
+    """Each AdCP plan against its chain's latest ``plan_synced`` (its hash recomputed from
+    the stored record); each stored bundle's source against its digest; the active row
+    against the latest activation."""
+    from warden.adcp.plan_hash import plan_hash
+    from warden.errors import WardenError
+    from warden.policy.bundle import parse_bundle
+
+    c = _Compare(report, "adcp_plans", st.plans)
+    for principal, plan_id, version, budget_id, stored_hash, record in rows["adcp_plans"]:
+        try:
+            recomputed = plan_hash(json.loads(record))
+        except (WardenError, ValueError, TypeError, KeyError) as exc:
+            recomputed = f"<not a plan: {exc}>"
+        c.row(
+            chain_session_id("adcp", f"{principal}/{plan_id}"),
+            f"{principal}/{plan_id}",
+            {
+                "plan_hash of record": recomputed,
+                "plan_hash": stored_hash,
+                "plan_id": plan_id,
+                "version": version,
+                "budget_id": budget_id,
+            },
+        )
+    # A plan chain is named by its session id only: a deleted row is named by that id.
+    c.missing(lambda sid: f"of plan chain {sid}")
+
+    report.rows["policy_bundles"] = 0
+    for digest, source in rows["policy_bundles"]:
+        report.rows["policy_bundles"] += 1
+        try:
+            got = parse_bundle(str(source), source=f"<stored {str(digest)[:19]}>").ref.digest
+        except WardenError as exc:
+            got = f"<no bundle: {exc.message[:200]}>"
+        if got != digest:
+            report.add("policy_bundles", str(digest), f"the stored source hashes to {got}", None)
+
+    c = _Compare(report, "policy_active", st.active)
+    for digest, generation in rows["policy_active"]:
+        c.row(1, "1", {"digest": digest, "generation": int(generation)})
     c.missing(str)
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from warden.approvals.desk import ApprovalDesk, Approver, DeskTx
 from warden.approvals.tasks import Event, Task
@@ -39,9 +39,23 @@ from warden.kla.keys import KeyRegistry
 from warden.kla.recorder import KlaStore, Recorder
 from warden.ledger.ledger import Ledger
 from warden.ledger.warden_chain import WardenChain
+from warden.store.kla_sql import RecordChanged
 from warden.wire.kla import outcome, reads, submit
 from warden.wire.kla.answers import Answer
 from warden.wire.kla.models import OutcomeRequest
+from warden.wire.spend.render import Refusal
+
+_T = TypeVar("_T")
+
+
+def _intact(call: Callable[[], _T]) -> _T:
+    """Run a route; a stored record that no longer hashes to its digest (edited in the
+    database, :meth:`~warden.store.kla_sql.KlaRow.value`) is ``500
+    evidence:integrity_failed``, never served or decided on (decision 911)."""
+    try:
+        return call()
+    except RecordChanged as exc:
+        raise Refusal("evidence:integrity_failed", 500, exc.message) from exc
 
 
 class KlaService:
@@ -89,7 +103,7 @@ class KlaService:
 
     def submit(self, body: Any, signature: str | None, kid: str | None, who: Identity) -> Answer:
         """``POST /v1/action-requests`` (the steps in :mod:`.submit`)."""
-        return submit.submit(self._rec, body, signature, kid, who)
+        return _intact(lambda: submit.submit(self._rec, body, signature, kid, who))
 
     def on_desk_transition(
         self, tx: DeskTx, task: Task, event: Event, by: Approver | None, reason: str
@@ -101,15 +115,15 @@ class KlaService:
 
     def outcome(self, rid: str, body: OutcomeRequest, who: Identity) -> Answer:
         """``POST /v1/action-requests/{id}/outcome``: the audit event (:mod:`.outcome`)."""
-        return outcome.outcome(self._rec, rid, body, who)
+        return _intact(lambda: outcome.outcome(self._rec, rid, body, who))
 
     def get_request(self, rid: str, who: Identity) -> Answer:
         """``GET /v1/action-requests/{id}``: the request and every record after it."""
-        return reads.get_request(self._rec, rid, who)
+        return _intact(lambda: reads.get_request(self._rec, rid, who))
 
     def get_record(self, record_id: str, who: Identity) -> Answer:
         """``GET /v1/kla-records/{record_id}``: one record by id, any kind."""
-        return reads.get_record(self._rec, record_id, who)
+        return _intact(lambda: reads.get_record(self._rec, record_id, who))
 
     def evidence_of(self, execution_id: str, who: Identity) -> Evidence:
         """The evidence of one execution, as far as ``who`` may read it. A records table

@@ -1,0 +1,152 @@
+"""A KLA record edited in the database (issue 16 fresh-user review, decisions 910-912):
+``warden verify`` names it, ``warden export-evidence`` and the REST export refuse to
+sign it, and the record routes refuse to serve it, whether or not the ``digest`` column
+was edited with it. Each check here passed the edited record before."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from kla_wire_helpers import CREDIT, Caller, key
+from typer.testing import CliRunner
+
+from warden.cli import app as cli_app
+from warden.identity.api_keys import Role
+from warden.runtime import Runtime
+from warden.server.app import create_app
+
+EXECUTION = "exec_credit_review_demo_0001"
+RID = "req_action_demo_0002"
+runner = CliRunner()
+
+
+@pytest.fixture
+def rt(make_runtime: Callable[..., Runtime]) -> Runtime:
+    return make_runtime()
+
+
+@pytest.fixture
+def client(rt: Runtime) -> Iterator[TestClient]:
+    with TestClient(create_app(rt)) as c:
+        yield c
+
+
+@pytest.fixture
+def submitted(rt: Runtime, client: TestClient) -> tuple[Caller, str]:
+    """The credit disposition submitted by an agent: require_approval. Returns the agent
+    and the policy decision's id."""
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    r = agent.submit(CREDIT)
+    assert r.status == 200 and r.data["decision"]["decision"] == "require_approval", r.body
+    return agent, str(r.data["decision"]["policy_decision_id"])
+
+
+def _sql(rt: Runtime, statement: str) -> None:
+    with rt.store.engine.begin() as conn:
+        conn.exec_driver_sql(statement)
+
+
+def _verify(rt: Runtime) -> tuple[int, dict[str, Any]]:
+    out = runner.invoke(cli_app, ["verify", "--data-dir", str(rt.settings.data_dir), "--json"])
+    return out.exit_code, json.loads(out.stdout)
+
+
+def _export(rt: Runtime, where: Path) -> Any:
+    return runner.invoke(
+        cli_app,
+        ["export-evidence", EXECUTION, "--out", str(where), "--json",
+         "--data-dir", str(rt.settings.data_dir)],
+    )  # fmt: skip
+
+
+def _allow_instead(rt: Runtime, *, digest_too: bool) -> None:
+    """The decision edited from require_approval to allow (and its digest column set to
+    the edited record's digest when ``digest_too``)."""
+    _sql(
+        rt,
+        "UPDATE kla_records SET record = replace(record, 'require_approval', 'allow') "
+        "WHERE kind = 'policy_decision'",
+    )
+    if digest_too:
+        with rt.store.transaction() as tx:
+            (row,) = [r for r in tx.kla.for_request(RID) if r.kind == "policy_decision"]
+        forged = row.recomputed_digest()
+        _sql(rt, f"UPDATE kla_records SET digest = '{forged}' WHERE kind = 'policy_decision'")
+
+
+def test_the_untouched_records_verify_and_export(
+    rt: Runtime, submitted: tuple[Caller, str], tmp_path: Path
+) -> None:
+    code, doc = _verify(rt)
+    assert code == 0 and doc["ok"], doc
+    assert doc["log"]["state_rows"]["kla_records"] == 2
+    out = _export(rt, tmp_path / "ev")
+    assert out.exit_code == 0, out.output
+    agent, pd = submitted
+    assert agent.call("GET", f"/v1/kla-records/{pd}").status == 200
+
+
+@pytest.mark.parametrize("digest_too", [False, True], ids=["record", "record_and_digest"])
+def test_an_edited_decision_is_caught_everywhere(
+    rt: Runtime, submitted: tuple[Caller, str], tmp_path: Path, digest_too: bool
+) -> None:
+    agent, pd = submitted
+    _allow_instead(rt, digest_too=digest_too)
+    # warden verify names the row (it said OK before)
+    code, doc = _verify(rt)
+    assert code == 1 and not doc["ok"], doc
+    failure = doc["failure"]
+    assert failure["reason"] == "state_mismatch"
+    assert failure["message"].startswith(f"kla_records row {pd}: digest of record is ")
+    assert [r["row"] for r in failure["rows"]] == [pd]
+    # the offline export refuses (it signed a manifest before) and writes nothing
+    out = _export(rt, tmp_path / "ev")
+    assert out.exit_code == 1, out.output
+    assert out.stdout == ""
+    assert pd in out.stderr and "warden verify" in out.stderr
+    assert not (tmp_path / "ev").exists()
+    # the REST export refuses too
+    r = agent.call("GET", f"/v1/executions/{EXECUTION}/evidence")
+    assert r.status == 500 and r.body["blockedBy"] == "evidence:integrity_failed", r.body
+    if digest_too:
+        return  # the row is self-consistent: only the chain tells (verify, the exports)
+    # the record is not served with its old digest, nor its trail, nor decided on
+    for path in (f"/v1/kla-records/{pd}", f"/v1/action-requests/{RID}"):
+        r = agent.call("GET", path)
+        assert r.status == 500 and r.body["blockedBy"] == "evidence:integrity_failed", r.body
+        assert "does not hash to its stored digest" in r.body["message"]
+    done = {
+        "tool_call": {"name": "credit.dispose", "params_digest": "sha256:" + "ab" * 32},
+        "outcome": {"status": "succeeded"},
+    }
+    r = agent.outcome(RID, done)
+    assert r.status == 500 and r.body["blockedBy"] == "evidence:integrity_failed", r.body
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("status", "held_for_review"), ("principal", "someone-else"), ("kind", "audit_event")],
+)
+def test_an_edited_column_is_caught_by_verify_and_the_export(
+    rt: Runtime, submitted: tuple[Caller, str], tmp_path: Path, column: str, value: str
+) -> None:
+    _, pd = submitted
+    _sql(rt, f"UPDATE kla_records SET {column} = '{value}' WHERE record_id = '{pd}'")
+    code, doc = _verify(rt)
+    assert code == 1 and doc["failure"]["reason"] == "state_mismatch", doc
+    assert doc["failure"]["message"].startswith(f"kla_records row {pd}: {column} is ")
+    out = _export(rt, tmp_path / "ev")
+    assert out.exit_code == 1 and not (tmp_path / "ev").exists(), out.output
+
+
+def test_a_deleted_record_is_caught_by_verify(rt: Runtime, submitted: tuple[Caller, str]) -> None:
+    _, pd = submitted
+    _sql(rt, f"DELETE FROM kla_records WHERE record_id = '{pd}'")
+    code, doc = _verify(rt)
+    assert code == 1 and doc["failure"]["reason"] == "state_mismatch", doc
+    assert doc["failure"]["message"].startswith(f"kla_records row {pd}: is gone")
