@@ -21,7 +21,8 @@ from warden.client.errors import WardenProtocolError, WardenUnavailable
 from warden.crypto.agent_key import AgentCredential, AgentKeyPair, Credential
 from warden.crypto.hmac_keys import SessionKeys
 from warden.errors import IntegrityError, IntegrityReason
-from warden.wire.acs.client import DEFAULT_METHODS, now_rfc3339, verify_response
+from warden.timestamps import utc_millis as now_rfc3339
+from warden.wire.acs.client import DEFAULT_METHODS, verify_response
 from warden.wire.acs.signing import (
     sign_request,
     sign_request_asymmetric,

@@ -144,7 +144,8 @@ def write_in(store: SqlStore, cur: Any, item: PendingAppend) -> None:
 def append_folded(store: SqlStore, item: PendingAppend) -> Exception | None:
     """PostgreSQL: ``item`` and its folded writes in two round trips (module doc). The
     error it returns has written nothing; ``None`` once COMMIT returned."""
-    from warden.store.sql import _LOG_LOCK, _PG_APPEND, _now, pg_append_params
+    from warden.store.sql import _LOG_LOCK, _PG_APPEND, pg_append_params
+    from warden.timestamps import utc_micros as _now
 
     folded: FoldedWrite | None = item.folded
     assert folded is not None

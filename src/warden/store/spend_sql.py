@@ -361,7 +361,7 @@ class SqlSpendTx:
         """Create or update ``budget``; False when the stored row already says exactly this
         (nothing written). An upsert whose update only fires on a difference: replicas
         loading the same budgets file at once write, and audit, each change once."""
-        from warden.store.sql import _now
+        from warden.timestamps import utc_micros as _now
 
         self._budgets.pop(budget.id, None)
         self._cur.execute(
@@ -579,7 +579,7 @@ class SqlSpendTx:
         self.touched_sessions.add(item.session_id)
 
     def _params(self, item: PendingAppend) -> dict[str, Any]:
-        from warden.store.sql import _now
+        from warden.timestamps import utc_micros as _now
 
         return {
             "seq": item.expected_seq + 1,

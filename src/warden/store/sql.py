@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, replace
@@ -48,6 +47,7 @@ from warden.errors import (
     WardenError,
 )
 from warden.json_text import compact_text
+from warden.timestamps import utc_micros as _now
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -94,30 +94,6 @@ _LOG_MAX = (
 _GUARD_HOLDS_SQLITE = " AND " + _GUARD_HOLDS.replace("%s", "?")
 _CACHE_SIZE = 10_000
 log = logging.getLogger(__name__)
-
-
-#: ``(second since the epoch, its "YYYY-MM-DDTHH:MM:SS" in UTC)``: the last second
-#: :func:`_now` formatted (replaced whole, so threads read a consistent pair).
-_SECOND: tuple[int, str] = (-1, "")
-
-
-def _now() -> str:
-    """Now in UTC, ``datetime.now(UTC).isoformat(timespec="microseconds")`` with ``Z``
-    for ``+00:00`` (``2026-12-06T18:00:00.123456Z``). The date and time of day are
-    formatted once a second: ``datetime.isoformat`` cost ~13,000 instructions on every
-    append (decision 872)."""
-    global _SECOND
-    seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
-    second = _SECOND
-    if second[0] != seconds:
-        t = time.gmtime(seconds)
-        second = (
-            seconds,
-            f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}"
-            f"T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}",
-        )
-        _SECOND = second
-    return f"{second[1]}.{nanos // 1000:06d}Z"
 
 
 def _dumps(value: Any) -> str:

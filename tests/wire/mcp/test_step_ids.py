@@ -8,8 +8,8 @@ import uuid
 from datetime import UTC, datetime
 from unittest import mock
 
+from warden import timestamps
 from warden.ids import uuid4_text
-from warden.wire.acs import client
 from warden.wire.acs.client import now_rfc3339
 
 
@@ -52,7 +52,7 @@ def test_now_rfc3339_reads_as_datetime_now() -> None:
 
 def test_now_rfc3339_formats_each_second_anew() -> None:
     for ns in (0, 999_999_999, 1_000_000_000, 1_765_000_000_123_456_789, 4_102_444_799_999_000_000):
-        with mock.patch.object(client.time, "time_ns", return_value=ns):
+        with mock.patch.object(timestamps.time, "time_ns", return_value=ns):
             seconds, rest = divmod(ns, 10**9)
             at = datetime.fromtimestamp(seconds, UTC).replace(microsecond=rest // 1000)
             assert now_rfc3339() == at.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -8,7 +8,6 @@ request bytes to the parsed response (HTTP via httpx, or an in-process
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,6 +18,7 @@ from warden.crypto.canonical import canonical_bytes
 from warden.crypto.hmac_keys import SessionKeys, hmac_verify
 from warden.errors import IntegrityError, IntegrityReason
 from warden.json_text import compact_bytes
+from warden.timestamps import utc_millis as now_rfc3339
 from warden.wire.acs.methods import HOOKS
 from warden.wire.acs.signing import (
     sign_request,
@@ -41,31 +41,6 @@ def http_transport(url: str, client: httpx.Client | None = None) -> Transport:
         return parsed
 
     return send
-
-
-#: ``(second since the epoch, its "YYYY-MM-DDTHH:MM:SS" in UTC)``: the last second
-#: :func:`now_rfc3339` formatted (replaced whole, so threads read a consistent pair).
-_SECOND: tuple[int, str] = (-1, "")
-
-
-def now_rfc3339() -> str:
-    """Current UTC time as ``YYYY-MM-DDTHH:MM:SS.mmmZ``: ``datetime.now(UTC)`` in
-    ``isoformat(timespec="milliseconds")`` with ``Z`` (the clock floored to the
-    millisecond, as there). The date and time of day are formatted once a second, as
-    the store's timestamps are (decision 872); every signed envelope has one
-    (docs/decisions.md 881)."""
-    global _SECOND
-    seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
-    second = _SECOND
-    if second[0] != seconds:
-        t = time.gmtime(seconds)
-        second = (
-            seconds,
-            f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}"
-            f"T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}",
-        )
-        _SECOND = second
-    return f"{second[1]}.{nanos // 1_000_000:03d}Z"
 
 
 def verify_response(response: dict[str, Any], key: bytes) -> bool:

@@ -15,12 +15,12 @@ and that code's ``recovery``. Warnings go only in ``errors[]``.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 from warden.adcp.errors import AdcpError
 from warden.crypto.canonical import lone_surrogate_at
 from warden.errors import ParseError
+from warden.timestamps import utc_millis
 
 #: The release this agent speaks, on every response (``core/version-envelope.json``:
 #: release precision, so ``3.2``, not ``3.2.0-beta.0``).
@@ -41,10 +41,6 @@ def echoable_context_id(value: Any) -> str | None:
     if isinstance(value, str) and value and lone_surrogate_at(value) is None:
         return value
     return None
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def envelope(
@@ -71,7 +67,7 @@ def envelope(
     out["status"] = status
     out["adcp_version"] = ADCP_VERSION
     out["context_id"] = context_id
-    out["timestamp"] = now_rfc3339()
+    out["timestamp"] = utc_millis()
     out["replayed"] = replayed
     if context is not None:
         out["context"] = context
