@@ -10,6 +10,10 @@
   input:unknown_budget|reservation|receipt``, byte for byte the same body). An admin
   key, which may read it anyway, gets ``403 auth:forbidden`` when it tries to spend as
   someone else: hiding what it can read would only mislead it.
+- An AdCP plan's budget (``adcp:…``, created by ``sync_plans``) is managed through AdCP
+  alone: the spend wire lists and reads it but refuses to quote against it, redefine it
+  or ask to raise it (``409 budget:other_wire``, :func:`not_managed_elsewhere`), which
+  would go around ``check_governance``'s plan gates (decision 923).
 - A hold another wire took (AdCP ``check_governance``, the ACS spend gate) is concluded
   by that wire: its owner may read it here, and commit/release/undo answer ``409
   reservation:other_wire``.
@@ -27,6 +31,7 @@ from warden.spend.engine import SpendEngine
 from warden.spend.errors import (
     NotOwner,
     OtherWire,
+    OtherWireBudget,
     UnknownBudget,
     UnknownReceipt,
     UnknownReservation,
@@ -83,6 +88,22 @@ def spendable_path(eng: SpendEngine, budget_id: str, who: Identity) -> list[Budg
             f"{', '.join(path[0].principals) or 'none (nobody may spend it)'}"
         )
     return path
+
+
+#: The prefix of the budgets AdCP's ``sync_plans`` creates
+#: (:func:`warden.adcp.state.budget_id_for`).
+ADCP_BUDGET_PREFIX = "adcp:"
+
+
+def not_managed_elsewhere(budget_id: str, verb: str) -> None:
+    """Raise :class:`OtherWireBudget` (``409 budget:other_wire``) when ``budget_id`` is an
+    AdCP plan's budget, which the spend wire may not ``verb`` (decision 923)."""
+    if budget_id.startswith(ADCP_BUDGET_PREFIX):
+        raise OtherWireBudget(
+            f"budget {budget_id} is an AdCP plan's budget: AdCP manages it (sync_plans sets "
+            "its cap, check_governance spends it), so the spend wire does not "
+            f"{verb} it; it may only list and read it"
+        )
 
 
 def readable_reservation(eng: SpendEngine, rid: str, who: Identity) -> Reservation:
@@ -155,6 +176,7 @@ def undoable_receipt(eng: SpendEngine, rcp: str, who: Identity) -> Receipt:
 __all__ = [
     "concludable_reservation",
     "may_read_budget",
+    "not_managed_elsewhere",
     "readable_path",
     "readable_reservation",
     "spendable_path",

@@ -296,6 +296,29 @@ def test_an_adcp_plan_budget_is_reachable_only_by_its_owner(
         409,
     )
     assert usage(rt, plan_budget) == ("400", "0")
+    # Fresh-user review M4 (decision 923): the plan's money is AdCP's alone. Its owner
+    # cannot quote around check_governance, an admin cannot redefine it (nor create an
+    # adcp: budget), and nobody asks the spend desk to raise it.
+    refusals = [
+        owner.quote(plan_budget, "1"),
+        Api(client, rt.api_token).put(
+            f"/v1/budgets/{plan_budget}",
+            {"kind": "org", "currency": "USD", "cap": "100", "period": "none"},
+        ),
+        Api(client, rt.api_token).put(
+            f"/v1/budgets/{missing}",
+            {"kind": "org", "currency": "USD", "cap": "100", "period": "none"},
+        ),
+        owner.post(
+            "/v1/budget-requests", {"budgetId": plan_budget, "cap": "5000", "reason": "more"}
+        ),
+    ]
+    for refused in refusals:
+        body = assert_error(refused, "budget:other_wire", 409)
+        assert "AdCP plan's budget" in body["message"], body
+    assert usage(rt, plan_budget) == ("400", "0")
+    assert owner.budget(plan_budget)["cap"] == "1000"
+    assert rt.desk is None or rt.desk.list() == []
 
 
 def test_acs_holds_are_owned_by_nobody_on_the_spend_wire(rt: Runtime, client: TestClient) -> None:

@@ -40,6 +40,7 @@ from warden.spend.money import parse_amount, to_wire
 from warden.spend.ownership import (
     concludable_reservation,
     may_read_budget,
+    not_managed_elsewhere,
     readable_path,
     readable_reservation,
     spendable_path,
@@ -259,6 +260,7 @@ class SpendWire:
         who = caller()
         # Ownership first: nothing (policy, desk, audit) may see another's budget.
         path = spendable_path(eng, body.budgetId, who)
+        not_managed_elsewhere(body.budgetId, "quote against")
         self._paths[body.budgetId] = tuple(b.id for b in path)
         self.usd_only(f"budget {body.budgetId}", path[0].currency)
         if body.currency != CURRENCY:
@@ -458,6 +460,7 @@ class SpendWire:
         )
 
     def define(self, tx: WireTx, eng: SpendEngine, bid: str, body: BudgetDefinition) -> Answer:
+        not_managed_elsewhere(bid, "define or change")
         old = tx.budget(bid)
         if old is not None:
             self.usd_only(f"budget {bid}", old.currency)
@@ -521,6 +524,7 @@ class SpendWire:
 
     def request_increase(self, tx: WireTx, eng: SpendEngine, body: BudgetIncreaseRequest) -> Answer:
         budget = readable_path(eng, body.budgetId, caller())[0]
+        not_managed_elsewhere(budget.id, "raise")
         self.usd_only(f"budget {budget.id}", budget.currency)
         cap = parse_amount(body.cap, field="cap")
         if cap <= budget.cap:
