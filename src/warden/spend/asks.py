@@ -26,8 +26,9 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, Protocol
 
+from warden.approvals.binding import action_hash
 from warden.approvals.desk import ApprovalDesk, AskRequest, DeskTx, Resolution
-from warden.approvals.tasks import Requester, Task, TaskKind
+from warden.approvals.tasks import ApprovalState, Requester, Task, TaskKind
 from warden.core.guardian import Guardian
 from warden.core.pipeline import Gate, Pipeline, Recording
 from warden.core.types import ActionRequest, Effect, Verdict
@@ -269,6 +270,21 @@ def budget_increase_ask(
         correlation={"key_id": who.key_id},
         detail=detail,
     )
+
+
+def file_budget_increase(desk: ApprovalDesk, tx: DeskTx, ask: AskRequest) -> Task:
+    """File ``ask`` (:func:`budget_increase_ask`) in ``tx``, or answer with the same
+    principal's identical request still pending (same budget, current and requested cap,
+    reason): sent twice, one task (decision 927). A decided or lapsed one is not reused."""
+    latest = tx.tasks.latest_for(ask.scope, action_hash(ask.action))
+    if (
+        latest is not None
+        and latest.kind is TaskKind.BUDGET_INCREASE
+        and latest.state is ApprovalState.PENDING
+        and latest.expires_at > desk.now()
+    ):
+        return latest
+    return desk.file(tx, ask)
 
 
 def budget_increase_effect(engine: SpendEngine) -> Callable[[Any, Task], dict[str, Any]]:

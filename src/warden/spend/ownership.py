@@ -157,6 +157,15 @@ def concludable_reservation(eng: SpendEngine, rid: str, who: Identity) -> Reserv
     return res
 
 
+def readable_receipt(eng: SpendEngine, rcp: str, who: Identity) -> Receipt:
+    """A receipt ``who`` owns, or any for an admin key; else :class:`UnknownReceipt`
+    exactly as for a missing one (as :func:`readable_reservation`)."""
+    receipt = eng.receipt(rcp)
+    if receipt.principal != who.principal and not is_admin(who):
+        raise UnknownReceipt.of(rcp)
+    return receipt
+
+
 def undoable_receipt(eng: SpendEngine, rcp: str, who: Identity) -> Receipt:
     """A receipt ``who`` owns of a hold this wire took. Raises :class:`UnknownReceipt`
     (absent, or another's to an agent key), ``403 auth:forbidden`` (an admin key, not the
@@ -178,6 +187,7 @@ __all__ = [
     "may_read_budget",
     "not_managed_elsewhere",
     "readable_path",
+    "readable_receipt",
     "readable_reservation",
     "spendable_path",
     "undoable_receipt",

@@ -326,3 +326,29 @@ def test_a_grant_is_not_burnt_by_a_quote_the_budget_refuses(
     ok = agent.quote(bot, "1500")
     assert ok.status == 200, ok.body
     assert rt.desk.get(tid).state is ApprovalState.CONSUMED  # type: ignore[union-attr]
+
+
+def test_a_budget_request_needs_a_reason_and_is_filed_once(rt: Runtime, client: TestClient) -> None:
+    """Review L5 (decisions 926, 927): a reason of only whitespace is refused, as on a
+    deny; the same request sent twice answers with the one pending task."""
+    bot = tree(rt)
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    blank = {"budgetId": bot, "cap": "55", "reason": " \t\n "}
+    body = assert_error(
+        agent.call("POST", "/v1/budget-requests", blank), "input:invalid", 400, resolution="retry"
+    )
+    assert "reason" in body["message"] and "whitespace" in body["message"], body
+    assert rt.desk.list() == []
+    ask = {"budgetId": bot, "cap": "55", "reason": "launch week"}
+    first = agent.call("POST", "/v1/budget-requests", ask).body["resolution"]["taskId"]
+    again = agent.call("POST", "/v1/budget-requests", ask)
+    assert_error(again, "approval:required", 403, resolution="human_approval")
+    assert again.body["resolution"]["taskId"] == first
+    assert [t.id for t in rt.desk.list()] == [first]
+    # Another reason (or cap) is another request; a decided one is not reused.
+    other = agent.call("POST", "/v1/budget-requests", {**ask, "reason": "a second launch"})
+    assert other.body["resolution"]["taskId"] != first
+    fay.call("POST", f"/v1/approvals/{first}/deny", {"reason": "no"})
+    anew = agent.call("POST", "/v1/budget-requests", ask).body["resolution"]["taskId"]
+    assert anew not in (first, other.body["resolution"]["taskId"])

@@ -122,6 +122,30 @@ def test_anothers_reservation_and_receipt_answer_as_missing_ones(
     ]
 
 
+def test_a_receipt_is_read_by_its_owner_and_admin_only(rt: Runtime, client: TestClient) -> None:
+    """Review L2 (decision 928): ``GET /v1/receipts/{id}`` is scoped as reservations are:
+    another principal's receipt answers exactly as a missing one; an admin reads all."""
+    budgets(rt, ("a-budget", ("alice",)), ("b-budget", ("bob",)))
+    alice, bob = key(rt, client, "alice"), key(rt, client, "bob")
+    rid = alice.reserve("a-budget", "20")
+    resources = [{"kind": "domain", "provider": "namecheap", "externalId": "example.org"}]
+    committed = alice.post(
+        f"/v1/reservations/{rid}/commit", {"actualAmount": "12.5", "resources": resources}
+    ).data["receipt"]
+    rcp = committed["receiptId"]
+    own = alice.get(f"/v1/receipts/{rcp}")
+    assert own.status == 200, own.body
+    assert own.data["receipt"] == committed  # the receipt its commit answered
+    assert (own.data["budgetId"], own.data["receipt"]["amount"]) == ("a-budget", "12.5")
+    assert "undoneAt" not in own.data and own.data["createdAt"].endswith("Z")
+    norcp = fake("rcp")
+    same_as_missing(bob.get(f"/v1/receipts/{rcp}"), bob.get(f"/v1/receipts/{norcp}"), rcp, norcp)
+    admin = Api(client, rt.api_token).get(f"/v1/receipts/{rcp}")
+    assert admin.status == 200 and admin.data == own.data
+    assert alice.post(f"/v1/receipts/{rcp}/undo").status == 200
+    assert alice.get(f"/v1/receipts/{rcp}").data["undoneAt"].endswith("Z")
+
+
 def test_a_quote_against_anothers_budget_is_refused_and_holds_nothing(
     rt: Runtime, client: TestClient
 ) -> None:
