@@ -15,7 +15,9 @@ from typing import Any
 from warden.errors import InputRejected
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
-_PLAIN_DECIMAL = re.compile(r"^([0-9]+)(?:\.([0-9]+))?$", re.ASCII)
+_PLAIN_DECIMAL = re.compile(r"^[0-9]{1,16}(\.[0-9]{1,18})?$", re.ASCII)
+#: Plain digits of any length: what the bounded pattern refuses only for its length.
+_LONG_DECIMAL = re.compile(r"^([0-9]+)(?:\.([0-9]+))?$", re.ASCII)
 #: Amounts are kept to this many fractional digits (sub-cent prices exist; 6 is ample).
 MAX_SCALE = 6
 MAX_AMOUNT = Decimal("1e15")
@@ -48,19 +50,22 @@ def parse_amount(value: Any, *, field: str = "amount", allow_zero: bool = True) 
             raise MoneyError(
                 f"{field} must be {'≥' if allow_zero else '>'} 0, got {value}", field=field
             )
-        plain = _PLAIN_DECIMAL.match(value)
-        if plain is None:
-            raise MoneyError(
-                f"{field} {value!r} is not a decimal string (plain ASCII digits, optionally a "
-                'point and more digits, e.g. "12.50")',
-                field=field,
-            )
-        # Plain digits of any length get the specific refusal, read off the text before
-        # Decimal() sees it (decision 924): its scale, then its size.
-        if len((plain.group(2) or "").rstrip("0")) > MAX_SCALE:
-            raise MoneyError(f"{field} has more than {MAX_SCALE} fractional digits", field=field)
-        if len(plain.group(1).lstrip("0")) > MAX_DIGITS:
-            raise MoneyError(f"{field} is too large", field=field)
+        if not _PLAIN_DECIMAL.match(value):
+            long = _LONG_DECIMAL.match(value)
+            if long is None:
+                raise MoneyError(
+                    f"{field} {value!r} is not a decimal string (plain ASCII digits, optionally "
+                    'a point and more digits, e.g. "12.50")',
+                    field=field,
+                )
+            # Plain digits, only longer: the specific refusal, read off the text before
+            # Decimal() sees it (decision 924): its scale, then its size.
+            if len((long.group(2) or "").rstrip("0")) > MAX_SCALE:
+                raise MoneyError(
+                    f"{field} has more than {MAX_SCALE} fractional digits", field=field
+                )
+            if len(long.group(1).lstrip("0")) > MAX_DIGITS:
+                raise MoneyError(f"{field} is too large", field=field)
         try:
             amount = Decimal(value)
         except InvalidOperation as exc:  # pragma: no cover - the pattern admits only decimals
