@@ -95,14 +95,17 @@ def spendable_path(eng: SpendEngine, budget_id: str, who: Identity) -> list[Budg
 ADCP_BUDGET_PREFIX = "adcp:"
 
 
-def not_managed_elsewhere(budget_id: str, verb: str) -> None:
-    """Raise :class:`OtherWireBudget` (``409 budget:other_wire``) when ``budget_id`` is an
-    AdCP plan's budget, which the spend wire may not ``verb`` (decision 923)."""
-    if budget_id.startswith(ADCP_BUDGET_PREFIX):
+def not_managed_elsewhere(verb: str, *budget_ids: str | None) -> None:
+    """Raise :class:`OtherWireBudget` (``409 budget:other_wire``) when one of
+    ``budget_ids`` (a budget and its path, or its parent) is an AdCP plan's budget, which
+    the spend wire may not ``verb`` (decision 923)."""
+    for budget_id in budget_ids:
+        if budget_id is None or not budget_id.startswith(ADCP_BUDGET_PREFIX):
+            continue
         raise OtherWireBudget(
             f"budget {budget_id} is an AdCP plan's budget: AdCP manages it (sync_plans sets "
             "its cap, check_governance spends it), so the spend wire does not "
-            f"{verb} it; it may only list and read it"
+            f"{verb} it or a budget under it; it may only list and read it"
         )
 
 

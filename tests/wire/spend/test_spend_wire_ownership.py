@@ -336,12 +336,31 @@ def test_an_adcp_plan_budget_is_reachable_only_by_its_owner(
         owner.post(
             "/v1/budget-requests", {"budgetId": plan_budget, "cap": "5000", "reason": "more"}
         ),
+        # nor a budget under the plan's, whose quotes would hold on the plan's path
+        Api(client, rt.api_token).put(
+            "/v1/budgets/under-the-plan",
+            {
+                "kind": "team",
+                "parent": plan_budget,
+                "currency": "USD",
+                "cap": "10",
+                "period": "none",
+                "principals": ["buyer-a"],
+            },
+        ),
     ]
     for refused in refusals:
         body = assert_error(refused, "budget:other_wire", 409)
         assert "AdCP plan's budget" in body["message"], body
     assert usage(rt, plan_budget) == ("400", "0")
     assert owner.budget(plan_budget)["cap"] == "1000"
+    # One defined under it anyway (not through the spend wire) is not spent through it.
+    rt.spend.define_budget(
+        Budget("under", BudgetKind.TEAM, "USD", Decimal(10), Period.NONE, plan_budget,
+               principals=("buyer-a",))
+    )  # fmt: skip
+    assert_error(owner.quote("under", "1"), "budget:other_wire", 409)
+    assert usage(rt, plan_budget) == ("400", "0")
     assert rt.desk is None or rt.desk.list() == []
 
 

@@ -264,7 +264,7 @@ class SpendWire:
         who = caller()
         # Ownership first: nothing (policy, desk, audit) may see another's budget.
         path = spendable_path(eng, body.budgetId, who)
-        not_managed_elsewhere(body.budgetId, "quote against")
+        not_managed_elsewhere("quote against", *(b.id for b in path))
         self._paths[body.budgetId] = tuple(b.id for b in path)
         self.usd_only(f"budget {body.budgetId}", path[0].currency)
         if body.currency != CURRENCY:
@@ -464,7 +464,7 @@ class SpendWire:
         )
 
     def define(self, tx: WireTx, eng: SpendEngine, bid: str, body: BudgetDefinition) -> Answer:
-        not_managed_elsewhere(bid, "define or change")
+        not_managed_elsewhere("define or change", bid, body.parent)
         old = tx.budget(bid)
         if old is not None:
             self.usd_only(f"budget {bid}", old.currency)
@@ -529,7 +529,7 @@ class SpendWire:
 
     def request_increase(self, tx: WireTx, eng: SpendEngine, body: BudgetIncreaseRequest) -> Answer:
         budget = readable_path(eng, body.budgetId, caller())[0]
-        not_managed_elsewhere(budget.id, "raise")
+        not_managed_elsewhere("raise", budget.id)
         self.usd_only(f"budget {budget.id}", budget.currency)
         cap = parse_amount(body.cap, field="cap")
         if cap <= budget.cap:
