@@ -1,9 +1,10 @@
 """The spend quote's hold as a pipeline gate (issue 16): an allowed quote, or one a human
 granted, holds its amount on the budget's path inside the quote's one transaction.
 
-``POST /v1/quotes`` is decided by :func:`warden.spend.asks.decide_quote` with two gates
-on the operation's transaction (:class:`~warden.core.pipeline.Recording`): the desk ask
-(:class:`~warden.gates.desk.DeskAsk`), then :class:`QuoteHold`. The hold, its
+``POST /v1/quotes`` is decided by :func:`warden.spend.asks.decide_quote` with three gates
+on the operation's transaction (:class:`~warden.core.pipeline.Recording`):
+:class:`QuoteRoom` (a quote for a human that cannot fit is refused before it asks), the
+desk ask (:class:`~warden.gates.desk.DeskAsk`), then :class:`QuoteHold`. The hold, its
 ``warden/spend.reserve`` entry (or the budget's ``warden/spend.refused`` entry), the
 desk's task or consumed grant and the quote's ``warden/spend.policy`` entry commit
 together or not at all. A budget without room tightens the verdict to a deny with
@@ -119,23 +120,28 @@ class QuoteHold:
                 decided=decided,
             )
         except BudgetExceeded as exc:
-            self.refused = exc
-            budget = {
-                "budget_id": exc.budget_id,
-                "limit": to_wire(exc.cap),
-                "requested": to_wire(exc.requested),
-                "currency": exc.currency,
-                "available": to_wire(exc.available),
-            }
-            return Verdict(
-                decision=Effect.DENY,
-                reasoning=exc.message,
-                reason_codes=("budget_exceeded",),
-                policy_references=verdict.policy_references,
-                bundle=verdict.bundle,
-                policy_data={**verdict.policy_data, "budget": budget},
-            )
+            return self.refuse(verdict, exc)
         return verdict
+
+    def refuse(self, verdict: Verdict, exc: BudgetExceeded) -> Verdict:
+        """``verdict`` tightened to the budget's deny (reason code ``budget_exceeded``)."""
+        self.refused = exc
+        self.decided_by = verdict
+        budget = {
+            "budget_id": exc.budget_id,
+            "limit": to_wire(exc.cap),
+            "requested": to_wire(exc.requested),
+            "currency": exc.currency,
+            "available": to_wire(exc.available),
+        }
+        return Verdict(
+            decision=Effect.DENY,
+            reasoning=exc.message,
+            reason_codes=("budget_exceeded",),
+            policy_references=verdict.policy_references,
+            bundle=verdict.bundle,
+            policy_data={**verdict.policy_data, "budget": budget},
+        )
 
     def holding(self) -> bool:
         return self.reservation is not None
@@ -150,3 +156,35 @@ class QuoteHold:
             self.engine.release(res.id, reason="quote_denied")
         except Exception:  # noqa: BLE001 - the transaction's own outcome decides
             log.warning("could not release hold %s (%s); it rolls back or expires", res.id, why)
+
+
+class QuoteRoom:
+    """The hold's deny-early check, the gate before the desk ask (decision 920): a quote
+    the policy sends to a human but that a budget on its path has no room for is refused
+    at once (the budget's deny, its ``warden/spend.refused`` entry), so it files no task
+    and consumes no grant. It reads in the quote's transaction and holds nothing;
+    :class:`QuoteHold` still checks when it holds, in that same transaction, so a
+    granted quote that passed here holds (nothing between them moves money)."""
+
+    def __init__(self, hold: QuoteHold) -> None:
+        self.hold = hold
+
+    def wants(self, request: ActionRequest, verdict: Verdict) -> bool:
+        return self.hold.decided_by is None and verdict.decision in (Effect.ASK, Effect.DEFER)
+
+    def blocking(self, request: ActionRequest, verdict: Verdict) -> bool:
+        return True
+
+    def apply(self, request: ActionRequest, verdict: Verdict) -> Verdict:
+        t = self.hold.terms
+        try:
+            self.hold.engine.refuse_unless_fits(t.budget_id, t.amount, t.currency, action=t.action)
+        except BudgetExceeded as exc:
+            return self.hold.refuse(verdict, exc)
+        return verdict
+
+    def holding(self) -> bool:
+        return False
+
+    def abandon(self, why: str) -> None:
+        """Nothing to give back: the check holds nothing."""

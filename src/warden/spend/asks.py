@@ -2,7 +2,9 @@
 
 A quote is decided under the policy method ``spend/quote`` (DESIGN.md's decision
 table) by :func:`decide_quote`: :func:`quote_request` is its :class:`ActionRequest`,
-the pipeline decides it with two gates: the desk ask (:class:`~warden.gates.desk.DeskAsk`
+the pipeline decides it with three gates: the room check
+(:class:`~warden.gates.quote_hold.QuoteRoom`: a quote for a human that cannot fit is
+refused before it asks), the desk ask (:class:`~warden.gates.desk.DeskAsk`
 over :func:`quote_ask`: the same quote, however its amount is written, is one ask) and
 the hold (:class:`~warden.gates.quote_hold.QuoteHold`: an allowed or granted quote
 reserves its amount); :func:`decision_detail` is what the spend chain records about a
@@ -24,14 +26,15 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, Protocol
 
+from warden.approvals.binding import action_hash
 from warden.approvals.desk import ApprovalDesk, AskRequest, DeskTx, Resolution
-from warden.approvals.tasks import Requester, Task, TaskKind
+from warden.approvals.tasks import ApprovalState, Requester, Task, TaskKind
 from warden.core.guardian import Guardian
 from warden.core.pipeline import Gate, Pipeline, Recording
 from warden.core.types import ActionRequest, Effect, Verdict
 from warden.gates.approval import ask_terms, policy_of
 from warden.gates.desk import DeskAsk
-from warden.gates.quote_hold import HoldTerms, QuoteHold
+from warden.gates.quote_hold import HoldTerms, QuoteHold, QuoteRoom
 from warden.identity.api_keys import Identity
 from warden.ledger.decided import caller_record, verdict_record
 from warden.spend.budgets import Budget
@@ -194,7 +197,8 @@ def decide_quote(
     hold_seconds: int = DEFAULT_HOLD_SECONDS,
 ) -> QuoteDecision:
     """Decide and hold a quote in ``tx`` (``engine`` joined to it): the pipeline with
-    the desk ask and the hold as its gates (:class:`~warden.gates.desk.DeskAsk` over
+    the room check, the desk ask and the hold as its gates
+    (:class:`~warden.gates.quote_hold.QuoteRoom`, :class:`~warden.gates.desk.DeskAsk` over
     :func:`quote_ask`, then :class:`~warden.gates.quote_hold.QuoteHold`), then the
     ``warden/spend.policy`` entry of a policy decision that is not ``allow``. The task or
     grant, the hold and the entries commit together; the final verdict (a refused hold:
@@ -203,15 +207,6 @@ def decide_quote(
     request = quote_request(who, payload, budget_id, amount, currency, action)
     guardian = pipeline.guardian
     ask: DeskAsk | None = None
-    gates: list[Gate] = []
-    if desk is not None:
-        ask = DeskAsk(
-            desk,
-            tx,
-            lambda _req, verdict: quote_ask(guardian, who, verdict, budget_id, amount, action),
-            {"wire": "spend", "route": "POST /v1/quotes", "key_id": who.key_id},
-        )
-        gates.append(ask)
     terms = HoldTerms(
         budget_id,
         amount,
@@ -221,7 +216,18 @@ def decide_quote(
         who.principal,
         {"wire": "spend", "key_id": who.key_id},
     )
-    hold = QuoteHold(engine, terms, ask, lambda verdict: decided_record(who, payload, verdict))
+    hold = QuoteHold(engine, terms, None, lambda verdict: decided_record(who, payload, verdict))
+    # A quote no human could make fit is refused before it asks one (decision 920).
+    gates: list[Gate] = [QuoteRoom(hold)]
+    if desk is not None:
+        ask = DeskAsk(
+            desk,
+            tx,
+            lambda _req, verdict: quote_ask(guardian, who, verdict, budget_id, amount, action),
+            {"wire": "spend", "route": "POST /v1/quotes", "key_id": who.key_id},
+        )
+        gates.append(ask)
+    hold.ask = ask
     gates.append(hold)
     decided = pipeline.run(who.as_principal(), request, gates=gates)
     pipeline.finished_after(tx, "spend", decided)
@@ -264,6 +270,21 @@ def budget_increase_ask(
         correlation={"key_id": who.key_id},
         detail=detail,
     )
+
+
+def file_budget_increase(desk: ApprovalDesk, tx: DeskTx, ask: AskRequest) -> Task:
+    """File ``ask`` (:func:`budget_increase_ask`) in ``tx``, or answer with the same
+    principal's identical request still pending (same budget, current and requested cap,
+    reason): sent twice, one task (decision 927). A decided or lapsed one is not reused."""
+    latest = tx.tasks.latest_for(ask.scope, action_hash(ask.action))
+    if (
+        latest is not None
+        and latest.kind is TaskKind.BUDGET_INCREASE
+        and latest.state is ApprovalState.PENDING
+        and latest.expires_at > desk.now()
+    ):
+        return latest
+    return desk.file(tx, ask)
 
 
 def budget_increase_effect(engine: SpendEngine) -> Callable[[Any, Task], dict[str, Any]]:

@@ -221,47 +221,12 @@ class SpendEngine:
                 field="hold_seconds",
             )
         now = self._clock()
-        refusal: SpendError | None = None
         with self.store.spend_transaction() as tx:
-            self._expire(tx, now)
-            path = self._path(tx, budget_id)
-            if path[0].currency != currency:
-                raise MoneyError(
-                    f"budget {budget_id} is in {path[0].currency}, the spend is in {currency}",
-                    reason="currency_mismatch",
-                    field="currency",
-                )
-            buckets = tuple(period_key(b.period, now) for b in path)
-            usages = [tx.usage(b.id, k) for b, k in zip(path, buckets, strict=True)]
-            for b, (reserved, settled) in zip(path, usages, strict=True):
-                available = b.cap - reserved - settled
-                if value > available:
-                    refusal = BudgetExceeded(
-                        b.id,
-                        cap=b.cap,
-                        available=max(available, Decimal(0)),
-                        requested=value,
-                        currency=currency,
-                    )
-                    break
+            path, buckets, usages, refusal = self._room(
+                tx, budget_id, value, currency, action, now, decided
+            )
             root = path[-1].id
-            if refusal is not None:
-                self._audit(
-                    tx,
-                    root,
-                    "refused",
-                    f"refused:{uuid.uuid4()}",
-                    {
-                        "budget_id": budget_id,
-                        "amount": to_wire(value),
-                        "currency": currency,
-                        "action": action,
-                        "gate": refusal.gate,
-                        **refusal.data,
-                        **({"decided": decided} if decided is not None else {}),
-                    },
-                )
-            else:
+            if refusal is None:
                 for b, k, (reserved, settled) in zip(path, buckets, usages, strict=True):
                     tx.set_usage(b.id, k, reserved + value, settled)
                 res = Reservation(
@@ -286,6 +251,80 @@ class SpendEngine:
         if refusal is not None:
             raise refusal
         return res
+
+    def refuse_unless_fits(
+        self,
+        budget_id: str,
+        amount: Decimal,
+        currency: str,
+        *,
+        action: str,
+        decided: dict[str, Any] | None = None,
+    ) -> None:
+        """Refuse now what :meth:`reserve` would refuse, holding nothing: raise
+        :class:`BudgetExceeded` (its ``refused`` entry written, as :meth:`reserve` writes
+        it) when ``amount`` is more than a budget on the path has left. The spend quote
+        asks this before it asks a human (decision 920): no approval could make such a
+        quote fit. Inside a joined transaction the answer holds until it ends; the hold
+        itself still checks again."""
+        value = parse_amount(amount, allow_zero=False)
+        with self.store.spend_transaction() as tx:
+            refusal = self._room(tx, budget_id, value, currency, action, self._clock(), decided)[3]
+        if refusal is not None:
+            raise refusal
+
+    def _room(
+        self,
+        tx: SpendTx,
+        budget_id: str,
+        value: Decimal,
+        currency: str,
+        action: str,
+        now: datetime,
+        decided: dict[str, Any] | None,
+    ) -> tuple[list[Budget], tuple[str, ...], list[tuple[Decimal, Decimal]], SpendError | None]:
+        """Expire due holds, then read ``budget_id``'s path, its buckets and their usage,
+        and the refusal (its ``refused`` entry written in ``tx``) when ``value`` does not
+        fit on every budget of the path. Raises ``UnknownBudget``, ``MoneyError``."""
+        self._expire(tx, now)
+        path = self._path(tx, budget_id)
+        if path[0].currency != currency:
+            raise MoneyError(
+                f"budget {budget_id} is in {path[0].currency}, the spend is in {currency}",
+                reason="currency_mismatch",
+                field="currency",
+            )
+        buckets = tuple(period_key(b.period, now) for b in path)
+        usages = [tx.usage(b.id, k) for b, k in zip(path, buckets, strict=True)]
+        refusal: SpendError | None = None
+        for b, (reserved, settled) in zip(path, usages, strict=True):
+            available = b.cap - reserved - settled
+            if value > available:
+                refusal = BudgetExceeded(
+                    b.id,
+                    cap=b.cap,
+                    available=max(available, Decimal(0)),
+                    requested=value,
+                    currency=currency,
+                )
+                break
+        if refusal is not None:
+            self._audit(
+                tx,
+                path[-1].id,
+                "refused",
+                f"refused:{uuid.uuid4()}",
+                {
+                    "budget_id": budget_id,
+                    "amount": to_wire(value),
+                    "currency": currency,
+                    "action": action,
+                    "gate": refusal.gate,
+                    **refusal.data,
+                    **({"decided": decided} if decided is not None else {}),
+                },
+            )
+        return path, buckets, usages, refusal
 
     def settle(
         self, reservation_id: str, actual: Any, *, resources: tuple[dict[str, str], ...] = ()

@@ -92,6 +92,13 @@ class OtherWire(SpendError):
     reason = "other_wire"
 
 
+class OtherWireBudget(OtherWire):
+    """An AdCP plan's budget (``adcp:…``): AdCP manages it, the spend wire only reads it
+    (decision 923)."""
+
+    gate = "budget:other_wire"
+
+
 class ReservationNotHeld(SpendError):
     """The reservation was already settled, released or expired."""
 

@@ -16,9 +16,13 @@ from warden.errors import InputRejected
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 _PLAIN_DECIMAL = re.compile(r"^[0-9]{1,16}(\.[0-9]{1,18})?$", re.ASCII)
+#: Plain digits of any length: what the bounded pattern refuses only for its length.
+_LONG_DECIMAL = re.compile(r"^([0-9]+)(?:\.([0-9]+))?$", re.ASCII)
 #: Amounts are kept to this many fractional digits (sub-cent prices exist; 6 is ample).
 MAX_SCALE = 6
 MAX_AMOUNT = Decimal("1e15")
+#: The most integer digits an amount below MAX_AMOUNT has.
+MAX_DIGITS = 15
 
 
 class MoneyError(InputRejected):
@@ -47,11 +51,21 @@ def parse_amount(value: Any, *, field: str = "amount", allow_zero: bool = True) 
                 f"{field} must be {'≥' if allow_zero else '>'} 0, got {value}", field=field
             )
         if not _PLAIN_DECIMAL.match(value):
-            raise MoneyError(
-                f"{field} {value!r} is not a decimal string (plain ASCII digits, optionally a "
-                'point and more digits, e.g. "12.50")',
-                field=field,
-            )
+            long = _LONG_DECIMAL.match(value)
+            if long is None:
+                raise MoneyError(
+                    f"{field} {value!r} is not a decimal string (plain ASCII digits, optionally "
+                    'a point and more digits, e.g. "12.50")',
+                    field=field,
+                )
+            # Plain digits, only longer: the specific refusal, read off the text before
+            # Decimal() sees it (decision 924): its scale, then its size.
+            if len((long.group(2) or "").rstrip("0")) > MAX_SCALE:
+                raise MoneyError(
+                    f"{field} has more than {MAX_SCALE} fractional digits", field=field
+                )
+            if len(long.group(1).lstrip("0")) > MAX_DIGITS:
+                raise MoneyError(f"{field} is too large", field=field)
         try:
             amount = Decimal(value)
         except InvalidOperation as exc:  # pragma: no cover - the pattern admits only decimals

@@ -10,6 +10,10 @@
   input:unknown_budget|reservation|receipt``, byte for byte the same body). An admin
   key, which may read it anyway, gets ``403 auth:forbidden`` when it tries to spend as
   someone else: hiding what it can read would only mislead it.
+- An AdCP plan's budget (``adcp:…``, created by ``sync_plans``) is managed through AdCP
+  alone: the spend wire lists and reads it but refuses to quote against it, redefine it
+  or ask to raise it (``409 budget:other_wire``, :func:`not_managed_elsewhere`), which
+  would go around ``check_governance``'s plan gates (decision 923).
 - A hold another wire took (AdCP ``check_governance``, the ACS spend gate) is concluded
   by that wire: its owner may read it here, and commit/release/undo answer ``409
   reservation:other_wire``.
@@ -27,6 +31,7 @@ from warden.spend.engine import SpendEngine
 from warden.spend.errors import (
     NotOwner,
     OtherWire,
+    OtherWireBudget,
     UnknownBudget,
     UnknownReceipt,
     UnknownReservation,
@@ -85,6 +90,25 @@ def spendable_path(eng: SpendEngine, budget_id: str, who: Identity) -> list[Budg
     return path
 
 
+#: The prefix of the budgets AdCP's ``sync_plans`` creates
+#: (:func:`warden.adcp.state.budget_id_for`).
+ADCP_BUDGET_PREFIX = "adcp:"
+
+
+def not_managed_elsewhere(verb: str, *budget_ids: str | None) -> None:
+    """Raise :class:`OtherWireBudget` (``409 budget:other_wire``) when one of
+    ``budget_ids`` (a budget and its path, or its parent) is an AdCP plan's budget, which
+    the spend wire may not ``verb`` (decision 923)."""
+    for budget_id in budget_ids:
+        if budget_id is None or not budget_id.startswith(ADCP_BUDGET_PREFIX):
+            continue
+        raise OtherWireBudget(
+            f"budget {budget_id} is an AdCP plan's budget: AdCP manages it (sync_plans sets "
+            "its cap, check_governance spends it), so the spend wire does not "
+            f"{verb} it or a budget under it; it may only list and read it"
+        )
+
+
 def readable_reservation(eng: SpendEngine, rid: str, who: Identity) -> Reservation:
     """A reservation ``who`` owns, or any for an admin key; else :class:`UnknownReservation`
     exactly as for a missing one."""
@@ -136,6 +160,15 @@ def concludable_reservation(eng: SpendEngine, rid: str, who: Identity) -> Reserv
     return res
 
 
+def readable_receipt(eng: SpendEngine, rcp: str, who: Identity) -> Receipt:
+    """A receipt ``who`` owns, or any for an admin key; else :class:`UnknownReceipt`
+    exactly as for a missing one (as :func:`readable_reservation`)."""
+    receipt = eng.receipt(rcp)
+    if receipt.principal != who.principal and not is_admin(who):
+        raise UnknownReceipt.of(rcp)
+    return receipt
+
+
 def undoable_receipt(eng: SpendEngine, rcp: str, who: Identity) -> Receipt:
     """A receipt ``who`` owns of a hold this wire took. Raises :class:`UnknownReceipt`
     (absent, or another's to an agent key), ``403 auth:forbidden`` (an admin key, not the
@@ -155,7 +188,9 @@ def undoable_receipt(eng: SpendEngine, rcp: str, who: Identity) -> Receipt:
 __all__ = [
     "concludable_reservation",
     "may_read_budget",
+    "not_managed_elsewhere",
     "readable_path",
+    "readable_receipt",
     "readable_reservation",
     "spendable_path",
     "undoable_receipt",

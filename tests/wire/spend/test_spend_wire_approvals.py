@@ -283,3 +283,72 @@ def test_reroute_to_a_group_without_approvers_is_accepted_with_a_warning(
         back = Caller(client, rt.api_token).call("POST", path, {"group": "ops"})
         assert back.status == 200 and "warning" not in back.data, back.body
         assert back.data["task"]["approver_group"] == "ops"
+
+
+def test_a_quote_that_cannot_fit_is_refused_before_it_asks_a_human(
+    rt: Runtime, client: TestClient
+) -> None:
+    """Fresh-user review M3 (decision 920): a quote the policy asks about but that a budget
+    on its path has no room for is the budget's 402 at once, and files no task (one key
+    could otherwise flood the desk with quotes no approval could make succeed)."""
+    bot = tree(rt)  # agent cap 50
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    for amount in ("1500", "5001", "5002", "999999999999"):
+        body = assert_error(agent.quote(bot, amount), "budget:exceeded", 402, resolution="retry")
+        assert (body["limit"], body["requested"]) == (50, int(amount)), body
+    assert rt.desk.list() == []
+
+
+def test_a_grant_is_not_burnt_by_a_quote_the_budget_refuses(
+    rt: Runtime, client: TestClient
+) -> None:
+    """M3 (decision 921): a granted quote that no longer fits is refused with the budget's
+    402 and its grant stays approved (not "consumed ... on resubmission"); once there is
+    room, the same quote consumes it and reserves once."""
+    bot = tree(rt, org="5000", team="5000", agent="2000")
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    tid = agent.quote(bot, "1500").body["resolution"]["taskId"]
+    fay.call("POST", f"/v1/approvals/{tid}/approve", {"reason": "ok"})
+    small = agent.quote(bot, "1000")  # the policy allows it: 1000 of 2000 left
+    assert small.status == 200, small.body
+    for _ in range(2):
+        assert_error(
+            agent.quote(bot, "1500"), "budget:exceeded", 402, retryable=True, resolution="retry"
+        )
+    task = rt.desk.get(tid)
+    assert task is not None and task.state is ApprovalState.APPROVED
+    assert task.consumed_by is None
+    assert not any(h.get("event") == "consumed" for h in task.history)
+    assert len(rt.desk.list()) == 1  # no new task either
+    rid = small.data["quote"]["reservation"]["reservationId"]
+    assert agent.call("POST", f"/v1/reservations/{rid}/release", {}).status == 200
+    ok = agent.quote(bot, "1500")
+    assert ok.status == 200, ok.body
+    assert rt.desk.get(tid).state is ApprovalState.CONSUMED  # type: ignore[union-attr]
+
+
+def test_a_budget_request_needs_a_reason_and_is_filed_once(rt: Runtime, client: TestClient) -> None:
+    """Review L5 (decisions 926, 927): a reason of only whitespace is refused, as on a
+    deny; the same request sent twice answers with the one pending task."""
+    bot = tree(rt)
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    blank = {"budgetId": bot, "cap": "55", "reason": " \t\n "}
+    body = assert_error(
+        agent.call("POST", "/v1/budget-requests", blank), "input:invalid", 400, resolution="retry"
+    )
+    assert "reason" in body["message"] and "whitespace" in body["message"], body
+    assert rt.desk.list() == []
+    ask = {"budgetId": bot, "cap": "55", "reason": "launch week"}
+    first = agent.call("POST", "/v1/budget-requests", ask).body["resolution"]["taskId"]
+    again = agent.call("POST", "/v1/budget-requests", ask)
+    assert_error(again, "approval:required", 403, resolution="human_approval")
+    assert again.body["resolution"]["taskId"] == first
+    assert [t.id for t in rt.desk.list()] == [first]
+    # Another reason (or cap) is another request; a decided one is not reused.
+    other = agent.call("POST", "/v1/budget-requests", {**ask, "reason": "a second launch"})
+    assert other.body["resolution"]["taskId"] != first
+    fay.call("POST", f"/v1/approvals/{first}/deny", {"reason": "no"})
+    anew = agent.call("POST", "/v1/budget-requests", ask).body["resolution"]["taskId"]
+    assert anew not in (first, other.body["resolution"]["taskId"])

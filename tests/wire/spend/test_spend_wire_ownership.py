@@ -122,6 +122,30 @@ def test_anothers_reservation_and_receipt_answer_as_missing_ones(
     ]
 
 
+def test_a_receipt_is_read_by_its_owner_and_admin_only(rt: Runtime, client: TestClient) -> None:
+    """Review L2 (decision 928): ``GET /v1/receipts/{id}`` is scoped as reservations are:
+    another principal's receipt answers exactly as a missing one; an admin reads all."""
+    budgets(rt, ("a-budget", ("alice",)), ("b-budget", ("bob",)))
+    alice, bob = key(rt, client, "alice"), key(rt, client, "bob")
+    rid = alice.reserve("a-budget", "20")
+    resources = [{"kind": "domain", "provider": "namecheap", "externalId": "example.org"}]
+    committed = alice.post(
+        f"/v1/reservations/{rid}/commit", {"actualAmount": "12.5", "resources": resources}
+    ).data["receipt"]
+    rcp = committed["receiptId"]
+    own = alice.get(f"/v1/receipts/{rcp}")
+    assert own.status == 200, own.body
+    assert own.data["receipt"] == committed  # the receipt its commit answered
+    assert (own.data["budgetId"], own.data["receipt"]["amount"]) == ("a-budget", "12.5")
+    assert "undoneAt" not in own.data and own.data["createdAt"].endswith("Z")
+    norcp = fake("rcp")
+    same_as_missing(bob.get(f"/v1/receipts/{rcp}"), bob.get(f"/v1/receipts/{norcp}"), rcp, norcp)
+    admin = Api(client, rt.api_token).get(f"/v1/receipts/{rcp}")
+    assert admin.status == 200 and admin.data == own.data
+    assert alice.post(f"/v1/receipts/{rcp}/undo").status == 200
+    assert alice.get(f"/v1/receipts/{rcp}").data["undoneAt"].endswith("Z")
+
+
 def test_a_quote_against_anothers_budget_is_refused_and_holds_nothing(
     rt: Runtime, client: TestClient
 ) -> None:
@@ -296,6 +320,48 @@ def test_an_adcp_plan_budget_is_reachable_only_by_its_owner(
         409,
     )
     assert usage(rt, plan_budget) == ("400", "0")
+    # Fresh-user review M4 (decision 923): the plan's money is AdCP's alone. Its owner
+    # cannot quote around check_governance, an admin cannot redefine it (nor create an
+    # adcp: budget), and nobody asks the spend desk to raise it.
+    refusals = [
+        owner.quote(plan_budget, "1"),
+        Api(client, rt.api_token).put(
+            f"/v1/budgets/{plan_budget}",
+            {"kind": "org", "currency": "USD", "cap": "100", "period": "none"},
+        ),
+        Api(client, rt.api_token).put(
+            f"/v1/budgets/{missing}",
+            {"kind": "org", "currency": "USD", "cap": "100", "period": "none"},
+        ),
+        owner.post(
+            "/v1/budget-requests", {"budgetId": plan_budget, "cap": "5000", "reason": "more"}
+        ),
+        # nor a budget under the plan's, whose quotes would hold on the plan's path
+        Api(client, rt.api_token).put(
+            "/v1/budgets/under-the-plan",
+            {
+                "kind": "team",
+                "parent": plan_budget,
+                "currency": "USD",
+                "cap": "10",
+                "period": "none",
+                "principals": ["buyer-a"],
+            },
+        ),
+    ]
+    for refused in refusals:
+        body = assert_error(refused, "budget:other_wire", 409)
+        assert "AdCP plan's budget" in body["message"], body
+    assert usage(rt, plan_budget) == ("400", "0")
+    assert owner.budget(plan_budget)["cap"] == "1000"
+    # One defined under it anyway (not through the spend wire) is not spent through it.
+    rt.spend.define_budget(
+        Budget("under", BudgetKind.TEAM, "USD", Decimal(10), Period.NONE, plan_budget,
+               principals=("buyer-a",))
+    )  # fmt: skip
+    assert_error(owner.quote("under", "1"), "budget:other_wire", 409)
+    assert usage(rt, plan_budget) == ("400", "0")
+    assert rt.desk is None or rt.desk.list() == []
 
 
 def test_acs_holds_are_owned_by_nobody_on_the_spend_wire(rt: Runtime, client: TestClient) -> None:

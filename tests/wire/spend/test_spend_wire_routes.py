@@ -258,6 +258,36 @@ def test_a_float_amount_gets_one_clear_message(rt: Runtime, api: Api) -> None:
 
 
 @pytest.mark.parametrize(
+    ("amount", "gate", "message"),
+    [
+        # Plain digits get the specific refusal however many there are (review L3).
+        ("999999999999999999", "input:invalid_amount", "amount is too large"),
+        ("9999999999999999", "input:invalid_amount", "amount is too large"),
+        ("1000000000000000.5", "input:invalid_amount", "amount is too large"),
+        ("0.0000000000000000001", "input:invalid_amount", "more than 6 fractional digits"),
+        ("0.0000001", "input:invalid_amount", "more than 6 fractional digits"),
+        ("1x", "input:invalid_amount", "is not a decimal string"),
+        (True, "input:invalid", "or an integer; not a boolean"),
+        (None, "input:invalid", "or an integer; not null"),
+        ([1], "input:invalid", "or an integer; not an array"),
+    ],
+)
+def test_an_amount_refusal_names_what_is_wrong_with_it(
+    rt: Runtime, api: Api, amount: Any, gate: str, message: str
+) -> None:
+    body = assert_error(api.quote(tree(rt), amount), gate, 400, resolution="retry")
+    assert message in body["message"], body
+
+
+def test_long_plain_amounts_within_the_limits_are_amounts(rt: Runtime, api: Api) -> None:
+    """Zeros either side do not count against the digit limits."""
+    bot = tree(rt)
+    ok = api.quote(bot, "000000000000000000012.500000000000")
+    assert ok.status == 200, ok.body
+    assert Decimal(ok.data["quote"]["amount"]) == Decimal("12.5")
+
+
+@pytest.mark.parametrize(
     ("body", "needle"),
     [
         ({"budgetId": "acme", "action": "x", "amount": "1"}, "currency"),
@@ -465,6 +495,15 @@ def test_the_wire_is_usd_only(rt: Runtime, api: Api) -> None:
     # a new budget in another currency: defining it in USD works
     r = api.put("/v1/budgets/yen", {"kind": "org", "currency": "JPY", "cap": "5", "period": "day"})
     assert_error(r, "input:currency_not_supported", 400, resolution="retry")
+    # a stored USD budget defined again in EUR: the message names each currency rightly
+    # (review L4: it said the budget was in EUR)
+    r = api.put(
+        f"/v1/budgets/{bot}",
+        {"kind": "agent", "parent": "acme.ops", "currency": "EUR", "cap": "5", "period": "none"},
+    )
+    body = assert_error(r, "input:currency_not_supported", 400, resolution="retry")
+    assert body["message"].startswith(f"this definition of USD budget {bot} is in EUR;"), body
+    assert api.budget(bot)["currency"] == "USD"
 
 
 # -- budgets ------------------------------------------------------------------------------
@@ -658,6 +697,7 @@ ROUTES = {
     ("post", "/v1/reservations/{reservation_id}/commit"): "Success_CommitData_",
     ("post", "/v1/reservations/{reservation_id}/release"): "Success_ReleaseData_",
     ("get", "/v1/reservations/{reservation_id}"): "Success_ReservationData_",
+    ("get", "/v1/receipts/{receipt_id}"): "Success_ReceiptData_",
     ("post", "/v1/receipts/{receipt_id}/undo"): "Success_UndoData_",
     ("get", "/v1/budgets"): "Success_BudgetListData_",
     ("get", "/v1/budgets/{budget_id}"): "Success_BudgetData_",

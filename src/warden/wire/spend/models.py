@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -33,11 +34,25 @@ def _amount(value: Any) -> str | int:
     # One clear error instead of pydantic's one-per-union-member; the value itself is
     # checked by warden.spend.money.parse_amount.
     if isinstance(value, bool) or not isinstance(value, str | int):
+        what = "floats are refused" if isinstance(value, float) else f"not {_json_type(value)}"
         raise PydanticCustomError(
-            "amount_type",
-            'must be a decimal string ("12.50") or an integer; floats are refused',
+            "amount_type", f'must be a decimal string ("12.50") or an integer; {what}'
         )
     return value
+
+
+def _said(reason: str) -> str:
+    # A reason of only whitespace is no reason, as on a deny (decision 926).
+    if not reason.strip():
+        raise PydanticCustomError("reason_blank", "must say why; whitespace is no reason")
+    return reason
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type of a parsed value that is no amount, for its refusal (decision 924)."""
+    if isinstance(value, bool):
+        return "a boolean"
+    return {type(None): "null", list: "an array", dict: "an object"}.get(type(value), "a number")
 
 
 Amount = Annotated[
@@ -117,7 +132,7 @@ class BudgetIncreaseRequest(_Request):
 
     budgetId: Id
     cap: Amount
-    reason: Annotated[StrictStr, Field(min_length=1, max_length=500)]
+    reason: Annotated[StrictStr, Field(min_length=1, max_length=500), AfterValidator(_said)]
 
 
 # -- responses -------------------------------------------------------------------------
@@ -280,6 +295,16 @@ class BudgetData(BaseModel):
 
 class ReservationData(BaseModel):
     reservation: ReservationView
+
+
+class ReceiptData(BaseModel):
+    """A committed spend as ``GET /v1/receipts/{id}`` reads it: the receipt its commit
+    answered, its budget, when it was charged and, once undone, when (decision 928)."""
+
+    receipt: Receipt
+    budgetId: str
+    createdAt: str
+    undoneAt: str | None = None
 
 
 class TaskData(BaseModel):

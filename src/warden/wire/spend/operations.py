@@ -31,6 +31,7 @@ from warden.spend.asks import (
     QuoteDecision,
     budget_increase_ask,
     decide_quote,
+    file_budget_increase,
     winning_gate,
 )
 from warden.spend.audit import spend_session_id
@@ -40,7 +41,9 @@ from warden.spend.money import parse_amount, to_wire
 from warden.spend.ownership import (
     concludable_reservation,
     may_read_budget,
+    not_managed_elsewhere,
     readable_path,
+    readable_receipt,
     readable_reservation,
     spendable_path,
     undoable_receipt,
@@ -60,10 +63,12 @@ from warden.wire.spend.models import (
     QuoteData,
     QuoteRequest,
     ReasonRequest,
+    ReceiptData,
     ReleaseData,
     ReservationData,
     ReservationRef,
     Resolution,
+    Resource,
     TaskData,
     UndoData,
 )
@@ -259,6 +264,7 @@ class SpendWire:
         who = caller()
         # Ownership first: nothing (policy, desk, audit) may see another's budget.
         path = spendable_path(eng, body.budgetId, who)
+        not_managed_elsewhere("quote against", *(b.id for b in path))
         self._paths[body.budgetId] = tuple(b.id for b in path)
         self.usd_only(f"budget {body.budgetId}", path[0].currency)
         if body.currency != CURRENCY:
@@ -462,11 +468,13 @@ class SpendWire:
         )
 
     def define(self, tx: WireTx, eng: SpendEngine, bid: str, body: BudgetDefinition) -> Answer:
+        not_managed_elsewhere("define or change", bid, body.parent)
         old = tx.budget(bid)
         if old is not None:
             self.usd_only(f"budget {bid}", old.currency)
-        if body.currency != CURRENCY:
-            raise currency_not_supported(f"budget {bid}", body.currency, fixable=old is None)
+        if body.currency != CURRENCY:  # a stored budget is USD here: name what was sent
+            what = f"budget {bid}" if old is None else f"this definition of USD budget {bid}"
+            raise currency_not_supported(what, body.currency, fixable=True)
         budget = Budget(
             id=bid,
             kind=body.kind,
@@ -525,6 +533,7 @@ class SpendWire:
 
     def request_increase(self, tx: WireTx, eng: SpendEngine, body: BudgetIncreaseRequest) -> Answer:
         budget = readable_path(eng, body.budgetId, caller())[0]
+        not_managed_elsewhere("raise", budget.id)
         self.usd_only(f"budget {budget.id}", budget.currency)
         cap = parse_amount(body.cap, field="cap")
         if cap <= budget.cap:
@@ -538,7 +547,8 @@ class SpendWire:
             raise Refusal(
                 "approval:unavailable", 503, "no approval desk is configured to decide this"
             )
-        task = self.desk.file(tx, budget_increase_ask(caller(), budget, cap, body.reason))
+        ask = budget_increase_ask(caller(), budget, cap, body.reason)
+        task = file_budget_increase(self.desk, tx, ask)
         return self.awaiting(
             task.id,
             f"raising budget {budget.id} from {to_wire(budget.cap)} to {to_wire(cap)} USD "
@@ -628,6 +638,26 @@ class SpendWire:
             else [f"GET /v1/budgets/{res.budget_id} shows what is left"]
         )
         return Answer(200, success(ReservationData(reservation=reservation_view(res)), steps))
+
+    def get_receipt(self, tx: WireTx, eng: SpendEngine, rcp: str) -> Answer:
+        got = readable_receipt(eng, rcp, caller())
+        self.usd_only(f"receipt {rcp}", got.currency)
+        data = ReceiptData(
+            receipt=receipt(
+                got.action,
+                one_time=got.amount,
+                resources=[Resource(**r) for r in got.resources],
+                receiptId=rcp,
+                reservationId=got.reservation_id,
+                amount=to_wire(got.amount),
+                currency=CURRENCY,
+            ),
+            budgetId=got.budget_id,
+            createdAt=rfc3339(got.created_at),
+            **({"undoneAt": rfc3339(got.undone_at)} if got.undone_at is not None else {}),
+        )
+        step = f"POST /v1/receipts/{rcp}/undo reverses it" if got.undone_at is None else None
+        return Answer(200, success(data, [step or f"GET /v1/budgets/{got.budget_id}"]))
 
     def get_task(self, tx: WireTx, eng: SpendEngine, tid: str) -> Answer:
         task = tx.tasks.get(tid)

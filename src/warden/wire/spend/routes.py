@@ -39,6 +39,7 @@ from warden.wire.spend.models import (
     QuoteData,
     QuoteRequest,
     ReasonRequest,
+    ReceiptData,
     ReleaseData,
     ReservationData,
     Resolution,
@@ -331,6 +332,12 @@ def spend_router(
     )
     def get_reservation(reservation_id: str) -> Response:
         return wire.read(lambda tx, eng: wire.get_reservation(tx, eng, reservation_id))
+
+    @router.get(
+        "/receipts/{receipt_id}", response_model=Success[ReceiptData], summary="Read a receipt"
+    )
+    def get_receipt(receipt_id: str) -> Response:
+        return wire.read(lambda tx, eng: wire.get_receipt(tx, eng, receipt_id))
 
     @router.post(
         "/receipts/{receipt_id}/undo",
