@@ -30,7 +30,7 @@ from warden.kla.keys import KeyRegistry, TrustedKey, jwk_for
 from warden.kla.records import RecordKind, SealedRecord, bundle_manifest, write_bundle
 from warden.ledger.verify import verify_records
 from warden.ledger.warden_chain import chain_session_id
-from warden.store.kla_sql import KlaRow, SqlKlaRecords
+from warden.store.kla_sql import KlaRow, SqlKlaRecords, request_id_of
 
 #: The Warden-authored chain kind every action request's records are chained on.
 CHAIN_KIND = "kla"
@@ -84,7 +84,8 @@ class EvidenceStore(Protocol):
 
 def chain_view(detail: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a ``warden/kla.*`` chain entry says of its record: kind, digest, status,
-    principal, the Ed25519 signature and kid, the other signatures."""
+    principal, the Ed25519 signature and kid, the other signatures, and the request id
+    its record carries (what the row must be filed under)."""
     return (
         detail.get("kind"),
         detail.get("digest"),
@@ -93,6 +94,7 @@ def chain_view(detail: Mapping[str, Any]) -> tuple[Any, ...]:
         detail.get("signature"),
         detail.get("kid"),
         detail.get("signatures"),
+        request_id_of(detail.get("record")),
     )
 
 
@@ -110,10 +112,20 @@ def row_view(row: KlaRow) -> tuple[Any, ...]:
         row.signature,
         row.kid,
         json.loads(row.signatures) if row.signatures else None,
+        row.filed_under(),
     )
 
 
-_VIEW = ("kind", "digest", "status", "principal", "signature", "kid", "signatures")
+_VIEW = (
+    "kind",
+    "digest",
+    "status",
+    "principal",
+    "signature",
+    "kid",
+    "signatures",
+    "action_request_id",
+)
 
 
 def view_difference(chained: tuple[Any, ...], stored: tuple[Any, ...]) -> str:

@@ -28,7 +28,14 @@ KIND_ORDER = ("action_request", "policy_decision", "approval_event", "audit_even
 
 
 class RecordChanged(IntegrityError):
-    """A stored KLA record no longer hashes to its stored digest (edited in the database)."""
+    """A stored KLA record no longer hashes to its stored digest, or is filed under
+    another request than its own (edited in the database)."""
+
+
+def request_id_of(record: Any) -> str | None:
+    """The ``action_request_id`` string a record carries; None when it has none."""
+    rid = record.get("action_request_id") if isinstance(record, dict) else None
+    return rid if isinstance(rid, str) else None
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,29 @@ class KlaRow:
                 "run `warden verify`",
                 reason=IntegrityReason.RECORD_HASH_MISMATCH,
             )
-        return self._parsed()
+        parsed = self._parsed()
+        # The column is what requests are looked up by (the outcome check reads a
+        # request's decision through it): a record filed under another request's id
+        # would decide that request (decision 916).
+        if self.action_request_id is not None and self.action_request_id != request_id_of(parsed):
+            raise RecordChanged(
+                f"KLA record {self.record_id!r:.80} is filed under action request "
+                f"{self.action_request_id!r:.80} but is {request_id_of(parsed)!r:.80}'s: it "
+                "was changed in the database; run `warden verify`",
+                reason=IntegrityReason.RECORD_HASH_MISMATCH,
+            )
+        return parsed
+
+    def filed_under(self) -> str | None:
+        """The request id this row is found by: its ``action_request_id`` column, or,
+        where that is empty (a held record whose id is unusable), the id its record
+        carries. A record carries its request's id, so an honest row's is the record's."""
+        if self.action_request_id is not None:
+            return self.action_request_id
+        try:
+            return request_id_of(self._parsed())
+        except (WardenError, ValueError):
+            return None
 
     def _parsed(self) -> dict[str, Any]:
         parsed = parse_strict_json(self.record)

@@ -432,6 +432,8 @@ def _spend_event(st: _State, index: int, event: str, sid: str, d: dict[str, Any]
 
 def _kla_event(st: _State, index: int, sid: str, d: dict[str, Any]) -> None:
     """A ``warden/kla.*`` entry: the record it carries, as the row must store it."""
+    from warden.store.kla_sql import request_id_of
+
     record_id = d.get("record_id")
     if not isinstance(record_id, str):
         return
@@ -446,6 +448,7 @@ def _kla_event(st: _State, index: int, sid: str, d: dict[str, Any]) -> None:
             "signature": d.get("signature"),
             "kid": d.get("kid"),
             "signatures": d.get("signatures"),
+            "action_request_id": request_id_of(d.get("record")),
             "chain": sid,
         },
     )
@@ -629,6 +632,7 @@ def _compare_kla(report: StateReport, rows: Rows, st: _State) -> None:
                 "signature": row.signature,
                 "kid": row.kid,
                 "signatures": _json(row.signatures),
+                "action_request_id": row.filed_under(),
                 "chain": chain_session_id("kla", row.execution_id or ""),
             },
         )

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from kla_wire_helpers import CREDIT, Caller, key
+from kla_wire_helpers import BASIC, CREDIT, Caller, key
 from typer.testing import CliRunner
 
 from warden.cli import app as cli_app
@@ -150,3 +150,34 @@ def test_a_deleted_record_is_caught_by_verify(rt: Runtime, submitted: tuple[Call
     code, doc = _verify(rt)
     assert code == 1 and doc["failure"]["reason"] == "state_mismatch", doc
     assert doc["failure"]["message"].startswith(f"kla_records row {pd}: is gone")
+
+
+def test_a_decision_filed_under_another_request_is_caught_everywhere(
+    rt: Runtime, submitted: tuple[Caller, str], tmp_path: Path
+) -> None:
+    """The second fresh-user review's bypass: the records and digests untouched, only the
+    ``action_request_id`` column swapped, so the credit disposition's lookup found the
+    basic read's ``allow`` and its outcome was accepted without approval (decision 916)."""
+    agent, pd = submitted
+    r = agent.submit(BASIC)
+    assert r.status == 200 and r.data["decision"]["decision"] == "allow", r.body
+    allow = str(r.data["decision"]["policy_decision_id"])
+    other = str(json.loads(BASIC.read_text())["action_request_id"])
+    _sql(rt, f"UPDATE kla_records SET action_request_id = 'req_gone' WHERE record_id = '{pd}'")
+    _sql(rt, f"UPDATE kla_records SET action_request_id = '{RID}' WHERE record_id = '{allow}'")
+    assert other != RID
+    code, doc = _verify(rt)
+    assert code == 1 and doc["failure"]["reason"] == "state_mismatch", doc
+    assert {r["row"] for r in doc["failure"]["rows"]} == {pd, allow}
+    assert "action_request_id is " in doc["failure"]["message"]
+    out = _export(rt, tmp_path / "ev")
+    assert out.exit_code == 1 and not (tmp_path / "ev").exists(), out.output
+    r = agent.call("GET", f"/v1/action-requests/{RID}")
+    assert r.status == 500 and r.body["blockedBy"] == "evidence:integrity_failed", r.body
+    assert "is filed under action request" in r.body["message"]
+    done = {
+        "tool_call": {"name": "credit.dispose", "params_digest": "sha256:" + "ab" * 32},
+        "outcome": {"status": "succeeded"},
+    }
+    r = agent.outcome(RID, done)
+    assert r.status == 500 and r.body["blockedBy"] == "evidence:integrity_failed", r.body
