@@ -208,3 +208,30 @@ def test_verify_catches_an_edited_record_on_an_owned_chain(
     assert out.exit_code == 1 and RID_B in out.stderr, out.output
     out = _export(rt, tmp_path / "ev", "--principal", "bot-1")
     assert out.exit_code == 0, out.output
+
+
+def test_each_principal_keeps_to_its_chain_on_both_backends(
+    make_backend_runtime: Callable[..., Runtime],
+) -> None:
+    """SQLite and PostgreSQL (where the chain is chosen by a read sent with BEGIN): later
+    requests of each principal go on the chain its first ones went on."""
+    rt = make_backend_runtime()
+    with TestClient(create_app(rt)) as client:
+        a, b, fay, head_a = _two_owners(rt, client)
+        plain, owned = execution_session_id(EXECUTION), owned_session_id("bot-2", EXECUTION)
+        head_b = _head(rt, owned)
+        assert head_b is not None and _head(rt, plain) == head_a
+        again = load(CREDIT)
+        again["action_request_id"] = "req_bot2_0002"
+        assert b.submit(again).status == 200
+        assert _head(rt, plain) == head_a and _head(rt, owned) != head_b
+        head_b = _head(rt, owned)
+        again["action_request_id"] = "req_bot1_0002"
+        assert a.submit(again).status == 200
+        assert _head(rt, owned) == head_b and _head(rt, plain) != head_a
+        path = f"/v1/executions/{EXECUTION}/evidence"
+        assert _rids(a.call("GET", path).data) == {RID_A, "req_bot1_0002"}
+        assert _rids(b.call("GET", path).data) == {RID_B, "req_bot2_0002"}
+        assert fay.call("GET", path).status == 400
+        named = fay.call("GET", path + "?principal=bot-2")
+        assert named.status == 200 and named.data["manifest"]["chain_head"] == _head(rt, owned)
