@@ -235,3 +235,38 @@ def test_each_principal_keeps_to_its_chain_on_both_backends(
         assert fay.call("GET", path).status == 400
         named = fay.call("GET", path + "?principal=bot-2")
         assert named.status == 200 and named.data["manifest"]["chain_head"] == _head(rt, owned)
+
+
+def test_a_plain_chain_with_two_principals_exports_each_ones_own(
+    rt: Runtime, client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An execution chained before decision 930 (or two first requests racing on
+    PostgreSQL) holds both principals' records on the plain chain: each one's later
+    records stay there, and each export and `warden verify` take only its own entries."""
+    from warden.kla import evidence
+
+    a = key(rt, client, "bot-1", Role.AGENT)
+    b = key(rt, client, "bot-2", Role.AGENT)
+    assert a.submit(CREDIT).status == 200
+    other = load(CREDIT)
+    other["action_request_id"] = RID_B
+    with monkeypatch.context() as m:  # as the code before 930 chained it
+        m.setattr(
+            evidence.Placing,
+            "placement",
+            lambda self, tx: evidence.Placement(self.principal, self.execution_id),
+        )
+        assert b.submit(other).status == 200
+    other["action_request_id"] = "req_bot2_0002"
+    assert b.submit(other).status == 200
+    assert _head(rt, owned_session_id("bot-2", EXECUTION)) is None  # still the plain chain
+    path = f"/v1/executions/{EXECUTION}/evidence"
+    mine, theirs = a.call("GET", path), b.call("GET", path)
+    assert mine.status == 200 and _rids(mine.data) == {RID_A}, mine.body
+    assert theirs.status == 200 and _rids(theirs.data) == {RID_B, "req_bot2_0002"}
+    plain = _head(rt, execution_session_id(EXECUTION))
+    assert mine.data["manifest"]["chain_head"] == theirs.data["manifest"]["chain_head"] == plain
+    out = runner.invoke(cli_app, ["verify", "--data-dir", str(rt.settings.data_dir), "--json"])
+    assert out.exit_code == 0, out.output
+    out = _export(rt, tmp_path / "a", "--principal", "bot-1")
+    assert out.exit_code == 0 and json.loads(out.stdout)["records"] == 2, out.output
