@@ -5,8 +5,12 @@ its Warden audit chain and Warden's signing key (to sign the manifest and publis
 public key in ``keys/``), and writes the bundle directory ``warden verify-bundle``
 checks. Records held for review (an unsupported schema_version) are left out.
 
+An execution is the pair (principal, execution_id) (decision 930): when several
+principals used the execution_id, ``--principal`` names whose execution to export.
+
 Exit codes: 0 written; 1 no processed record for the execution; 2 bad input or
-configuration (no database, no signing key, a bundle already in the directory).
+configuration (no database, no signing key, a bundle already in the directory, an
+execution_id of several principals without ``--principal``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import typer
 from rich.markup import escape
 
 from warden.cli_options import (
+    EXIT_BAD_INPUT,
     EXIT_FAILURE_FOUND,
     DataDir,
     DbUrl,
@@ -59,12 +64,20 @@ def export_evidence_cmd(
             "directory): their public keys are written into keys/ too.",
         ),
     ] = None,
+    principal: Annotated[
+        str | None,
+        typer.Option(
+            "--principal",
+            help="Whose execution, when several principals used the execution_id (each "
+            "one's records are a separate execution).",
+        ),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Write the evidence bundle of one execution (records.jsonl, a signed manifest.json
     with the audit chain head, keys/jwks.json) from the database, offline."""
     from warden.crypto.ed25519_keys import load_signing_key
-    from warden.kla.evidence import Signer, execution_evidence, now_stamp
+    from warden.kla.evidence import SeveralOwners, Signer, execution_evidence, now_stamp
     from warden.kla.keys import KeyRegistry
     from warden.store import open_store
 
@@ -76,7 +89,7 @@ def export_evidence_cmd(
         raise _fail(exc) from exc
     signer = Signer(key, kid)
     try:
-        evidence = execution_evidence(store, execution_id, signer, registry)
+        evidence = execution_evidence(store, execution_id, signer, registry, principal)
         if evidence is None:
             err_console.print(
                 f"[red]not found:[/red] no processed action request in execution "
@@ -85,6 +98,9 @@ def export_evidence_cmd(
             )
             raise typer.Exit(EXIT_FAILURE_FOUND)
         evidence.write(out, signer, now_stamp())
+    except SeveralOwners as exc:
+        err_console.print(f"[red]error:[/red] {escape(exc.message)} with --principal")
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
     except IntegrityError as exc:  # the records table and the chain disagree: tampering
         raise _fail(exc, EXIT_FAILURE_FOUND) from exc
     except WardenError as exc:

@@ -13,7 +13,7 @@ from typing import Any, cast
 from warden.approvals.desk import Approver, DeskTx
 from warden.approvals.tasks import Event, Task
 from warden.errors import WardenError
-from warden.kla.evidence import now_stamp
+from warden.kla.evidence import Placing, now_stamp
 from warden.kla.recorder import KlaTx, Recorder, new_id
 from warden.kla.records import SCHEMA_VERSION, RecordKind
 
@@ -58,5 +58,6 @@ def on_desk_transition(
         decision_row.principal,
         stamp,
     )
+    at = Placing(row.principal, row.execution_id).placement(ktx)
     ktx.kla.insert(row)
-    rec.append(ktx, row, record, event=row.kind)
+    rec.append(ktx, row, record, event=row.kind, at=at)

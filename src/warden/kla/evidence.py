@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from warden.crypto.asymmetric import MlDsaSigner
-from warden.errors import IntegrityError, IntegrityReason
+from warden.errors import IntegrityError, IntegrityReason, WardenError
 from warden.kla.keys import KeyRegistry, TrustedKey, jwk_for
 from warden.kla.records import RecordKind, SealedRecord, bundle_manifest, write_bundle
 from warden.ledger.verify import verify_records
@@ -38,9 +38,109 @@ PROCESSED = "processed"
 HELD = "held_for_review"
 
 
+#: What the chains of executions that share their execution_id with another principal's
+#: are named under (decision 930): never equal to a plain chain's name.
+OWNED_SPACE = "kla/owned"
+
+#: Whether the plain chain of an execution_id exists, whether the principal's own chain
+#: of it does, and whether the principal has records in it (decision 931).
+_PLACEMENT = (
+    "SELECT EXISTS (SELECT 1 FROM sessions WHERE session_id = ?), "
+    "EXISTS (SELECT 1 FROM sessions WHERE session_id = ?), "
+    "EXISTS (SELECT 1 FROM kla_records WHERE execution_id = ? AND principal = ?)"
+)
+
+
 def execution_session_id(execution_id: str) -> str:
-    """The audit-chain session of one execution's KLA records."""
+    """The plain audit-chain session of an execution_id: the chain of the first principal
+    that used it (and of every principal that used it before decision 930)."""
     return chain_session_id(CHAIN_KIND, execution_id)
+
+
+def owned_name(principal: str, execution_id: str) -> str:
+    """The name of ``principal``'s own chain of ``execution_id`` (JSON: no separator can
+    make two pairs one name)."""
+    return json.dumps([principal, execution_id])
+
+
+def owned_session_id(principal: str, execution_id: str) -> str:
+    """The audit-chain session of ``principal``'s records of an ``execution_id`` whose
+    plain chain is another principal's (decision 930)."""
+    return chain_session_id(OWNED_SPACE, owned_name(principal, execution_id))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The chain one principal's records of one execution go on: an execution is the pair
+    (principal, execution_id) (decisions 930-931). ``owned``: the principal's own chain
+    (:func:`owned_session_id`), else the plain one (the review chain ``""`` without an
+    execution_id)."""
+
+    principal: str
+    execution_id: str | None
+    owned: bool = False
+
+    @property
+    def name(self) -> str:
+        if self.owned and self.execution_id is not None:
+            return owned_name(self.principal, self.execution_id)
+        return self.execution_id or ""
+
+    @property
+    def session_id(self) -> str:
+        if self.owned and self.execution_id is not None:
+            return owned_session_id(self.principal, self.execution_id)
+        return execution_session_id(self.execution_id or "")
+
+
+class ReadsOne(Protocol):
+    def prefetch_read(
+        self, sql: str, params: tuple[Any, ...], receive: Callable[[Any], object]
+    ) -> bool: ...
+
+    def read_one(self, sql: str, params: tuple[Any, ...]) -> Any: ...
+
+
+class Placing:
+    """Where ``principal``'s records of ``execution_id`` are chained, read in the
+    operation's transaction before it writes any (decision 931): the plain chain when
+    it does not exist yet, or when the principal has records of the execution and no
+    chain of its own (its records are on the plain chain); else its own chain. So the
+    first principal keeps the plain chain, every other one starts its own, and all of
+    one principal's records of an execution are on one chain."""
+
+    def __init__(self, principal: str, execution_id: str | None) -> None:
+        self.principal = principal
+        self.execution_id = execution_id
+        self._row: Any = None
+        self._read = False
+
+    def _params(self, execution_id: str) -> tuple[str, ...]:
+        return (
+            execution_session_id(execution_id),
+            owned_session_id(self.principal, execution_id),
+            execution_id,
+            self.principal,
+        )
+
+    def _receive(self, row: Any) -> None:
+        self._row, self._read = row, True
+
+    def prefetch(self, tx: ReadsOne) -> None:
+        """Send the read with ``tx``'s ``BEGIN`` (PostgreSQL, if it has not begun)."""
+        self._row, self._read = None, False
+        if self.execution_id is not None:
+            tx.prefetch_read(_PLACEMENT, self._params(self.execution_id), self._receive)
+
+    def placement(self, tx: ReadsOne) -> Placement:
+        """The chain (read now unless :meth:`prefetch` read it)."""
+        execution = self.execution_id
+        if execution is None:
+            return Placement(self.principal, None)
+        if not self._read:
+            self._receive(tx.read_one(_PLACEMENT, self._params(execution)))
+        plain, own, mine = (bool(v) for v in self._row)
+        return Placement(self.principal, execution, plain and (own or not mine))
 
 
 @dataclass(frozen=True)
@@ -71,7 +171,7 @@ class ChainHeads(Protocol):
     def session_head(self, session_id: str) -> tuple[int, str | None] | None: ...
 
 
-class EvidenceTx(ChainHeads, Protocol):
+class EvidenceTx(ChainHeads, ReadsOne, Protocol):
     @property
     def kla(self) -> SqlKlaRecords: ...
 
@@ -136,20 +236,25 @@ def view_difference(chained: tuple[Any, ...], stored: tuple[Any, ...]) -> str:
     return "it agrees with the chain"  # pragma: no cover - only called on a difference
 
 
-def check_against_chain(store: EvidenceStore, execution_id: str, rows: list[KlaRow]) -> None:
+def check_against_chain(
+    store: EvidenceStore, execution_id: str, rows: list[KlaRow], at: Placement | None = None
+) -> None:
     """The records table says what the execution's audit chain says: every chained record
     is stored, each with the digest its stored record hashes to (recomputed, not the
     ``digest`` column alone) and the kind, status, principal and signatures the chain
     carries, and nothing else is. The chain is verified first (hashes and links). Raises
     :class:`IntegrityError` otherwise: an export never signs records the chain does not
-    vouch for."""
-    sid = execution_session_id(execution_id)
+    vouch for. ``at``: the principal's chain (``rows`` are that principal's); on a plain
+    chain only the entries of that principal are its execution's (decision 932)."""
+    sid = at.session_id if at is not None else execution_session_id(execution_id)
     records = list(store.iter_records(sid))
     verify_records(records)  # raises on a broken link or hash
     chained = {
         e["entry"]["kla"]["record_id"]: chain_view(e["entry"]["kla"])
         for e in records
-        if e.get("kind") == "entry" and isinstance(e["entry"].get("kla"), dict)
+        if e.get("kind") == "entry"
+        and isinstance(e["entry"].get("kla"), dict)
+        and (at is None or at.owned or e["entry"]["kla"].get("principal") == at.principal)
     }
     stored = {r.record_id: row_view(r) for r in rows}
     if chained == stored:
@@ -219,6 +324,7 @@ def collect(
     heads: ChainHeads,
     signer: Signer,
     registry: Mapping[str, Ed25519PublicKey] | KeyRegistry | None,
+    session_id: str | None = None,
 ) -> Evidence:
     """The evidence of ``execution_id`` from its stored ``rows`` (already filtered to what
     the caller may see). A signed action request's key is included when the registry
@@ -239,8 +345,23 @@ def collect(
                     keys[row.kid] = registry.get_key(row.kid)
             elif row.kid in registry:
                 keys[row.kid] = registry[row.kid]
-    head = heads.session_head(execution_session_id(execution_id))
+    head = heads.session_head(session_id or execution_session_id(execution_id))
     return Evidence(execution_id, sealed, keys, head[1] if head else None, held)
+
+
+class SeveralOwners(WardenError):
+    """An execution_id several principals' records carry, exported without naming whose
+    execution (decision 933)."""
+
+    reason = "several_owners"
+
+    def __init__(self, execution_id: str, owners: list[str]) -> None:
+        shown = ", ".join(repr(o)[:82] for o in owners[:5]) + (", …" if len(owners) > 5 else "")
+        super().__init__(
+            f"execution {execution_id!r:.80} holds the records of {len(owners)} principals "
+            f"({shown}): each one's is a separate execution; name one",
+            owners=owners,
+        )
 
 
 def execution_evidence(
@@ -248,23 +369,40 @@ def execution_evidence(
     execution_id: str,
     signer: Signer,
     registry: KeyRegistry | None,
-    visible: Callable[[KlaRow], bool] | None = None,
+    principal: str | None = None,
 ) -> Evidence | None:
-    """The evidence of ``execution_id`` read from ``store`` in one transaction (only the
-    rows ``visible`` admits), or None when it holds no processed record."""
+    """The evidence of ``principal``'s execution ``execution_id`` read from ``store`` in
+    one transaction, or None when it holds no processed record. An execution is the pair
+    (principal, execution_id) (decision 930): ``principal`` None (an approver, an admin,
+    the offline CLI) takes the only principal with records of ``execution_id``, and
+    raises :class:`SeveralOwners` when there are several."""
     for attempt in range(2):
+        evidence = None
         with store.transaction() as tx:
             every = list(tx.kla.for_execution(execution_id))
-            rows = [r for r in every if visible is None or visible(r)]
-            if not any(r.status == PROCESSED for r in rows):
+            owners = sorted({r.principal for r in every}) if principal is None else [principal]
+            if not owners:
                 return None
-            evidence = collect(execution_id, rows, tx, signer, registry)
+            if len(owners) == 1:
+                owner = owners[0]
+                if not any(r.status == PROCESSED and r.principal == owner for r in every):
+                    return None
+            at = {o: Placing(o, execution_id).placement(tx) for o in owners}
+            if len(owners) == 1:
+                rows = [r for r in every if r.principal == owner]
+                evidence = collect(execution_id, rows, tx, signer, registry, at[owner].session_id)
         try:
-            check_against_chain(store, execution_id, every)
+            # Several: each one's is checked first (tampering is named before ambiguity).
+            for o in owners:
+                check_against_chain(
+                    store, execution_id, [r for r in every if r.principal == o], at[o]
+                )
         except IntegrityError:
             if attempt:
                 raise
             continue  # a record may have been added between the two reads: read again
+        if evidence is None:
+            raise SeveralOwners(execution_id, owners)
         return evidence
     raise AssertionError("unreachable")
 

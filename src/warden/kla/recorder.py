@@ -22,7 +22,7 @@ from warden.core.guardian import Guardian
 from warden.core.pipeline import Pipeline, Recording
 from warden.crypto.canonical import canonical_bytes
 from warden.identity.api_keys import LiveCheckTx
-from warden.kla.evidence import CHAIN_KIND, PROCESSED, Signer
+from warden.kla.evidence import CHAIN_KIND, OWNED_SPACE, PROCESSED, Placement, Signer
 from warden.kla.keys import KeyRegistry
 from warden.kla.records import RecordKind, SealedRecord, seal
 from warden.ledger.ledger import Ledger
@@ -84,6 +84,17 @@ class Recorder:
                 {"kind": "kla_execution", "execution_id": name} if name else {"kind": "kla_review"}
             ),
         )
+        #: Principals' own chains of execution_ids another principal used first (930).
+        self.owned_chain = WardenChain(
+            ledger,
+            CHAIN_KIND,
+            lambda: self.now(),
+            negotiated=lambda name: dict(
+                zip(("principal", "execution_id"), json.loads(name), strict=True),
+                kind="kla_execution",
+            ),
+            space=OWNED_SPACE,
+        )
 
     def now(self) -> datetime:
         return self.clock() if self.clock is not None else self.desk.now()
@@ -126,10 +137,13 @@ class Recorder:
         value: Any,
         *,
         event: str,
+        at: Placement,
         decided: dict[str, Any] | None = None,
     ) -> None:
         """Append ``warden/kla.<event>`` carrying the record to its execution's chain
-        (records held for review without a usable execution_id: the review chain ``""``).
+        ``at`` (:class:`~warden.kla.evidence.Placing`, read before the operation wrote any
+        record; records held for review without a usable execution_id: the review chain
+        ``""``).
         ``decided``: what a policy decision's entry records for ``warden whatif``
         (:func:`warden.kla.asks.decided_record`), beside the signed record."""
         detail: dict[str, Any] = {
@@ -147,11 +161,15 @@ class Recorder:
             detail["signatures"] = json.loads(row.signatures)
         if decided is not None:
             detail["decided"] = decided
-        self.chain.append(tx, row.execution_id or "", event, f"{event}:{row.record_id}", detail)
+        if (at.principal, at.execution_id) != (row.principal, row.execution_id):
+            raise AssertionError(f"record {row.record_id} is not of the execution {at.name}")
+        chain = self.owned_chain if at.owned else self.chain
+        chain.append(tx, at.name, event, f"{event}:{row.record_id}", detail)
 
     def chain_read(self, tx: KlaTx, execution_id: str) -> None:
-        """Read the head of ``execution_id``'s chain with ``tx``'s ``BEGIN``, without a
-        lock, when ``tx`` may chain on it so (decision 800)."""
+        """Read the head of ``execution_id``'s plain chain with ``tx``'s ``BEGIN``, without
+        a lock, when ``tx`` may chain on it so (decision 800; a principal's own chain,
+        decision 930, is read when appended to)."""
         tx.prefetch(heads=(chain_session_id(self.chain.kind, execution_id),))
 
     @staticmethod

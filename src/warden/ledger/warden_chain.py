@@ -72,9 +72,13 @@ class WardenChain:
         kind: str,
         clock: Callable[[], datetime] | None = None,
         negotiated: Callable[[str], dict[str, Any]] | None = None,
+        space: str | None = None,
     ) -> None:
         self.ledger = ledger
         self.kind = kind
+        #: What the chains' session ids are derived under (``kind`` unless given): two
+        #: families of one kind's chains whose names cannot collide.
+        self.space = space or kind
         self._clock = clock or (lambda: datetime.now(UTC))
         self._negotiated = negotiated or (lambda name: {"kind": f"{kind}_ledger", "name": name})
 
@@ -83,7 +87,7 @@ class WardenChain:
     ) -> dict[str, Any]:
         """Append ``warden/<kind>.<event>`` carrying ``detail`` under the key ``kind`` to
         the chain ``name``; return the chained entry (``entry_hash``, ``seq`` …)."""
-        sid = chain_session_id(self.kind, name)
+        sid = chain_session_id(self.space, name)
         now = self._clock().isoformat()
         head = tx.session_head(sid)
         if head is None:

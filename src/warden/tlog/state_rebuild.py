@@ -615,11 +615,19 @@ def _compare_kla(report: StateReport, rows: Rows, st: _State) -> None:
     """Each stored KLA record against the chain entry that carried it: the digest is
     recomputed from the stored record, so an edit with or without its ``digest`` column
     is named (``warden export-evidence`` refuses the same rows)."""
+    from warden.kla.evidence import Placement
     from warden.store.kla_sql import KlaRow
 
     c = _Compare(report, "kla_records", st.kla)
     for r in rows["kla_records"]:
         row = KlaRow(*r)
+        # The execution's plain chain or, when another principal used its execution_id
+        # first, the principal's own chain (decision 930): either is the row's.
+        chains = [
+            Placement(row.principal, row.execution_id, owned).session_id for owned in (False, True)
+        ]
+        implied = st.kla.get(row.record_id)
+        chained = implied.values["chain"] if implied is not None else None
         c.row(
             row.record_id,
             str(row.record_id),
@@ -633,7 +641,7 @@ def _compare_kla(report: StateReport, rows: Rows, st: _State) -> None:
                 "kid": row.kid,
                 "signatures": _json(row.signatures),
                 "action_request_id": row.filed_under(),
-                "chain": chain_session_id("kla", row.execution_id or ""),
+                "chain": chained if chained in chains else chains[0],
             },
         )
     c.missing(str)

@@ -15,7 +15,7 @@ from typing import Any
 
 from warden.errors import InvalidParams
 from warden.identity.api_keys import Identity
-from warden.kla.evidence import HELD, now_stamp
+from warden.kla.evidence import HELD, Placing, now_stamp
 from warden.kla.outcome_rules import OutcomeRefused, authorize, consistent
 from warden.kla.recorder import Recorder, new_id
 from warden.kla.records import SCHEMA_VERSION, RecordKind
@@ -101,8 +101,9 @@ def outcome(rec: Recorder, rid: str, body: OutcomeRequest, who: Identity) -> Ans
                 ),
             ) from exc
         row = rec.row(sealed, rid, decision["correlation"]["execution_id"], who.principal, stamp)
+        at = Placing(row.principal, row.execution_id).placement(tx)
         tx.kla.insert(row)
-        rec.append(tx, row, record, event=row.kind)
+        rec.append(tx, row, record, event=row.kind, at=at)
         return _audited(row)
 
 

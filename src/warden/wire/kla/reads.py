@@ -14,14 +14,21 @@ from typing import Any
 from warden.approvals.tasks import ApprovalState, Task
 from warden.errors import IntegrityError
 from warden.identity.api_keys import Identity, Role
-from warden.kla.evidence import HELD, PROCESSED, Evidence, execution_evidence, now_stamp
+from warden.kla.evidence import (
+    HELD,
+    PROCESSED,
+    Evidence,
+    SeveralOwners,
+    execution_evidence,
+    now_stamp,
+)
 from warden.kla.recorder import Recorder
 from warden.kla.records import KlaDecision
 from warden.kla.trail import Trail
 from warden.store.kla_sql import KlaRow
 from warden.wire.kla.answers import Answer, next_steps, not_found, stored, task_ref
 from warden.wire.kla.models import ActionRequestData, EvidenceData, KeysData, RecordData
-from warden.wire.spend.render import Refusal, success
+from warden.wire.spend.render import Refusal, invalid, success
 
 
 def visible(row: KlaRow, who: Identity) -> bool:
@@ -93,27 +100,36 @@ def get_record(rec: Recorder, record_id: str, who: Identity) -> Answer:
     return Answer(200, success(RecordData(record=stored(row)), steps))
 
 
-def evidence_of(rec: Recorder, execution_id: str, who: Identity) -> Evidence:
-    """The evidence of one execution, as far as ``who`` may read it. A records table
-    that disagrees with the audit chain is ``500 evidence:integrity_failed``: nothing
-    the chain does not vouch for is signed."""
+def evidence_of(
+    rec: Recorder, execution_id: str, who: Identity, principal: str | None = None
+) -> Evidence:
+    """The evidence of one execution: an agent's own (another's reads as absent), or the
+    one of ``principal`` (approvers and admins; needed when several principals used the
+    execution_id, decision 933). A records table that disagrees with the audit chain is
+    ``500 evidence:integrity_failed``: nothing the chain does not vouch for is signed."""
+    missing = not_found(f"processed action request in execution {execution_id!r:.80}")
+    if not who.may(Role.APPROVER):
+        if principal not in (None, who.principal):
+            raise missing
+        principal = who.principal
     try:
-        ev = execution_evidence(
-            rec.store,
-            execution_id,
-            rec.signer,
-            rec.registry,
-            lambda row: visible(row, who),
-        )
+        ev = execution_evidence(rec.store, execution_id, rec.signer, rec.registry, principal)
+    except SeveralOwners as exc:
+        hint = "name whose execution to export with ?principal=<principal>"
+        raise invalid(
+            f"{exc.message} with ?principal=", gate="input:several_owners", hint=hint
+        ) from exc
     except IntegrityError as exc:
         raise Refusal("evidence:integrity_failed", 500, exc.message) from exc
     if ev is None:
-        raise not_found(f"processed action request in execution {execution_id!r:.80}")
+        raise missing
     return ev
 
 
-def evidence(rec: Recorder, execution_id: str, who: Identity) -> Answer:
-    ev = evidence_of(rec, execution_id, who)
+def evidence(
+    rec: Recorder, execution_id: str, who: Identity, principal: str | None = None
+) -> Answer:
+    ev = evidence_of(rec, execution_id, who, principal)
     data = EvidenceData(
         manifest=ev.manifest(rec.signer, now_stamp(rec.now())),
         records=[s.to_line() for s in ev.sealed],

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Request, Security
+from fastapi import APIRouter, Depends, Header, Query, Request, Security
 from fastapi.responses import Response
 from fastapi.security import HTTPBearer
 
@@ -140,8 +140,10 @@ def kla_router(service: KlaService, keys: ApiKeys, *, max_body_bytes: int = 1 <<
         response_model=Success[EvidenceData],
         summary="Export the evidence bundle of one execution (records, chain head, keys)",
     )
-    def get_evidence(execution_id: str) -> Response:
-        return _send(service.evidence(execution_id, caller()))
+    def get_evidence(
+        execution_id: str, principal: Annotated[str | None, Query(max_length=256)] = None
+    ) -> Response:
+        return _send(service.evidence(execution_id, caller(), principal))
 
     @read.get(
         "/keys",

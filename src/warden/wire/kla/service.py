@@ -125,15 +125,17 @@ class KlaService:
         """``GET /v1/kla-records/{record_id}``: one record by id, any kind."""
         return _intact(lambda: reads.get_record(self._rec, record_id, who))
 
-    def evidence_of(self, execution_id: str, who: Identity) -> Evidence:
+    def evidence_of(
+        self, execution_id: str, who: Identity, principal: str | None = None
+    ) -> Evidence:
         """The evidence of one execution, as far as ``who`` may read it. A records table
         that disagrees with the audit chain is ``500 evidence:integrity_failed``: nothing
         the chain does not vouch for is signed."""
-        return reads.evidence_of(self._rec, execution_id, who)
+        return reads.evidence_of(self._rec, execution_id, who, principal)
 
-    def evidence(self, execution_id: str, who: Identity) -> Answer:
+    def evidence(self, execution_id: str, who: Identity, principal: str | None = None) -> Answer:
         """``GET /v1/executions/{execution_id}/evidence``: the evidence bundle."""
-        return reads.evidence(self._rec, execution_id, who)
+        return reads.evidence(self._rec, execution_id, who, principal)
 
     def keys(self) -> Answer:
         """``GET /v1/keys``: Warden's public signing keys (JWKS)."""

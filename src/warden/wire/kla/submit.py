@@ -34,7 +34,7 @@ from warden.errors import WardenError
 from warden.identity.api_keys import Identity, KeyStillLive
 from warden.kla.asks import decide, decided_record, policy_decision_record
 from warden.kla.digest import record_digest
-from warden.kla.evidence import HELD, PROCESSED, now_stamp
+from warden.kla.evidence import HELD, PROCESSED, Placing, now_stamp
 from warden.kla.recorder import KlaTx, Recorder, canonical_text, new_id
 from warden.kla.records import (
     SUPPORTED_SCHEMA_VERSIONS,
@@ -170,8 +170,9 @@ def _hold(
         existing = tx.kla.get(row.record_id)
         _confirm(tx, live)
         if existing is None:
+            at = Placing(who.principal, execution).placement(tx)
             tx.kla.insert(row)
-            rec.append(tx, row, body, event="held")
+            rec.append(tx, row, body, event="held", at=at)
             stored_row = row
         elif (
             existing.status == HELD
@@ -196,6 +197,8 @@ def _process(
     rid: str = record["action_request_id"]
     execution: str = record["correlation"]["execution_id"]
 
+    placing = Placing(who.principal, execution)  # decisions 930-931
+
     def attempt(unlocked: bool) -> Answer:
         live = key_check()
         with rec.store.transaction(unlocked_heads=unlocked) as tx:
@@ -206,6 +209,7 @@ def _process(
             if live is not None:
                 live.prefetch(tx)
             rec.chain_read(tx, execution)
+            placing.prefetch(tx)
             existing = tx.kla.get(rid)
             _confirm(tx, live)
             if existing is not None:
@@ -247,14 +251,16 @@ def _process(
                 created_at=stamp,
             )
             decision_row = rec.row(sealed, rid, execution, who.principal, stamp)
+            at = placing.placement(tx)
             tx.kla.insert(request_row)
-            rec.append(tx, request_row, record, event=request_row.kind)
+            rec.append(tx, request_row, record, event=request_row.kind, at=at)
             tx.kla.insert(decision_row)
             rec.append(
                 tx,
                 decision_row,
                 decision_record,
                 event=decision_row.kind,
+                at=at,
                 decided=decided_record(who, verdict),
             )
             # Stage 7, once the records are durable: a rolled-back transaction reports nothing.
