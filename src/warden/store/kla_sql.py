@@ -33,8 +33,14 @@ class RecordChanged(IntegrityError):
 
 
 def request_id_of(record: Any) -> str | None:
-    """The ``action_request_id`` string a record carries; None when it has none."""
-    rid = record.get("action_request_id") if isinstance(record, dict) else None
+    """The id of the action request a record belongs to: its ``action_request_id``
+    (an action request, a policy decision, an approval event) or its
+    ``action_request.action_request_id`` (an audit event); None when it has none."""
+    if not isinstance(record, dict):
+        return None
+    rid = record.get("action_request_id")
+    if rid is None and isinstance(ref := record.get("action_request"), dict):
+        rid = ref.get("action_request_id")
     return rid if isinstance(rid, str) else None
 
 
