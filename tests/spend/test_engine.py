@@ -25,7 +25,7 @@ from warden.spend import (
 )
 from warden.spend.budgets import BudgetError
 from warden.spend.errors import AlreadyUndone, UnknownBudget, UnknownReservation
-from warden.spend.money import MoneyError
+from warden.spend.money import MoneyError, parse_amount
 
 
 @pytest.fixture(autouse=True)
@@ -305,3 +305,14 @@ def test_trailing_zeros_do_not_count_as_fractional_digits(database_url: str) -> 
     bot = tree(eng)
     res = eng.reserve(bot, "1.0000000", "USD", action="x")
     assert res.amount == Decimal(1)
+    # Second review (decision 941): held as its shortest spelling, never a 7th digit.
+    assert str(res.amount) == "1"
+    assert str(eng.reserve(bot, "0.1000000000", "USD", action="x").amount) == "0.1"
+
+
+def test_a_digit_past_the_sixth_is_refused_however_far_it_is() -> None:
+    """A nonzero 34th digit is still a 7th fractional digit (the 28-digit context's
+    ``normalize`` rounded it away, accepting the amount and holding all its digits)."""
+    with pytest.raises(MoneyError, match="more than 6 fractional digits"):
+        parse_amount("123456789012345.000000000000009999")
+    assert str(parse_amount("123456789012345.000000000000000000")) == "123456789012345"

@@ -143,3 +143,31 @@ def test_a_duplicate_id_before_a_valid_budget_is_refused() -> None:
         parse_budgets(text)
     assert "budget #3 (org.a)" in info.value.message
     assert "budget id org.a is defined twice" in info.value.message
+
+
+def test_a_budgets_file_may_not_define_an_adcp_budget_or_one_under_it(tmp_path: Path) -> None:
+    """Second review (decision 940): ``adcp:`` ids are AdCP's (decision 923), and a
+    budget under one would spend a plan's money on the spend wire; each is named."""
+    text = """
+- {id: "adcp:zzz", kind: org, currency: USD, cap: 100, period: none}
+- {id: "adcp:zzz.team", kind: team, parent: "adcp:zzz", currency: USD, cap: 60, period: none}
+- {id: plain.kid, kind: agent, parent: "adcp:zzz.team", currency: USD, cap: 20, period: none}
+- {id: fine, kind: org, currency: USD, cap: 5, period: none}
+"""
+    with pytest.raises(ConfigError) as err:
+        parse_budgets(text)
+    message = str(err.value)
+    for named in ("id adcp:zzz is", "id adcp:zzz.team is", "parent adcp:zzz.team is"):
+        assert named in message, message
+    assert "(fine)" not in message and "AdCP" in message
+    # A stored budget under a plan's (AdCP's own, or from before this check) cannot be
+    # reached by a file either: its child is refused when the file is applied.
+    engine, _, _ = open_engine(tmp_path / "w.db")
+    engine.define_budget(Budget("adcp:yyy", BudgetKind.ORG, "USD", Decimal(9), Period.NONE))
+    engine.define_budget(
+        Budget("old.team", BudgetKind.TEAM, "USD", Decimal(9), Period.NONE, "adcp:yyy")
+    )
+    child = "- {id: kid, kind: agent, parent: old.team, currency: USD, cap: 1, period: none}"
+    with pytest.raises(ConfigError, match="kid: parent old.team is under adcp:yyy"):
+        apply_budgets(engine, parse_budgets(child))
+    assert [b.id for b in engine.store.budgets()] == ["adcp:yyy", "old.team"]

@@ -246,10 +246,12 @@ def budget_increase_ask(
 ) -> AskRequest:
     """The desk task that asks group :data:`BUDGET_APPROVERS` to raise ``budget``'s cap
     to ``cap`` (USD); it stays open :data:`BUDGET_REQUEST_TIMEOUT_S` seconds."""
+    # Caps canonical, as a quote's amount (quote_ask): "3000" and "3000.00" are the same
+    # requested cap, so one task (decisions 927, 943).
     detail = {
         "budgetId": budget.id,
-        "currentCap": to_wire(budget.cap),
-        "requestedCap": to_wire(cap),
+        "currentCap": canonical_amount(budget.cap),
+        "requestedCap": canonical_amount(cap),
         "currency": USD,
         "reason": reason,
     }

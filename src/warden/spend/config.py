@@ -41,6 +41,7 @@ from warden.spend.binding import principals_problems
 from warden.spend.budgets import Budget, BudgetError, BudgetKind, Period, budget_id_problem
 from warden.spend.engine import SpendEngine
 from warden.spend.money import parse_amount, parse_currency
+from warden.spend.ownership import ADCP_BUDGET_PREFIX
 from warden.strict_yaml import UniqueKeyLoader as _UniqueKeyLoader
 
 _LEVEL = {BudgetKind.ORG: 0, BudgetKind.TEAM: 1, BudgetKind.AGENT: 2}
@@ -89,6 +90,7 @@ def parse_budgets(text: str, *, source: str = "<budgets>") -> list[Budget]:
         try:
             if problem := budget_id_problem(spec.id):
                 raise BudgetError(problem)
+            _not_adcps(spec.id, spec.parent)
             if isinstance(spec.cap, float):
                 raise BudgetError(
                     f"cap {spec.cap!r} is a YAML float; write it as a quoted decimal string "
@@ -128,6 +130,19 @@ def parse_budgets(text: str, *, source: str = "<budgets>") -> list[Budget]:
     return ordered
 
 
+def _not_adcps(budget_id: str, parent_id: str | None) -> None:
+    """Refuse a budget in AdCP's ``adcp:`` namespace, or under one: ``sync_plans`` alone
+    defines those (it does not load budgets files), and a budget under a plan's would
+    spend the plan's money around ``check_governance`` (decisions 923, 940)."""
+    for what, bid in (("id", budget_id), ("parent", parent_id)):
+        if bid is not None and bid.startswith(ADCP_BUDGET_PREFIX):
+            raise BudgetError(
+                f"{what} {bid} is in the {ADCP_BUDGET_PREFIX} namespace of AdCP plans' "
+                "budgets, which AdCP's sync_plans alone defines; a budgets file may not "
+                "define one or a budget under one"
+            )
+
+
 def load_budgets(path: Path) -> list[Budget]:
     """:func:`parse_budgets` of a file; ConfigError if it cannot be read."""
     try:
@@ -161,6 +176,18 @@ def apply_budgets(engine: SpendEngine, budgets: list[Budget]) -> list[str]:
             continue
         parent_id = b.parent_id
         parent = (mine.get(parent_id) or stored.get(parent_id)) if parent_id else None
+        if parent is not None and parent_id not in mine:
+            # A stored parent: none of its ancestors may be an AdCP plan's (decision 940).
+            above = stored.get(parent.parent_id) if parent.parent_id else None
+            while above is not None and not above.id.startswith(ADCP_BUDGET_PREFIX):
+                above = stored.get(above.parent_id) if above.parent_id else None
+            if above is not None:
+                problems.append(
+                    f"budget {b.id}: parent {parent_id} is under {above.id}, an AdCP plan's "
+                    "budget, which AdCP's sync_plans alone manages; a budgets file may not "
+                    "define a budget under one"
+                )
+                continue
         try:
             b.validate(parent)
         except BudgetError as exc:

@@ -78,12 +78,36 @@ def parse_amount(value: Any, *, field: str = "amount", allow_zero: bool = True) 
         raise MoneyError(
             f"{field} must be {'≥' if allow_zero else '>'} 0, got {value}", field=field
         )
-    exponent = amount.normalize().as_tuple().exponent if amount else 0
+    exponent = amount.as_tuple().exponent
     if isinstance(exponent, int) and exponent < -MAX_SCALE:
-        raise MoneyError(f"{field} has more than {MAX_SCALE} fractional digits", field=field)
+        # More fractional digits than kept: only zeros may be past the 6th, and they
+        # count for nothing (decision 924), so the amount is stored and echoed as its
+        # shortest spelling, as "12.5" is (decision 941). Ordinary amounts skip this.
+        amount = _within_scale(amount, field)
     if amount >= MAX_AMOUNT:
         raise MoneyError(f"{field} is too large", field=field)
     return amount
+
+
+def _within_scale(amount: Decimal, field: str) -> Decimal:
+    """``amount`` (more than 6 fractional digits written) without its trailing
+    fractional zeros and never with a positive exponent (``100.0000000`` is ``100``, not
+    ``1E+2``). Raises :class:`MoneyError` when a digit past the 6th is not zero.
+    ``quantize`` is exact here (``normalize`` alone rounds to the context's 28 digits,
+    which could drop a nonzero 30th digit)."""
+    try:
+        kept = amount.quantize(_SCALE)
+    except InvalidOperation as exc:  # more digits than the context holds: ≥ 10^22
+        raise MoneyError(f"{field} is too large", field=field) from exc
+    if kept != amount:
+        raise MoneyError(f"{field} has more than {MAX_SCALE} fractional digits", field=field)
+    short = kept.normalize()
+    exponent = short.as_tuple().exponent
+    return short.quantize(_ONE) if isinstance(exponent, int) and exponent > 0 else short
+
+
+_SCALE = Decimal(1).scaleb(-MAX_SCALE)
+_ONE = Decimal(1)
 
 
 def parse_currency(value: Any) -> str:

@@ -12,8 +12,10 @@
   someone else: hiding what it can read would only mislead it.
 - An AdCP plan's budget (``adcp:…``, created by ``sync_plans``) is managed through AdCP
   alone: the spend wire lists and reads it but refuses to quote against it, redefine it
-  or ask to raise it (``409 budget:other_wire``, :func:`not_managed_elsewhere`), which
-  would go around ``check_governance``'s plan gates (decision 923).
+  or ask to raise it, or any of these for a budget under it (``409 budget:other_wire``,
+  :func:`not_managed_elsewhere`), which would go around ``check_governance``'s plan
+  gates (decisions 923, 940). A budgets file may not define one either
+  (:mod:`warden.spend.config`).
 - A hold another wire took (AdCP ``check_governance``, the ACS spend gate) is concluded
   by that wire: its owner may read it here, and commit/release/undo answer ``409
   reservation:other_wire``.

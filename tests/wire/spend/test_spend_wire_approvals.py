@@ -8,6 +8,7 @@ claims) by :func:`check_envelope`.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from warden.approvals.tasks import ApprovalState
 from warden.identity.api_keys import Role
 from warden.runtime import Runtime
 from warden.server.app import create_app
+from warden.spend.budgets import Budget, BudgetKind, Period
 
 
 class Caller:
@@ -352,3 +354,73 @@ def test_a_budget_request_needs_a_reason_and_is_filed_once(rt: Runtime, client: 
     fay.call("POST", f"/v1/approvals/{first}/deny", {"reason": "no"})
     anew = agent.call("POST", "/v1/budget-requests", ask).body["resolution"]["taskId"]
     assert anew not in (first, other.body["resolution"]["taskId"])
+
+
+@pytest.mark.parametrize("reason", ["\u200b", "\u0000", " \u200b\u2060\ufeff\u0007 "])
+def test_a_budget_request_reason_needs_a_visible_character(
+    rt: Runtime, client: TestClient, reason: str
+) -> None:
+    """Second review (decision 942): invisible characters say nothing either."""
+    bot = tree(rt)
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    body = assert_error(
+        agent.call("POST", "/v1/budget-requests", {"budgetId": bot, "cap": "55", "reason": reason}),
+        "input:invalid",
+        400,
+        resolution="retry",
+    )
+    assert "reason" in body["message"] and "visible" in body["message"], body
+    assert rt.desk.list() == []
+    # One visible character (any script, a symbol) is a reason.
+    for said in ("\u200b€", "理由"):
+        ok = agent.call(
+            "POST", "/v1/budget-requests", {"budgetId": bot, "cap": "55", "reason": said}
+        )
+        assert_error(ok, "approval:required", 403, resolution="human_approval")
+
+
+def test_the_same_cap_however_written_is_one_budget_request(
+    rt: Runtime, client: TestClient
+) -> None:
+    """Second review (decision 943): "3000", 3000 and "3000.00" are the same cap."""
+    bot = tree(rt, org="5000", team="5000")
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    tasks = {
+        agent.call(
+            "POST", "/v1/budget-requests", {"budgetId": bot, "cap": cap, "reason": "launch"}
+        ).body["resolution"]["taskId"]
+        for cap in ("3000", 3000, "3000.00", "03000.0")
+    }
+    assert len(tasks) == 1 and [t.id for t in rt.desk.list()] == list(tasks)
+    other = agent.call(
+        "POST", "/v1/budget-requests", {"budgetId": bot, "cap": "3000.01", "reason": "launch"}
+    )
+    assert other.body["resolution"]["taskId"] not in tasks
+
+
+def test_a_budget_under_an_adcp_budget_cannot_be_raised(rt: Runtime, client: TestClient) -> None:
+    """Second review (decision 940): raising a budget under an AdCP plan's budget would
+    spend the plan's money around check_governance, as a quote or PUT would."""
+    team = tree(rt, prefix="adcp:zzz").rsplit(".", 1)[0]
+    rt.spend.define_budget(
+        Budget(
+            "plain.kid",
+            BudgetKind.AGENT,
+            "USD",
+            Decimal("20"),
+            Period.NONE,
+            team,
+            principals=("bot-1",),
+        )
+    )
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    for bid in ("plain.kid", team):
+        body = assert_error(
+            agent.call(
+                "POST", "/v1/budget-requests", {"budgetId": bid, "cap": "30", "reason": "more"}
+            ),
+            "budget:other_wire",
+            409,
+        )
+        assert "under it" in body["message"], body
+    assert rt.desk.list() == []

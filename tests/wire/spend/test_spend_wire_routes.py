@@ -4,6 +4,7 @@ blockedBy, HTTP status, retryable flag and resolution."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -285,6 +286,21 @@ def test_long_plain_amounts_within_the_limits_are_amounts(rt: Runtime, api: Api)
     ok = api.quote(bot, "000000000000000000012.500000000000")
     assert ok.status == 200, ok.body
     assert Decimal(ok.data["quote"]["amount"]) == Decimal("12.5")
+    # Second review (decision 941): stored and echoed as a plain "12.5" quote is, so no
+    # answer shows more than 6 fractional digits (it showed "12.500000000000").
+    ref = api.quote(tree(rt, prefix="beta"), "12.5")
+    assert ok.data["quote"]["amount"] == ref.data["quote"]["amount"] == "12.5"
+    rid = ok.data["quote"]["reservation"]["reservationId"]
+    held = api.get(f"/v1/reservations/{rid}").data["reservation"]
+    assert held["amount"] == "12.5", held
+    assert api.budget(bot)["reserved"] == "12.5"
+    again = api.quote(bot, "0006.0000000")
+    assert again.data["quote"]["amount"] == "6"
+    assert api.budget(bot)["reserved"] == "18.5"
+    refused = api.quote(bot, "0040.000000000")
+    assert refused.status == 402, refused.body
+    assert re.search(r"\.[0-9]{7}", refused.body["message"]) is None, refused.body
+    assert "31.5 of 50 USD left" in refused.body["message"], refused.body
 
 
 @pytest.mark.parametrize(

@@ -532,8 +532,11 @@ class SpendWire:
         )
 
     def request_increase(self, tx: WireTx, eng: SpendEngine, body: BudgetIncreaseRequest) -> Answer:
-        budget = readable_path(eng, body.budgetId, caller())[0]
-        not_managed_elsewhere("raise", budget.id)
+        path = readable_path(eng, body.budgetId, caller())
+        budget = path[0]
+        # The whole path, as a quote checks it: raising a budget under a plan's lets the
+        # plan's money be spent around check_governance (decision 940).
+        not_managed_elsewhere("raise", *(b.id for b in path))
         self.usd_only(f"budget {budget.id}", budget.currency)
         cap = parse_amount(body.cap, field="cap")
         if cap <= budget.cap:
