@@ -210,6 +210,10 @@ def verify_chains(
     return ChainCheck(result)
 
 
+class NotAnExport(ConfigError):
+    """A file given as an audit export that is none (exit 2, decision 915)."""
+
+
 #: What the first record of an audit export can be (a truncated export may start anywhere).
 _EXPORT_KINDS = frozenset({"session", "entry", "head", "log", "manifest"})
 
@@ -222,13 +226,14 @@ def _export_records(path: Path, records: Iterator[dict[str, Any]]) -> Iterator[d
     try:
         first = next(records, None)
     except IntegrityError as exc:
-        raise ConfigError(f"{path} is not a Warden audit export: {exc.message}") from exc
+        raise NotAnExport(f"{path} is not a Warden audit export: {exc.message}") from exc
     if first is None:
-        raise ConfigError(f"{path} is not a Warden audit export: it holds no record")
+        raise NotAnExport(f"{path} is not a Warden audit export: it holds no record")
     if first.get("kind") not in _EXPORT_KINDS:
-        raise ConfigError(
-            f"{path} is not a Warden audit export: its first record's kind is "
-            f"{first.get('kind')!r:.40} (an export's records are session, entry, head, log "
+        raise NotAnExport(
+            f"{path} is not a Warden audit export: its first record "
+            + (f"has kind {first['kind']!r:.40}" if "kind" in first else "has no kind")
+            + " (an export's records are session, entry, head, log "
             "and manifest records, as `warden export` writes them)"
         )
     return itertools.chain((first,), records)

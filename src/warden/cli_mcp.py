@@ -87,8 +87,10 @@ def mcp_proxy_cmd(
         typer.Option(
             "--max-line-bytes",
             min=1024,
-            help="The longest JSON-RPC line read from the client or the real server; a "
-            "longer one is discarded unread and refused with an error.",
+            max=1 << 30,
+            help="The longest JSON-RPC line read from the client or the real server "
+            "(1024 bytes to 1 GiB); a longer one is discarded unread and refused with an "
+            "error.",
         ),
     ] = 4 << 20,
     log_level: Annotated[

@@ -69,17 +69,22 @@ def _check_export(export: Path, key_file: Path | None) -> str | None:
     log record (the leaf indexes and events replay reads). With ``key_file`` the
     signatures are checked too; without it a warning is returned (the chains and log are
     still checked). Raises :class:`WardenError` (exit 2) for what does not verify."""
-    from warden.cli_ledger import verify_chains
+    from warden.cli_ledger import NotAnExport, verify_chains
 
-    check = verify_chains(
-        export,
-        # The checkpoint key beside the IKM, if any; without --key-file no key at all
-        # (not the working directory's .warden, which may be another deployment's).
-        data_dir=key_file.parent if key_file is not None else Path(os.devnull),
-        database_url=None,
-        key_file=key_file,
-        no_signatures=key_file is None,
-    )
+    try:
+        check = verify_chains(
+            export,
+            # The checkpoint key beside the IKM, if any; without --key-file no key at all
+            # (not the working directory's .warden, which may be another deployment's).
+            data_dir=key_file.parent if key_file is not None else Path(os.devnull),
+            database_url=None,
+            key_file=key_file,
+            no_signatures=key_file is None,
+        )
+    except NotAnExport as exc:
+        raise ConfigError(
+            f"the export {export} does not verify ({exc.message}): refusing to replay it"
+        ) from exc
     doc = check.document
     if not check.ok:
         failure = doc["failure"]

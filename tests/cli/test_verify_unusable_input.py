@@ -23,7 +23,7 @@ runner = CliRunner()
     ("text", "said"),
     [
         ("hello\n", "is not a Warden audit export: "),
-        ('{"x":1}\n', "its first record's kind is None"),
+        ('{"x":1}\n', "its first record has no kind"),
         ("[1, 2]\n", "is not a Warden audit export"),
         ("\n\n", "it holds no record"),
     ],

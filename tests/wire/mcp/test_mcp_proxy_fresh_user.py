@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp_helpers import INIT, INITIALIZED, ROOT, agent_key_file, allow_all_bundle, verify
 
 from warden.transport.stdio_channel import TooLong
@@ -178,3 +179,15 @@ def test_the_channel_refuses_each_over_long_line_and_reads_on() -> None:
     long_one = got[2]
     assert isinstance(long_one, TooLong) and long_one.limit == 1024
     assert long_one.head == b"{" + b"b" * 255 and long_one.tail == b"b" * 255 + b"}"
+
+
+@pytest.mark.parametrize("value", ["1023", "0", "-1", "abc", str((1 << 30) + 1), "9" * 23])
+def test_max_line_bytes_out_of_range_is_a_usage_error(value: str) -> None:
+    """1024 bytes to 1 GiB: a larger value would switch the bound off in practice."""
+    from typer.testing import CliRunner
+
+    from warden.cli import app
+
+    out = CliRunner().invoke(app, ["mcp-proxy", "--max-line-bytes", value, "--", "true"])
+    assert out.exit_code == 2, out.output
+    assert "--max-line-bytes" in out.output
