@@ -25,7 +25,6 @@ from warden.core.types import ActionRequest, Effect, Verdict
 from warden.gates.desk import DeskAsk
 from warden.spend.engine import SpendEngine
 from warden.spend.errors import BudgetExceeded
-from warden.spend.money import to_wire
 from warden.spend.records import Reservation
 
 log = logging.getLogger(__name__)
@@ -127,13 +126,7 @@ class QuoteHold:
         """``verdict`` tightened to the budget's deny (reason code ``budget_exceeded``)."""
         self.refused = exc
         self.decided_by = verdict
-        budget = {
-            "budget_id": exc.budget_id,
-            "limit": to_wire(exc.cap),
-            "requested": to_wire(exc.requested),
-            "currency": exc.currency,
-            "available": to_wire(exc.available),
-        }
+        budget = exc.budget_detail()
         return Verdict(
             decision=Effect.DENY,
             reasoning=exc.message,

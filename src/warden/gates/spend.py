@@ -374,14 +374,7 @@ class SpendStep:
                 },
             )
         except BudgetExceeded as exc:
-            budget = {
-                "budget_id": exc.budget_id,
-                "limit": to_wire(exc.cap),
-                "requested": to_wire(exc.requested),
-                "currency": exc.currency,
-                "available": to_wire(exc.available),
-                "charge": priced.charge.id,
-            }
+            budget = {**exc.budget_detail(), "charge": priced.charge.id}
             refused = {
                 **base,
                 "refused": "budget_exceeded",

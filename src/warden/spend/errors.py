@@ -40,6 +40,17 @@ class BudgetExceeded(SpendError):
         self.requested = requested
         self.currency = currency
 
+    def budget_detail(self) -> dict[str, Any]:
+        """The verdict's ``policy_data.budget`` for this refusal: ``budget_id``,
+        ``limit``, ``requested``, ``currency`` and ``available`` (amounts as wire strings)."""
+        return {
+            "budget_id": self.budget_id,
+            "limit": to_wire(self.cap),
+            "requested": to_wire(self.requested),
+            "currency": self.currency,
+            "available": to_wire(self.available),
+        }
+
 
 class UnknownBudget(SpendError, InputRejected):
     gate = "input:unknown_budget"
