@@ -145,6 +145,22 @@ def runtime(make_runtime: Callable[..., Runtime]) -> Runtime:
     return make_runtime()
 
 
+def run_sql(rt: Runtime, statement: str) -> None:
+    """Run ``statement`` on ``rt``'s database behind Warden's back (a test's tampering)."""
+    with rt.store.engine.begin() as conn:
+        conn.exec_driver_sql(statement)
+
+
+def verify_json(rt: Runtime) -> tuple[int, dict[str, Any]]:
+    """``warden verify --json`` on ``rt``'s data directory: (exit code, its document)."""
+    from typer.testing import CliRunner
+
+    from warden.cli import app
+
+    out = CliRunner().invoke(app, ["verify", "--data-dir", str(rt.settings.data_dir), "--json"])
+    return out.exit_code, json.loads(out.stdout)
+
+
 def fixed_key_id(agent_id: str) -> str:
     """The fixed key id tests register ``agent_id``'s first key under."""
     return "agk_" + hashlib.sha256(agent_id.encode()).hexdigest()[:16]

@@ -5,17 +5,15 @@ each test here failed before (verify said OK)."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import DEFAULT_POLICY, ensure_agent
+from conftest import DEFAULT_POLICY, ensure_agent, run_sql, verify_json
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from warden.cli import app as cli_app
 from warden.policy.activation import activate, read_bundle
 from warden.runtime import Runtime
 from warden.server.app import create_app
@@ -53,25 +51,15 @@ def rt(make_runtime: Callable[..., Runtime]) -> Iterator[Runtime]:
     yield rt
 
 
-def _sql(rt: Runtime, statement: str) -> None:
-    with rt.store.engine.begin() as conn:
-        conn.exec_driver_sql(statement)
-
-
-def _verify(rt: Runtime) -> tuple[int, dict[str, Any]]:
-    out = runner.invoke(cli_app, ["verify", "--data-dir", str(rt.settings.data_dir), "--json"])
-    return out.exit_code, json.loads(out.stdout)
-
-
 def _mismatch(rt: Runtime) -> dict[str, Any]:
-    code, doc = _verify(rt)
+    code, doc = verify_json(rt)
     assert code == 1 and doc["failure"]["reason"] == "state_mismatch", doc
     failure: dict[str, Any] = doc["failure"]
     return failure
 
 
 def test_the_untouched_tables_verify(rt: Runtime) -> None:
-    code, doc = _verify(rt)
+    code, doc = verify_json(rt)
     assert code == 0 and doc["ok"], doc
     rows = doc["log"]["state_rows"]
     assert rows["adcp_plans"] == 1 and rows["policy_active"] == 1
@@ -79,14 +67,14 @@ def test_the_untouched_tables_verify(rt: Runtime) -> None:
 
 
 def test_an_edited_bundle_source(rt: Runtime) -> None:
-    _sql(rt, "UPDATE policy_bundles SET source = replace(source, 'deny', 'allow')")
+    run_sql(rt, "UPDATE policy_bundles SET source = replace(source, 'deny', 'allow')")
     failure = _mismatch(rt)
     assert failure["message"].startswith("policy_bundles row sha256:")
     assert "the stored source hashes to sha256:" in failure["message"]
 
 
 def test_the_active_bundle_row_edited(rt: Runtime) -> None:
-    _sql(rt, "UPDATE policy_active SET generation = generation + 5")
+    run_sql(rt, "UPDATE policy_active SET generation = generation + 5")
     failure = _mismatch(rt)
     assert failure["message"].startswith("policy_active row 1: generation is ")
 
@@ -94,14 +82,14 @@ def test_the_active_bundle_row_edited(rt: Runtime) -> None:
 @pytest.mark.parametrize("hash_too", [False, True], ids=["record", "record_and_hash"])
 def test_an_edited_plan(rt: Runtime, hash_too: bool) -> None:
     # The plan's total raised in the stored record (what later checks read).
-    _sql(rt, "UPDATE adcp_plans SET record = replace(record, '90000', '900000')")
+    run_sql(rt, "UPDATE adcp_plans SET record = replace(record, '90000', '900000')")
     if hash_too:
-        _sql(rt, "UPDATE adcp_plans SET plan_hash = 'x' || plan_hash")
+        run_sql(rt, "UPDATE adcp_plans SET plan_hash = 'x' || plan_hash")
     failure = _mismatch(rt)
     assert failure["message"].startswith("adcp_plans row buyer-agent/plan-q2: plan_hash of record")
 
 
 def test_a_plan_rolled_back_to_its_first_version(rt: Runtime) -> None:
-    _sql(rt, "UPDATE adcp_plans SET version = 1")
+    run_sql(rt, "UPDATE adcp_plans SET version = 1")
     failure = _mismatch(rt)
     assert failure["message"].startswith("adcp_plans row buyer-agent/plan-q2: version is 1")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_sql, verify_json
 from fastapi.testclient import TestClient
 from kla_wire_helpers import BASIC, CREDIT, Caller, key
 from typer.testing import CliRunner
@@ -46,16 +47,6 @@ def submitted(rt: Runtime, client: TestClient) -> tuple[Caller, str]:
     return agent, str(r.data["decision"]["policy_decision_id"])
 
 
-def _sql(rt: Runtime, statement: str) -> None:
-    with rt.store.engine.begin() as conn:
-        conn.exec_driver_sql(statement)
-
-
-def _verify(rt: Runtime) -> tuple[int, dict[str, Any]]:
-    out = runner.invoke(cli_app, ["verify", "--data-dir", str(rt.settings.data_dir), "--json"])
-    return out.exit_code, json.loads(out.stdout)
-
-
 def _export(rt: Runtime, where: Path) -> Any:
     return runner.invoke(
         cli_app,
@@ -67,7 +58,7 @@ def _export(rt: Runtime, where: Path) -> Any:
 def _allow_instead(rt: Runtime, *, digest_too: bool) -> None:
     """The decision edited from require_approval to allow (and its digest column set to
     the edited record's digest when ``digest_too``)."""
-    _sql(
+    run_sql(
         rt,
         "UPDATE kla_records SET record = replace(record, 'require_approval', 'allow') "
         "WHERE kind = 'policy_decision'",
@@ -76,13 +67,23 @@ def _allow_instead(rt: Runtime, *, digest_too: bool) -> None:
         with rt.store.transaction() as tx:
             (row,) = [r for r in tx.kla.for_request(RID) if r.kind == "policy_decision"]
         forged = row.recomputed_digest()
-        _sql(rt, f"UPDATE kla_records SET digest = '{forged}' WHERE kind = 'policy_decision'")
+        run_sql(rt, f"UPDATE kla_records SET digest = '{forged}' WHERE kind = 'policy_decision'")
+
+
+def _outcome_is_refused(agent: Caller) -> None:
+    """The credit disposition's outcome fails closed: nothing is decided on a changed record."""
+    done = {
+        "tool_call": {"name": "credit.dispose", "params_digest": "sha256:" + "ab" * 32},
+        "outcome": {"status": "succeeded"},
+    }
+    r = agent.outcome(RID, done)
+    assert r.status == 500 and r.body["blockedBy"] == "evidence:integrity_failed", r.body
 
 
 def test_the_untouched_records_verify_and_export(
     rt: Runtime, submitted: tuple[Caller, str], tmp_path: Path
 ) -> None:
-    code, doc = _verify(rt)
+    code, doc = verify_json(rt)
     assert code == 0 and doc["ok"], doc
     assert doc["log"]["state_rows"]["kla_records"] == 2
     out = _export(rt, tmp_path / "ev")
@@ -98,7 +99,7 @@ def test_an_edited_decision_is_caught_everywhere(
     agent, pd = submitted
     _allow_instead(rt, digest_too=digest_too)
     # warden verify names the row (it said OK before)
-    code, doc = _verify(rt)
+    code, doc = verify_json(rt)
     assert code == 1 and not doc["ok"], doc
     failure = doc["failure"]
     assert failure["reason"] == "state_mismatch"
@@ -120,12 +121,7 @@ def test_an_edited_decision_is_caught_everywhere(
         r = agent.call("GET", path)
         assert r.status == 500 and r.body["blockedBy"] == "evidence:integrity_failed", r.body
         assert "does not hash to its stored digest" in r.body["message"]
-    done = {
-        "tool_call": {"name": "credit.dispose", "params_digest": "sha256:" + "ab" * 32},
-        "outcome": {"status": "succeeded"},
-    }
-    r = agent.outcome(RID, done)
-    assert r.status == 500 and r.body["blockedBy"] == "evidence:integrity_failed", r.body
+    _outcome_is_refused(agent)
 
 
 @pytest.mark.parametrize(
@@ -136,8 +132,8 @@ def test_an_edited_column_is_caught_by_verify_and_the_export(
     rt: Runtime, submitted: tuple[Caller, str], tmp_path: Path, column: str, value: str
 ) -> None:
     _, pd = submitted
-    _sql(rt, f"UPDATE kla_records SET {column} = '{value}' WHERE record_id = '{pd}'")
-    code, doc = _verify(rt)
+    run_sql(rt, f"UPDATE kla_records SET {column} = '{value}' WHERE record_id = '{pd}'")
+    code, doc = verify_json(rt)
     assert code == 1 and doc["failure"]["reason"] == "state_mismatch", doc
     assert doc["failure"]["message"].startswith(f"kla_records row {pd}: {column} is ")
     out = _export(rt, tmp_path / "ev")
@@ -146,8 +142,8 @@ def test_an_edited_column_is_caught_by_verify_and_the_export(
 
 def test_a_deleted_record_is_caught_by_verify(rt: Runtime, submitted: tuple[Caller, str]) -> None:
     _, pd = submitted
-    _sql(rt, f"DELETE FROM kla_records WHERE record_id = '{pd}'")
-    code, doc = _verify(rt)
+    run_sql(rt, f"DELETE FROM kla_records WHERE record_id = '{pd}'")
+    code, doc = verify_json(rt)
     assert code == 1 and doc["failure"]["reason"] == "state_mismatch", doc
     assert doc["failure"]["message"].startswith(f"kla_records row {pd}: is gone")
 
@@ -163,10 +159,10 @@ def test_a_decision_filed_under_another_request_is_caught_everywhere(
     assert r.status == 200 and r.data["decision"]["decision"] == "allow", r.body
     allow = str(r.data["decision"]["policy_decision_id"])
     other = str(json.loads(BASIC.read_text())["action_request_id"])
-    _sql(rt, f"UPDATE kla_records SET action_request_id = 'req_gone' WHERE record_id = '{pd}'")
-    _sql(rt, f"UPDATE kla_records SET action_request_id = '{RID}' WHERE record_id = '{allow}'")
+    run_sql(rt, f"UPDATE kla_records SET action_request_id = 'req_gone' WHERE record_id = '{pd}'")
+    run_sql(rt, f"UPDATE kla_records SET action_request_id = '{RID}' WHERE record_id = '{allow}'")
     assert other != RID
-    code, doc = _verify(rt)
+    code, doc = verify_json(rt)
     assert code == 1 and doc["failure"]["reason"] == "state_mismatch", doc
     assert {r["row"] for r in doc["failure"]["rows"]} == {pd, allow}
     assert "action_request_id is " in doc["failure"]["message"]
@@ -175,9 +171,4 @@ def test_a_decision_filed_under_another_request_is_caught_everywhere(
     r = agent.call("GET", f"/v1/action-requests/{RID}")
     assert r.status == 500 and r.body["blockedBy"] == "evidence:integrity_failed", r.body
     assert "is filed under action request" in r.body["message"]
-    done = {
-        "tool_call": {"name": "credit.dispose", "params_digest": "sha256:" + "ab" * 32},
-        "outcome": {"status": "succeeded"},
-    }
-    r = agent.outcome(RID, done)
-    assert r.status == 500 and r.body["blockedBy"] == "evidence:integrity_failed", r.body
+    _outcome_is_refused(agent)
