@@ -118,8 +118,39 @@ def test_a_second_process_joins_the_session_by_name(runtime: Runtime) -> None:
 def test_another_agents_key_cannot_join_a_session(runtime: Runtime) -> None:
     a = warden.Client.in_process(runtime, credential=agent_credential(runtime, "a"), session_id="s")
     assert a.tool_call_request("read_file", {"path": "/a"}).allowed
+    # The same name under another agent's key is another session (decision 1006) ...
     b = warden.Client.in_process(runtime, credential=agent_credential(runtime, "b"), session_id="s")
-    assert b.tool_call_request("read_file", {"path": "/a"}).denied
+    assert b.session_id != a.session_id
+    assert b.tool_call_request("read_file", {"path": "/a"}).allowed
+    assert len(entries(runtime, a.session_id)) == 1
+    # ... and a's id itself, named by b, reads as a session that does not exist.
+    on_a = warden.Client.in_process(
+        runtime, credential=agent_credential(runtime, "b"), session_id=a.session_id
+    )
+    with pytest.raises(warden.WardenProtocolError, match="no handshake/hello"):
+        on_a.tool_call_request("read_file", {"path": "/a"})
+    assert len(entries(runtime, a.session_id)) == 1
+
+
+def test_a_named_session_id_is_the_agents_own_secret() -> None:
+    """Decision 1006: a name maps to HMAC-SHA256(agent key, name) as a UUIDv4 — stable
+    for one key, different for another, not the UUIDv5 of the name anyone computes."""
+    import uuid
+
+    from warden.client.session import SESSION_NAMESPACE, session_uuid
+    from warden.crypto.agent_key import AgentCredential
+
+    one = AgentCredential("a", "ak_1", bytes(32))
+    other = AgentCredential("b", "ak_2", bytes([1]) * 32)
+    sid = session_uuid("squat-test", one)
+    assert sid == session_uuid("squat-test", one)
+    assert sid == "d7ce15b6-7327-42be-b049-79cee86bf675"
+    assert uuid.UUID(sid).version == 4
+    assert sid != session_uuid("squat-test", other)
+    assert sid != str(uuid.uuid5(SESSION_NAMESPACE, "squat-test"))
+    assert session_uuid("7c6f3b5e-2f1a-4d4b-9a0e-2b1c3d4e5f60", other) == (
+        "7c6f3b5e-2f1a-4d4b-9a0e-2b1c3d4e5f60"
+    )
 
 
 def test_bad_use_is_a_clear_error_before_anything_is_sent(

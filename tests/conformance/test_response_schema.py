@@ -326,13 +326,14 @@ def test_chain_mismatch(runtime: Runtime) -> None:
 @pytest.mark.parametrize(
     ("signer", "claimed", "reason"),
     [
-        # Another registered agent's key on this session, claiming this session's agent.
-        ("another-agent", "observed-agent", "key_not_bound"),
+        # Another registered agent's key on this session, claiming this session's agent:
+        # the session reads as a missing one (-32003, decision 1005).
+        ("another-agent", "observed-agent", None),
         # This session's key, claiming another agent id.
         ("observed-agent", "impostor", "agent_id_not_bound"),
     ],
 )
-def test_binding_denies(runtime: Runtime, signer: str, claimed: str, reason: str) -> None:
+def test_binding_denies(runtime: Runtime, signer: str, claimed: str, reason: str | None) -> None:
     client = session(runtime)
     step(runtime, client, "steps/toolCallRequest", tool_payload("ls"))
     other = AcsClient.for_agent(
@@ -343,6 +344,12 @@ def test_binding_denies(runtime: Runtime, signer: str, claimed: str, reason: str
     )
     env = other.envelope("steps/toolCallRequest", tool_payload("ls"))
     resp = exchange(runtime, body(env), client.session_id, signed=True, client=other)
+    if reason is None:
+        assert_error(resp, -32003)
+        # Nothing was recorded, as for a missing session: the same request, the same answer.
+        again = exchange(runtime, body(env), client.session_id, signed=True, client=other)
+        assert again == resp
+        return
     result = decision(resp, "deny")
     assert result["reason_codes"] == [reason]
     assert "chain_hash" not in result
@@ -703,11 +710,12 @@ def test_replay_is_checked_before_every_other_step_check(runtime: Runtime) -> No
     decision(exchange(runtime, body(env), client.session_id, signed=True, client=client), "allow")
     rid = env["params"]["request_id"]
     other_key = service_client(runtime, session_id=client.session_id, key_id="k2")
+    # Another agent's key is not told of the session's request ids either: the session
+    # reads as missing to it (decision 1005).
+    reused = other_key.envelope("steps/toolCallRequest", tool_payload("ls"), request_id=rid)
+    resp = exchange(runtime, body(reused), client.session_id, signed=True, client=other_key)
+    assert assert_error(resp, -32003)["message"] == "no handshake/hello for this session"
     variants = [
-        (
-            other_key,
-            other_key.envelope("steps/toolCallRequest", tool_payload("ls"), request_id=rid),
-        ),
         (
             client,
             claiming(client, "a2").envelope(
@@ -734,7 +742,7 @@ def test_replay_is_checked_before_every_other_step_check(runtime: Runtime) -> No
 
 
 def test_step_check_order(runtime: Runtime) -> None:
-    """key_id → agent_id → closed → negotiated method → skew → payload schema."""
+    """owner → agent_id → closed → negotiated method → skew → payload schema."""
     client = service_client(runtime)
     hello(runtime, client, methods=["steps/toolCallRequest", "steps/sessionEnd"])
     late = rfc3339(-3600)
@@ -750,10 +758,9 @@ def test_step_check_order(runtime: Runtime) -> None:
 
     both = service_client(runtime, session_id=client.session_id, key_id="k2", agent_id="a2")
     agent = claiming(client, "a2")
-    # Binding before everything, key_id first.
-    assert decision(send(both, "steps/userMessage", {}, timestamp=late), "deny")[
-        "reason_codes"
-    ] == ["key_not_bound"]
+    # Another agent's key: the session reads as missing (decision 1005), before anything.
+    assert_error(send(both, "steps/userMessage", {}, timestamp=late), -32003)
+    # Binding before everything else.
     assert decision(send(agent, "steps/userMessage", {}, timestamp=late), "deny")[
         "reason_codes"
     ] == ["agent_id_not_bound"]

@@ -7,6 +7,7 @@ rotation keeps old sessions verifiable; both signature forms are accepted."""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -82,7 +83,8 @@ def test_claiming_another_agent_is_refused_and_spends_nothing(shop: Runtime) -> 
     assert refused["error"]["code"] == -32004
     assert refused["error"]["data"]["reason"] == "agent_id_not_bound"
     assert shop.store.counts()["sessions"] == sessions_before  # no session was opened
-    # On the real agent's session, the other agent's key gets a deny and holds nothing.
+    # On the real agent's session, the other agent's key gets the answer a session that
+    # does not exist gets (-32003, decision 1005) and holds nothing.
     owner = _client(shop, "shopper")
     owner.hello()
     assert _pay(owner)["result"]["decision"] == "allow"
@@ -90,14 +92,35 @@ def test_claiming_another_agent_is_refused_and_spends_nothing(shop: Runtime) -> 
     on_their_session = _client(
         shop, "shopper-2", agent_id="shopper", session_id=owner.session_id, track_chain=False
     )
-    result = _pay(on_their_session)["result"]
-    assert (result["decision"], result["reason_codes"]) == ("deny", ["key_not_bound"])
+    error = _pay(on_their_session)["error"]
+    assert (error["code"], error["message"]) == (-32003, "no handshake/hello for this session")
     assert _holds(shop) == ["shop.ops.shopper"]
     # Paying as itself, the second agent is charged to its own budget.
     own = _client(shop, "shopper-2")
     own.hello()
     assert _pay(own)["result"]["decision"] == "allow"
     assert _holds(shop) == ["shop.ops.shopper", "shop.ops.shopper-2"]
+
+
+def test_another_agents_session_answers_exactly_as_a_missing_one(shop: Runtime) -> None:
+    """Decision 1005: bot-b's step on an id it does not own gets the bytes it got before
+    the id existed (same envelope, same signed -32003), and nothing is recorded."""
+    owner = _client(shop, "shopper")
+    squatter = _client(shop, "shopper-2", session_id=owner.session_id, track_chain=False)
+    envelope = squatter.envelope("steps/toolCallRequest", {"tool_name": "ls", "arguments": {}})
+    raw = json.dumps(envelope, separators=(",", ":")).encode()
+    before = shop.acs.handle(raw)
+    assert before["error"]["code"] == -32003
+    owner.hello()
+    entries = shop.store.counts()["entries"]
+    taken = shop.acs.handle(raw)
+    assert taken == before  # the same request, the same signed answer: no -32005 either
+    again = shop.acs.handle(raw)
+    assert again == before
+    assert verify_response(taken, squatter.key)
+    assert shop.store.counts()["entries"] == entries
+    # The owner's session goes on as if nothing happened.
+    assert _pay(owner)["result"]["decision"] == "allow"
 
 
 def test_budget_expr_may_not_read_what_the_agent_writes(tmp_path: Any) -> None:

@@ -10,6 +10,8 @@ clients share it and differ only in how bytes travel.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import secrets
 import uuid
@@ -31,20 +33,43 @@ from warden.wire.acs.signing import (
 
 ACS_VERSION = "0.1.0"
 HANDSHAKE = "handshake/hello"
-#: Namespace of the session ids derived from a framework's non-UUID session name.
+#: Namespace of the ids Warden derives from a session name (the integrations' request ids).
 SESSION_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:warden:client-session")
+#: Domain separation of a named session's HMAC (decision 1006).
+_NAMED_SESSION = b"warden client session name v2\x00"
 
 
-def session_uuid(name: str | None) -> str:
+def session_uuid(name: str | None, credential: Credential) -> str:
     """An ACS ``session_id`` (a UUID, §4) for a framework's session name: the name
-    itself when it is a UUID, else a UUIDv5 of it (stable: the same name always maps
-    to the same session), or a fresh UUIDv4 for None."""
+    itself when it is a UUID, a fresh UUIDv4 for None, else the first 16 bytes of
+    HMAC-SHA256(the credential's secret, name) as a version-4 UUID. The secret is the
+    agent's own key material (:func:`credential_secret`), so the same agent always maps
+    a name to the same session while another agent cannot compute, hence cannot squat,
+    the id (decision 1006; before it, a UUIDv5 of the name anyone could compute)."""
     if name is None:
         return str(uuid.uuid4())
     try:
         return str(uuid.UUID(name))
     except ValueError:
-        return str(uuid.uuid5(SESSION_NAMESPACE, name))
+        secret = credential_secret(credential)
+        digest = hmac.new(secret, _NAMED_SESSION + name.encode(), hashlib.sha256).digest()
+        return str(uuid.UUID(bytes=digest[:16], version=4))
+
+
+def credential_secret(credential: Credential) -> bytes:
+    """The secret a named session is derived under: an HMAC agent's IKM, or an
+    ACS-Crypto agent's private key as PKCS#8 DER (both only in the agent's key file)."""
+    if isinstance(credential, AgentCredential):
+        return credential.ikm
+    from cryptography.hazmat.primitives import serialization  # only for a named session
+
+    return bytes(
+        credential.private_key.private_bytes(
+            serialization.Encoding.DER,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -74,7 +99,7 @@ class AcsSession:
         metadata: dict[str, Any] | None = None,
     ) -> None:
         self.credential = credential
-        self.session_id = session_uuid(session_id)
+        self.session_id = session_uuid(session_id, credential)
         #: HMAC session key; empty for an ACS-Crypto credential (issue 21), whose
         #: requests are signed with its private key and answers checked with Warden's key.
         self.key = (

@@ -1,15 +1,11 @@
 """Who signed an ACS request: the registered agent behind its ``key_id`` (issue 15).
 
-The signature object names the key. ACS v0.1.3 writes signatures as
-``{algorithm, value, key_id}``; the v0.1 bare form ``{algorithm, value}`` names the key
-in ``params.metadata.key_id`` instead (covered by the signature there). Both are
-accepted; naming two different keys is refused (-32004).
-
-A ``key_id`` of a registered, active agent key selects that key's material (derived from
-the master IKM; :mod:`warden.identity.agents`). The master IKM's own session keys are
-accepted only with ``--unsafe-shared-ikm``; every decision they sign is then marked
-``policy_data.unsafe_shared_ikm``. Lookups are cached maps: no query per request.
-"""
+The signature names the key: ``{algorithm, value, key_id}`` (ACS v0.1.3) or, in the v0.1
+bare form ``{algorithm, value}``, ``params.metadata.key_id`` (signed there); naming two
+different keys is refused (-32004). A registered, active agent key's ``key_id`` selects
+its material (derived from the master IKM; :mod:`warden.identity.agents`); the master
+IKM's session keys only with ``--unsafe-shared-ikm``, every decision they sign marked
+``policy_data.unsafe_shared_ikm``. Lookups are cached maps: no query per request."""
 
 from __future__ import annotations
 
@@ -55,6 +51,10 @@ class Caller:
     def agent_key(self) -> str | None:
         """The registered key to re-check in the write transaction (None when shared)."""
         return self.key_id if self.agent is not None else None
+
+    def may_see(self, session_agent: str) -> bool:
+        """False for another registered agent's session: answered as a missing one."""
+        return self.agent is None or self.agent.agent_id == session_agent
 
     def principal(self) -> Principal:
         """The caller as the pipeline's stage 1 (:class:`~warden.core.pipeline.Principal`)."""

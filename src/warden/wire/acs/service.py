@@ -13,7 +13,7 @@ Dispatch order (specs/acs.md §17, REF-PY, asserted by the black-box probes):
    ACS-Crypto caller —
 5. ``handshake/hello`` → ServerHello (or -32001/-32000/-32002; -32004 when the claimed
    ``agent_id`` is not the key's registered agent)
-6. route (-32601; agbom/* → -32003); session lookup (-32003)
+6. route (-32601; agbom/* → -32003); session lookup (-32003; another agent's reads as missing)
 7. replay: request_id, then nonce (-32005); recorded on arrival, persisted
 8. an HMAC request in an ACS-Crypto session → -32004 ``downgrade_refused`` (signed with
    Warden's ML-DSA key); key_id / agent_id binding, closed session → signed DENY
@@ -484,7 +484,7 @@ class AcsService:
             # this replica knows it is as good as on the first attempt, and the append
             # checks its head anyway (decision 703). A moved head is read again.
             session = self.store.load_session(sid, fresh=attempt > 0 and not stale_read)
-            if session is None:
+            if session is None or not caller.may_see(session.agent_id):
                 raise CapabilityNotNegotiated(
                     "no handshake/hello for this session", method=msg["method"]
                 )
