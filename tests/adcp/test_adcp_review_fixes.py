@@ -489,3 +489,46 @@ def test_a_reviewed_check_that_no_longer_fits_names_no_budget_id(srv: Live) -> N
     result = srv.rest().call("get_task_status", {"task_id": second}).body["result"]
     assert result["verdict"] == "denied", result
     assert "adcp:" not in json.dumps(result) and "no longer has room" in result["explanation"]
+
+
+# -- push_notification_config on an intent check (decision 1008) -----------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:18810/hook",
+        "http://169.254.169.254/latest/meta-data/",
+        "file:///etc/passwd",
+        "https://buyer.example/hook",
+    ],
+)
+def test_an_intent_check_with_a_push_config_is_refused_not_ignored(srv: Live, url: str) -> None:
+    """Warden sends no AdCP push notifications: a check that could answer `submitted`
+    with a push config is refused UNSUPPORTED_FEATURE before anything is filed."""
+    sync(srv, plan("reviewed", 1000, human_review_required=True))
+    before = srv.rt.store.counts()
+    check = intent("reviewed", 100, push_notification_config={"url": url})
+    r = srv.rest().call("check_governance", check)
+    assert (r.status, r.code) == (404, "UNSUPPORTED_FEATURE")
+    assert r.body["adcp_error"]["field"] == "push_notification_config"
+    assert "poll get_task_status" in r.body["adcp_error"]["message"]
+    assert srv.rt.store.counts() == before  # no review, check or entry was written
+    # The same check without it is the submitted review, polled as documented.
+    del check["push_notification_config"]
+    submitted = srv.rest().call("check_governance", check)
+    assert (submitted.status, submitted.body["status"]) == (202, "submitted")
+
+
+def test_a_push_config_on_a_synchronous_task_is_still_accepted(srv: Live) -> None:
+    """sync_plans answers inline: AdCP sends no task webhook for it, so the envelope
+    field is accepted there, as the spec requires of every envelope field."""
+    r = srv.rest().call(
+        "sync_plans",
+        {
+            "idempotency_key": str(uuid.uuid4()),
+            "plans": [plan("inline", 1000)],
+            "push_notification_config": {"url": "https://buyer.example/hook"},
+        },
+    )
+    assert (r.status, r.body["status"]) == (200, "completed")

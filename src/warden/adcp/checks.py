@@ -57,6 +57,16 @@ class Checks(Reviews, Executions):
             )
         if "governance_context" in req:
             return self._execution(call, tx)
+        if "push_notification_config" in req:
+            # An intent check may answer `submitted`, and Warden sends no AdCP push
+            # notifications: refused rather than accepted and never delivered (decision 1008).
+            raise AdcpError(
+                "UNSUPPORTED_FEATURE",
+                "this governance agent does not deliver push notifications: send the check "
+                "without push_notification_config and poll get_task_status with the task_id "
+                "of a submitted answer",
+                field="push_notification_config",
+            )
         return self._intent(call, tx)
 
     # -- intent -------------------------------------------------------------------------
