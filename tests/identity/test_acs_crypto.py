@@ -187,6 +187,24 @@ def test_an_hmac_request_in_an_acs_crypto_session_is_refused(runtime: Runtime) -
     assert session is not None and session.head_seq == -1  # no step was recorded
 
 
+def test_another_agents_hmac_key_on_an_acs_crypto_session_reads_as_missing(
+    pq: tuple[Runtime, str, mldsa.MLDSA65PrivateKey],
+) -> None:
+    """Decision 1005: not `downgrade_refused` (which told that the session exists and is
+    ACS-Crypto) but the answer a session nobody opened gets, byte for byte."""
+    rt, key_id, private = pq
+    assert rt.agents is not None
+    owner = _client(rt, "pq-agent", key_id, private, "ML-DSA-65")
+    _, cred = rt.agents.add("bot-b", "bob")
+    other = AcsClient.for_agent(rt.acs.handle, cred, session_id=owner.session_id, track_chain=False)
+    env = other.envelope("steps/toolCallRequest", {"tool": {"name": "read_file"}, "arguments": {}})
+    raw = json.dumps(env).encode()
+    before = rt.acs.handle(raw)
+    assert before["error"]["code"] == -32003
+    assert "acs-crypto" in owner.hello(profiles=("acs-crypto",))["result"]["profiles_accepted"]
+    assert rt.acs.handle(raw) == before
+
+
 def test_hello_rules_for_the_profile(runtime: Runtime) -> None:
     assert runtime.agents is not None
     private = mldsa.MLDSA65PrivateKey.generate()
