@@ -21,6 +21,7 @@ from typing import Any
 
 from warden.crypto.canonical import canonical_bytes
 from warden.crypto.hmac_keys import HMAC_ALGORITHM, SessionKeys, hmac_sign
+from warden.crypto.jcs_fast import JcsRoute
 from warden.ledger.chain import chain_entry
 from warden.ledger.records import head_signing_input, session_signing_input
 from warden.store.base import (
@@ -124,6 +125,7 @@ class Ledger:
         guards: tuple[TaskUnchanged, ...] = (),
         folded: FoldedWrite | None = None,
         agent_key: str | None = None,
+        within: JcsRoute | None = None,
     ) -> PendingAppend:
         """Chain ``content`` after the session head; return what to commit.
 
@@ -137,7 +139,9 @@ class Ledger:
         ``guards``: rows read outside the transaction that the append must find unchanged
         (:class:`~warden.errors.StaleRead` otherwise); ``folded``: a gate's writes that
         commit in the append's transaction (:attr:`PendingAppend.folded`); ``agent_key``:
-        the registered agent key that signed the step, checked unrevoked by the append.
+        the registered agent key that signed the step, checked unrevoked by the append;
+        ``within``: the JCS route of ``content`` when the caller knows it
+        (:func:`~warden.ledger.chain.compute_entry_hash`).
         Nothing is written until the :class:`PendingAppend` is committed
         (:meth:`commit`, or a group committer); only then may the response leave.
         """
@@ -145,7 +149,7 @@ class Ledger:
             hashlib.sha256(request.encode("utf-8")).hexdigest() != content.get("request_hash")
         ):
             raise ValueError("request does not hash to the entry's request_hash")
-        entry = chain_entry(content, session.head_hash)
+        entry = chain_entry(content, session.head_hash, within=within)
         response = build_response(entry)
         seq = session.head_seq + 1
         return PendingAppend(
