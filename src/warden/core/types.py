@@ -12,7 +12,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any, Literal
 
-from warden.crypto.jcs_fast import JcsRoute, parts_route
+from warden.crypto.jcs_fast import JcsRoute, jcs_route
 
 
 class Effect(StrEnum):
@@ -210,25 +210,29 @@ class Verdict:
         reasoning, reason codes and cited ids, the references and bundle (frozen, checked
         once each), and one walk of the policy's and gates' own objects (``policy_data``,
         the details, ``modifications``, ``spend``, the provenance summary, the intent
-        extension, the failure text), as :func:`~warden.crypto.jcs_fast.parts_route` finds
-        it. Such a value is then canonicalized without a walk of its own (decision 947)."""
-        if not all(r.wire_is_direct for r in self.policy_references) or (
-            self.bundle is not None and not self.bundle.wire_is_direct
-        ):
+        extension, the failure text), as :func:`~warden.crypto.jcs_fast.jcs_route` finds it.
+        Such a value is then canonicalized without a walk of its own (decision 947)."""
+        for ref in self.policy_references:
+            if not ref.wire_is_direct:
+                return JcsRoute.UNSURE
+        if self.bundle is not None and not self.bundle.wire_is_direct:
             return JcsRoute.UNSURE
-        return parts_route(
-            self.reasoning,
-            self.failure,
-            self.policy_data,
-            self.modifications,
-            self.ask_details,
-            self.defer_details,
-            self.spend,
-            self.provenance_summary,
-            self.intent_extension,
-            *self.reason_codes,
-            *self.cited_provenance_ids,
-            *scalars,
+        # One walk of a list of them: a list's route is the largest of its items'.
+        return jcs_route(
+            [
+                self.reasoning,
+                self.failure,
+                self.policy_data,
+                self.modifications,
+                self.ask_details,
+                self.defer_details,
+                self.spend,
+                self.provenance_summary,
+                self.intent_extension,
+                *self.reason_codes,
+                *self.cited_provenance_ids,
+                *scalars,
+            ]
         )
 
     def but(self, **changes: Any) -> Verdict:
