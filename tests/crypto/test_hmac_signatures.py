@@ -62,3 +62,41 @@ def test_the_canonical_value_verifies_and_another_message_does_not() -> None:
     assert hmac_verify(KEY, b"a", value)
     assert not hmac_verify(KEY, b"b", value)
     assert not hmac_verify(bytes(32), b"a", value)
+
+
+def test_the_keyed_copy_gives_the_one_shot_mac_for_every_key_and_message() -> None:
+    # hmac_sha256 copies a keyed state per message (decision 945); it must give exactly
+    # the bytes of the one-shot hmac.digest, for keys of every length (a key longer than
+    # SHA-256's 64-byte block is hashed first), for the same key used again after other
+    # keys (the state is never updated in place), and for the empty message.
+    import hashlib
+    import hmac
+    import os
+
+    from warden.crypto import hmac_keys
+
+    keys = [KEY, b"k", bytes(64), os.urandom(65), os.urandom(200), b""]
+    messages = [b"", b"m", os.urandom(63), os.urandom(64), os.urandom(1726)]
+    for _ in range(2):
+        for key in keys:
+            for message in messages:
+                expected = hmac.digest(key, message, "sha256")
+                assert hmac_keys.hmac_sha256(key, message) == expected
+                assert hmac_keys.hmac_sign(key, message) == base64.b64encode(expected).decode()
+                assert hmac.new(key, message, hashlib.sha256).digest() == expected
+    assert all(k in hmac_keys._KEYED for k in keys)
+
+
+def test_the_keyed_states_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from warden.crypto import hmac_keys
+
+    monkeypatch.setattr(hmac_keys, "_KEYED", {})
+    monkeypatch.setattr(hmac_keys, "_KEYED_LIMIT", 3)
+    for i in range(7):
+        key = bytes([i]) * 32
+        assert (
+            hmac_keys.hmac_sign(key, b"x")
+            == base64.b64encode(__import__("hmac").digest(key, b"x", "sha256")).decode()
+        )
+        assert len(hmac_keys._KEYED) <= 3
+    assert list(hmac_keys._KEYED) == [bytes([6]) * 32]

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, Literal
+
+from warden.crypto.jcs_fast import JcsRoute, jcs_route
 
 
 class Effect(StrEnum):
@@ -53,6 +56,17 @@ class PolicyReference:
             out["policy_name"] = self.policy_name
         return out
 
+    @cached_property
+    def wire_is_direct(self) -> bool:
+        """True when :meth:`to_wire` holds only exact ``str`` values (its JCS is the sorted
+        encoder's output; the fields are frozen, so it holds for every later call)."""
+        return (
+            type(self.policy_id) is str
+            and type(self.policy_version) is str
+            and type(self.rule_id) is str
+            and (not self.policy_name or type(self.policy_name) is str)
+        )
+
 
 @dataclass(frozen=True)
 class BundleRef:
@@ -64,6 +78,12 @@ class BundleRef:
 
     def to_wire(self) -> dict[str, str]:
         return {"id": self.id, "version": self.version, "digest": self.digest}
+
+    @cached_property
+    def wire_is_direct(self) -> bool:
+        """True when :meth:`to_wire` holds only exact ``str`` values (as for
+        :attr:`PolicyReference.wire_is_direct`)."""
+        return type(self.id) is str and type(self.version) is str and type(self.digest) is str
 
 
 #: CEL ``agent`` for a caller whose identity Warden did not verify.
@@ -183,6 +203,37 @@ class Verdict:
     cited_provenance_ids: tuple[str, ...] = ()
     provenance_summary: dict[str, Any] | None = None
     intent_extension: dict[str, Any] | None = None
+
+    def jcs_route(self, *scalars: Any) -> JcsRoute:
+        """The RFC 8785 route (:class:`~warden.crypto.jcs_fast.JcsRoute`) of a value made of
+        ``scalars`` and of what a response or an entry renders of this verdict: the
+        reasoning, reason codes and cited ids, the references and bundle (frozen, checked
+        once each), and one walk of the policy's and gates' own objects (``policy_data``,
+        the details, ``modifications``, ``spend``, the provenance summary, the intent
+        extension, the failure text), as :func:`~warden.crypto.jcs_fast.jcs_route` finds it.
+        Such a value is then canonicalized without a walk of its own (decision 947)."""
+        for ref in self.policy_references:
+            if not ref.wire_is_direct:
+                return JcsRoute.UNSURE
+        if self.bundle is not None and not self.bundle.wire_is_direct:
+            return JcsRoute.UNSURE
+        # One walk of a list of them: a list's route is the largest of its items'.
+        return jcs_route(
+            [
+                self.reasoning,
+                self.failure,
+                self.policy_data,
+                self.modifications,
+                self.ask_details,
+                self.defer_details,
+                self.spend,
+                self.provenance_summary,
+                self.intent_extension,
+                *self.reason_codes,
+                *self.cited_provenance_ids,
+                *scalars,
+            ]
+        )
 
     def but(self, **changes: Any) -> Verdict:
         """``dataclasses.replace(self, **changes)``, without its field walk and the frozen

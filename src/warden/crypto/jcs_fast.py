@@ -97,6 +97,23 @@ def is_direct_jcs(value: Any) -> bool:
     return _scan(value) is JcsRoute.DIRECT
 
 
+def parts_route(*values: Any) -> JcsRoute:
+    """The route of a value holding exactly ``values`` (under ASCII member names or as
+    array items): ``DIRECT`` when each is an exact ``str``, ``bool``, ``None`` or an
+    ``int`` within ±(2^53 − 1), which the encoder writes as RFC 8785 does (a lone
+    surrogate is still refused by it); otherwise what one walk of them finds. For a
+    value assembled from scalars and parts whose routes are known, the route of the
+    whole is the largest of its parts' (``max``), so only the unknown parts are walked."""
+    for v in values:
+        t = type(v)
+        if t is str or t is bool or v is None:
+            continue
+        if t is int and -_MAX_SAFE_INT <= v <= _MAX_SAFE_INT:
+            continue
+        return _scan(list(values))
+    return _DIRECT
+
+
 def jcs_writable(value: Any, route: JcsRoute) -> tuple[Any, JcsRoute]:
     """``(value to write, its route)`` for ``value`` whose :func:`jcs_route` is ``route``:
     for ``NUMBERS`` when every float the encoder writes wrongly is an integral double

@@ -21,6 +21,7 @@ from typing import Any
 
 from warden.crypto.canonical import canonical_bytes
 from warden.crypto.hmac_keys import HMAC_ALGORITHM, SessionKeys, hmac_sign
+from warden.crypto.jcs_fast import JcsRoute
 from warden.ledger.chain import chain_entry
 from warden.ledger.records import head_signing_input, session_signing_input
 from warden.store.base import (
@@ -31,6 +32,9 @@ from warden.store.base import (
     Store,
     TaskUnchanged,
 )
+
+#: The largest integer every JCS peer reads exactly (RFC 8785 §3.2.2.3, I-JSON).
+_MAX_SAFE_INT = 2**53 - 1
 
 ResponseBuilder = Callable[[dict[str, Any]], dict[str, Any] | None]
 
@@ -63,8 +67,12 @@ class Ledger:
             # caller that calls ``store.create_session`` directly.
             store.session_signer = self.signed_session
 
-    def _sign(self, session_id: str, record: dict[str, Any]) -> dict[str, Any]:
-        value = hmac_sign(self.keys.key_for(session_id), canonical_bytes(record))
+    def _sign(
+        self, session_id: str, record: dict[str, Any], *, known_fast: bool = False
+    ) -> dict[str, Any]:
+        value = hmac_sign(
+            self.keys.key_for(session_id), canonical_bytes(record, known_fast=known_fast)
+        )
         return {"algorithm": HMAC_ALGORITHM, "value": value, "key_id": self.key_id}
 
     def signed_session(self, state: SessionState) -> dict[str, Any]:
@@ -92,7 +100,17 @@ class Ledger:
             "chain_hash": chain_hash,
             "closed": closed,
         }
-        return self._sign(session_id, head_signing_input(rec))
+        # Four scalars whose exact types are checked here: when they hold, the sorted
+        # encoder's output is the record's JCS (no walk; a lone surrogate in the id is
+        # still refused by the encoder and decided by rfc8785, as after a walk).
+        fast = (
+            type(session_id) is str
+            and type(chain_hash) is str
+            and type(seq) is int
+            and -_MAX_SAFE_INT <= seq <= _MAX_SAFE_INT
+            and type(closed) is bool
+        )
+        return self._sign(session_id, head_signing_input(rec), known_fast=fast)
 
     def stage(
         self,
@@ -107,6 +125,7 @@ class Ledger:
         guards: tuple[TaskUnchanged, ...] = (),
         folded: FoldedWrite | None = None,
         agent_key: str | None = None,
+        within: JcsRoute | None = None,
     ) -> PendingAppend:
         """Chain ``content`` after the session head; return what to commit.
 
@@ -120,7 +139,9 @@ class Ledger:
         ``guards``: rows read outside the transaction that the append must find unchanged
         (:class:`~warden.errors.StaleRead` otherwise); ``folded``: a gate's writes that
         commit in the append's transaction (:attr:`PendingAppend.folded`); ``agent_key``:
-        the registered agent key that signed the step, checked unrevoked by the append.
+        the registered agent key that signed the step, checked unrevoked by the append;
+        ``within``: the JCS route of ``content`` when the caller knows it
+        (:func:`~warden.ledger.chain.compute_entry_hash`).
         Nothing is written until the :class:`PendingAppend` is committed
         (:meth:`commit`, or a group committer); only then may the response leave.
         """
@@ -128,7 +149,7 @@ class Ledger:
             hashlib.sha256(request.encode("utf-8")).hexdigest() != content.get("request_hash")
         ):
             raise ValueError("request does not hash to the entry's request_hash")
-        entry = chain_entry(content, session.head_hash)
+        entry = chain_entry(content, session.head_hash, within=within)
         response = build_response(entry)
         seq = session.head_seq + 1
         return PendingAppend(

@@ -56,7 +56,7 @@ from warden.crypto.canonical import (
     sha256_hex,
 )
 from warden.crypto.hmac_keys import SessionKeys
-from warden.crypto.jcs_fast import JcsRoute, jcs_route, jcs_writable
+from warden.crypto.jcs_fast import JcsRoute, jcs_route, jcs_writable, parts_route
 from warden.errors import (
     CapabilityNotNegotiated,
     DowngradeRefused,
@@ -113,9 +113,8 @@ _FAILURE_TEXT = {
 }
 
 
-#: The dispatch generator: yields a session lock, appends to commit and blocking work to
-#: run; receives the outcome of each (None or the error for an append, the value for
-#: offloaded work); returns the response.
+#: The dispatch generator: yields a session lock, appends to commit and work to offload;
+#: receives each outcome (None or an append's error, the work's value); returns the response.
 Flow = Generator[SessionLock | PendingAppend | Offload, Any, dict[str, Any]]
 
 
@@ -124,11 +123,8 @@ def _utcnow() -> datetime:
 
 
 def _parse_ts(value: str) -> datetime:
-    """An RFC 3339 timestamp (``t``/``z`` in any case) as an aware datetime.
-
-    Raises :class:`InvalidRequest` for one the schema admits but Python cannot
-    represent (year 0000, second 60).
-    """
+    """An RFC 3339 timestamp (``t``/``z`` in any case) as an aware datetime; raises
+    :class:`InvalidRequest` for one Python cannot represent (year 0000, second 60)."""
     try:
         ts = datetime.fromisoformat(value.upper())
     except ValueError as exc:
@@ -331,14 +327,14 @@ class AcsService:
     # -- pieces ------------------------------------------------------------------
 
     def _sign(
-        self, caller: Caller, response: dict[str, Any], *, crypto: bool = False
+        self, caller: Caller, response: dict[str, Any], *, crypto: bool = False, within: Any = None
     ) -> dict[str, Any]:
-        """``response`` signed for ``caller``: HMAC with its session key, or (an ACS-Crypto
-        caller, or ``crypto``) with Warden's asymmetric key."""
+        """``response`` signed for ``caller``: HMAC with its session key (``within``: its
+        ``JcsRoute``), or (ACS-Crypto, or ``crypto``) with Warden's asymmetric key."""
         if caller.crypto or crypto:
             assert self.response_signer is not None
             return sign_response_with(response, self.response_signer)
-        return sign_response(response, caller.key, self.key_id)
+        return sign_response(response, caller.key, self.key_id, within=within)
 
     def _bare_deny(
         self, msg: dict[str, Any], reason: str, text: str, shared: bool = False
@@ -714,6 +710,9 @@ class AcsService:
             verdict = replace(verdict, provenance_summary=state.summary())
             if after is not None:
                 after.append(state)
+        # The JCS route of the entry and response, unwalked: the verdict, scalars (947).
+        head = (msg["id"], acs_version, session.session_id, request.method, params["timestamp"])
+        route = verdict.jcs_route(*head, params["request_id"], params["metadata"].get("turn_id"))
         # The params exactly as hashed (canonicalized once, on arrival) are stored beside
         # the entry, so an auditor can re-check the decision from the record alone.
         content = entry_content(
@@ -735,7 +734,8 @@ class AcsService:
             # The staged response (``pending.response``) becomes the signed one in place.
             result = response["result"]
             result["policy_data"] = {**result.get("policy_data", {}), "log_index": leaf_index}
-            response["result"] = self._sign(caller, response)["result"]
+            within = max(route, parts_route(leaf_index))
+            response["result"] = self._sign(caller, response, within=within)["result"]
             return response
 
         try:
@@ -747,6 +747,7 @@ class AcsService:
                 close=info.method == "steps/sessionEnd",
                 request=received.decode(),
                 indexed=indexed,
+                within=route,
                 guards=approval.guards if approval is not None else (),
                 folded=approval.folded if approval is not None else None,
                 agent_key=caller.agent_key,
@@ -791,16 +792,12 @@ def _with_key_id(msg: Any) -> Any:
     ``{algorithm, value}`` whose key is named in ``metadata.key_id`` gets that
     ``key_id`` (the shipped v0.1.3 schema requires it in the signature object)."""
     params = msg.get("params") if isinstance(msg, dict) else None
-    sig = params.get("signature") if isinstance(params, dict) else None
-    meta = params.get("metadata") if isinstance(params, dict) else None
-    if (
-        isinstance(params, dict)
-        and isinstance(sig, dict)
-        and "key_id" not in sig
-        and isinstance(meta, dict)
-        and isinstance(meta.get("key_id"), str)
-    ):
-        return {**msg, "params": {**params, "signature": {**sig, "key_id": meta["key_id"]}}}
+    if not isinstance(params, dict):
+        return msg
+    sig, meta = params.get("signature"), params.get("metadata")
+    key_id = meta.get("key_id") if isinstance(meta, dict) else None
+    if isinstance(sig, dict) and "key_id" not in sig and isinstance(key_id, str):
+        return {**msg, "params": {**params, "signature": {**sig, "key_id": key_id}}}
     return msg
 
 

@@ -58,12 +58,15 @@ def verify_request(
     return hmac_verify(key, signing_input, value)
 
 
-def sign_response(response: dict[str, Any], key: bytes, key_id: str) -> dict[str, Any]:
-    """Return ``response`` with ``result.signature`` or ``error.signature`` set."""
+def sign_response(
+    response: dict[str, Any], key: bytes, key_id: str, *, within: JcsRoute | None = None
+) -> dict[str, Any]:
+    """Return ``response`` with ``result.signature`` or ``error.signature`` set (``within``:
+    its JCS route, as for :func:`~warden.crypto.canonical.canonical_bytes`)."""
     member = "result" if "result" in response else "error"
     inner = {k: v for k, v in response[member].items() if k != "signature"}
     unsigned = {**response, member: inner}
-    value = hmac_sign(key, canonical_bytes(unsigned))
+    value = hmac_sign(key, canonical_bytes(unsigned, within=within))
     inner["signature"] = {"algorithm": HMAC_ALGORITHM, "value": value, "key_id": key_id}
     return unsigned
 
