@@ -67,6 +67,10 @@ class DirectCalls:
         #: Per call in flight, the future its caller awaits (set when answered, closed,
         #: or timed out: see :meth:`call_tool`).
         self._waiters: dict[str, asyncio.Future[bool]] = {}
+        #: Per call in flight, its deadline on the loop's clock; one loop timer
+        #: (:meth:`_expire`) watches the earliest of them (decision 961).
+        self._deadlines: dict[str, float] = {}
+        self._watch: asyncio.TimerHandle | None = None
         self._closed = False
         self.session: ClientSession | None = None
         self._schemas = OutputSchemas()
@@ -127,7 +131,6 @@ class DirectCalls:
         params: dict[str, Any] = {"name": name}
         if arguments is not None:
             params["arguments"] = arguments
-        timer: asyncio.TimerHandle | None = None
         try:
             if self._send_line is not None:
                 # The same line the request model would be dumped to (decision 882).
@@ -137,7 +140,9 @@ class DirectCalls:
                     jsonrpc="2.0", id=rid, method="tools/call", params=params
                 )
                 await self._send(SessionMessage(request))
-            timer = loop.call_later(self._timeout_s, _settle, waiter, False)
+            self._deadlines[rid] = deadline = loop.time() + self._timeout_s
+            if self._watch is None:
+                self._watch = loop.call_at(deadline, self._expire)
             answered = await waiter
         except anyio.get_cancelled_exc_class():
             # Our caller was cancelled (the client cancelled its call): tell the server,
@@ -146,8 +151,7 @@ class DirectCalls:
                 await self._cancel(rid, "cancelled by the client")
             raise
         finally:
-            if timer is not None:
-                timer.cancel()
+            self._deadlines.pop(rid, None)
             del self._pending[rid], self._waiters[rid]
         if not answered:
             await self._cancel(rid, f"timed out after {self._timeout_s}s")
@@ -161,6 +165,28 @@ class DirectCalls:
         if not result.is_error and not self._schemas.accepts(session, name, result):
             await session.validate_tool_result(name, result)
         return result
+
+    def _expire(self) -> None:
+        """Time out every call past its deadline; watch the earliest one left.
+
+        One timer for all calls instead of a ``call_later`` per call (and its cancel):
+        it is set when a call starts and none is set, and fires at the earliest deadline
+        among the calls then in flight, so each call still times out at its own
+        deadline (decision 961)."""
+        self._watch = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        earliest: float | None = None
+        for rid, deadline in self._deadlines.items():
+            waiter = self._waiters[rid]
+            if waiter.done():
+                continue
+            if deadline <= now:
+                _settle(waiter, False)
+            elif earliest is None or deadline < earliest:
+                earliest = deadline
+        if earliest is not None:
+            self._watch = loop.call_at(earliest, self._expire)
 
     async def _send(self, item: SessionMessage) -> None:
         """Hand ``item`` to the transport's writer at once when it is waiting for one

@@ -59,14 +59,28 @@ class MethodInfo:
     mcp_version: str | None = None
 
 
+#: Methods routed so far (a few hundred at most: a client's own names cannot grow it).
+_ROUTED: dict[str, MethodInfo] = {}
+
+
 def route(method: str) -> MethodInfo:
     """Route a request method, or raise.
 
     Raises :class:`MethodNotFound` for undefined methods,
     :class:`CapabilityNotNegotiated` for defined ones Warden does not serve
     (``agbom/*`` without ACS-Inspect, A2A, ``trace/*``), and
-    :class:`InvalidParams` for a malformed wrapped method name.
+    :class:`InvalidParams` for a malformed wrapped method name. A method routed once
+    is answered from a table: every step routes, and the wrapped-MCP match is a regex.
     """
+    info = _ROUTED.get(method)
+    if info is None:
+        info = _route(method)
+        if len(_ROUTED) < 512:
+            _ROUTED[method] = info
+    return info
+
+
+def _route(method: str) -> MethodInfo:
     hook = HOOKS.get(method)
     if hook is not None:
         return MethodInfo(method, "hook", hook[1], schema=hook[0])

@@ -18,9 +18,7 @@ before (docs/decisions.md 651).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -31,6 +29,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import methods
 from pydantic import ValidationError
 
+from warden.transport.call_tasks import CallCancel, Calls
 from warden.transport.mcp_results import answer_line
 from warden.transport.stdio_channel import StdioChannel, TooLong
 from warden.wire.mcp.bad_input import Rejection, parse_line, too_long
@@ -45,8 +44,8 @@ async def serve_channel(proxy: Proxy, server: Server[Any], channel: StdioChannel
     """Serve one MCP client on ``channel`` until its input ends and every answer is out."""
     to_server, server_in = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     server_out, from_server = anyio.create_memory_object_stream[SessionMessage](0)
-    in_flight: dict[Any, anyio.CancelScope] = {}
-    calls = _Calls()
+    in_flight: dict[Any, CallCancel] = {}
+    calls = Calls()
 
     async def read() -> None:
         async with to_server:
@@ -87,56 +86,12 @@ async def serve_channel(proxy: Proxy, server: Server[Any], channel: StdioChannel
         raise calls.failure
 
 
-class _Calls:
-    """The fast path's ``tools/call`` in flight, each a bare asyncio task.
-
-    An anyio task group's ``start_soon`` costs ≈ 20 µs a task more than the loop's
-    ``create_task`` (its task state, cancel-scope bookkeeping, a wrapper coroutine), and
-    each call is one task (decision 854). What the group gave is kept here: the serving
-    does not end before every call has answered (:meth:`drain`), a call still running
-    when the serving stops is cancelled and awaited (:meth:`cancel`), and a call that
-    fails (``_call`` maps every ``Exception`` of the call itself to an answer, so only
-    what escapes that) stops the serving and is raised from it."""
-
-    def __init__(self) -> None:
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.failure: BaseException | None = None
-        self.scope: anyio.CancelScope | None = None
-
-    def start(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self.tasks.discard(task)
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None and self.failure is None:
-            self.failure = exc
-            if self.scope is not None:
-                self.scope.cancel()
-
-    async def drain(self) -> None:
-        while self.tasks:
-            await asyncio.wait(set(self.tasks))
-
-    async def cancel(self) -> None:
-        if not self.tasks:
-            return
-        for task in self.tasks:
-            task.cancel()
-        with anyio.CancelScope(shield=True):
-            await asyncio.wait(set(self.tasks))
-
-
 def _take(
     proxy: Proxy,
     message: types.JSONRPCMessage,
-    calls: _Calls,
+    calls: Calls,
     channel: StdioChannel,
-    in_flight: dict[Any, anyio.CancelScope],
+    in_flight: dict[Any, CallCancel],
 ) -> bool:
     """Whether the fast path took ``message`` (a ``tools/call`` it answers, or the
     cancellation of one); False leaves it to the SDK's server."""
@@ -161,7 +116,7 @@ def _take(
         params = types.CallToolRequestParams.model_validate(message.params or {}, by_name=False)
     except Exception:  # noqa: BLE001 - not ours to answer
         return False
-    scope = in_flight[message.id] = anyio.CancelScope()
+    scope = in_flight[message.id] = CallCancel()
     calls.start(_call(proxy, message, params.name, version, channel, in_flight, scope))
     return True
 
@@ -172,8 +127,8 @@ async def _call(
     name: str,
     version: str,
     channel: StdioChannel,
-    in_flight: dict[Any, anyio.CancelScope],
-    scope: anyio.CancelScope,
+    in_flight: dict[Any, CallCancel],
+    scope: CallCancel,
 ) -> None:
     """Answer one ``tools/call``, unless the client cancelled it first."""
     request: dict[str, Any] = {"jsonrpc": "2.0", "id": message.id, "method": "tools/call"}
@@ -203,7 +158,7 @@ async def _call(
                     answer = types.JSONRPCError(jsonrpc="2.0", id=message.id, error=invalid)
     finally:
         in_flight.pop(message.id, None)
-    if answer is not None and not scope.cancel_called:
+    if answer is not None and not scope.called:
         if isinstance(answer, bytes):
             await _write(channel, answer)
         else:
