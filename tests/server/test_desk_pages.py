@@ -607,3 +607,17 @@ def test_control_and_bidi_characters_are_shown_escaped(
     for html in (client.get("/desk").text, client.get(f"/desk/tasks/{task_id}").text):
         assert "\u202e" not in html and "\u202c" not in html
         assert "\\u202e" in html
+
+
+def test_a_desk_reason_needs_a_visible_character(runtime: Runtime, client: TestClient) -> None:
+    """Decision 973: the web desk's approve and deny forms use the same rule as the REST
+    deny and budget requests (warden.reasons): invisible characters are no reason."""
+    _, token = key(runtime, "alice", "approver", "finance")
+    task_id, _ = ask(runtime, "transfer_funds", {"to": "acct-9", "amount": 5000})
+    csrf = login(client, token)
+    for action in ("deny", "approve"):
+        for blank in ("\u200b", " \u2060\ufeff "):
+            r = post(client, f"/desk/tasks/{task_id}/{action}", csrf_token=csrf, reason=blank)
+            assert r.status_code == 400
+            assert "A reason needs a visible character" in r.text
+            assert task_state(runtime, task_id) is ApprovalState.PENDING

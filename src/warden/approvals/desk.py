@@ -45,6 +45,7 @@ from warden.approvals.tasks import (
 from warden.errors import StaleRead, WardenError
 from warden.ledger.ledger import Ledger
 from warden.ledger.warden_chain import AuditTx, WardenChain, chain_session_id
+from warden.reasons import NO_REASON, says_something
 from warden.store.base import FoldedWrite, NoLiveTask, TaskUnchanged
 
 DESK_CHAIN = "desk"
@@ -575,8 +576,13 @@ class ApprovalDesk:
             task,
         )
 
-    def deny(self, task_id: str, who: Approver, reason: str = "") -> Task:
-        """Deny (one deny vetoes). Same errors as :meth:`approve`."""
+    def deny(self, task_id: str, who: Approver, reason: str) -> Task:
+        """Deny (one deny vetoes). Same errors as :meth:`approve`, and :class:`DeskError`
+        (400) before anything is read when ``reason`` has no visible character
+        (:func:`warden.reasons.says_something`, decision 973): the requester is told
+        why."""
+        if not says_something(reason):
+            raise DeskError(f"a deny must say why; {NO_REASON}")
         return self._vote(task_id, who, "deny", reason)
 
     def reroute(self, task_id: str, who: Approver, group: str, reason: str = "") -> Task:

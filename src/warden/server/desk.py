@@ -78,6 +78,7 @@ from warden.approvals.tasks import ApprovalState, Task
 from warden.errors import CouldNotDecide, failure_log_level
 from warden.identity.api_keys import Identity, Role
 from warden.identity.desk_sessions import DeskSessionStore
+from warden.reasons import NO_REASON, says_something
 from warden.runtime import Runtime
 from warden.store.secrets_sql import server_secret
 
@@ -656,10 +657,15 @@ class _Desk:
             )
         reason = form.get("reason", "")
         kept = {"action": action, "reason": reason, "group": form.get("group", "")}
-        if action in ("approve", "deny") and not reason.strip():
+        if action in ("approve", "deny") and not says_something(reason):
             verb = "approving" if action == "approve" else "denying"
             return await self.task_page(
-                request, viewer, task_id, 400, f"Give a reason for {verb} this task.", kept
+                request,
+                viewer,
+                task_id,
+                400,
+                f"Give a reason for {verb} this task. {NO_REASON.capitalize()}.",
+                kept,
             )
         desk = self.runtime.desk
         try:
