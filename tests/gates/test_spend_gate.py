@@ -225,7 +225,7 @@ spend:
     [
         ('budget: "adcp:0f3a"', "`budget` names budget 'adcp:0f3a'"),
         ("budget_expr: \"'adcp:0f3a'\"", "`budget_expr` names budget 'adcp:0f3a'"),
-        ('budget_expr: "session.agent_id == \'x\' ? \\"adcp:9\\" : \'b\'"', "budget 'adcp:9'"),
+        ("budget_expr: \"session.agent_id == 'x' ? \\\"adcp:9\\\" : 'b'\"", "budget 'adcp:9'"),
         (
             'budget_expr: "data.plans[session.agent_id]"',
             "charge pay: `budget_expr` reads data.plans, which names budget 'adcp:0f3a'",
