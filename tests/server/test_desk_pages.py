@@ -621,3 +621,30 @@ def test_a_desk_reason_needs_a_visible_character(runtime: Runtime, client: TestC
             assert r.status_code == 400
             assert "A reason needs a visible character" in r.text
             assert task_state(runtime, task_id) is ApprovalState.PENDING
+
+
+def test_two_desk_session_cookies_are_no_session(runtime: Runtime, client: TestClient) -> None:
+    """Decision 976 (decision 840's rule on the desk): a request carrying the desk's
+    session cookie twice — two sessions, or one twice, in one Cookie line or two — is
+    answered as one with no valid session; which one would count depends on order."""
+    _, alice = key(runtime, "alice", "approver", "operators")
+    _, bob = key(runtime, "bob", "approver", "operators")
+    login(client, alice)
+    mine = client.cookies.get(SESSION_COOKIE)
+    client.cookies.clear()
+    login(client, bob)
+    theirs = client.cookies.get(SESSION_COOKIE)
+    client.cookies.clear()
+    one = client.get("/desk", headers={"cookie": f"{SESSION_COOKIE}={mine}"})
+    assert one.status_code == 200 and "alice" in one.text
+    for lines in (
+        [("cookie", f"{SESSION_COOKIE}={mine}; {SESSION_COOKIE}={theirs}")],
+        [("cookie", f"{SESSION_COOKIE}={mine}; theme=dark; {SESSION_COOKIE}={mine}")],
+        [("cookie", f"{SESSION_COOKIE}={theirs}"), ("cookie", f"{SESSION_COOKIE}={mine}")],
+    ):
+        r = client.get("/desk/tasks/task_x", headers=lines)
+        assert r.status_code == 303, lines
+        assert r.headers["location"] == "/desk/login?next=%2Fdesk%2Ftasks%2Ftask_x"
+    # Each session is still valid on its own.
+    again = client.get("/desk", headers={"cookie": f"{SESSION_COOKIE}={theirs}"})
+    assert again.status_code == 200 and "bob" in again.text
