@@ -58,8 +58,9 @@ def reads_all(who: Identity) -> bool:
 
 
 def _owner(who: Identity, principal: str | None) -> str | None:
-    """Whose records ``who`` asks for: an agent's own (None when it names another: that
-    reads as missing), the named principal, or None (any, for a reader of all)."""
+    """Whose records ``who`` asks for: an agent's own (``""``, nobody's, when it names
+    another: that reads as missing), the principal a reader of all named, or None (any
+    principal's, for a reader of all naming none)."""
     if reads_all(who):
         return principal
     return who.principal if principal in (None, who.principal) else ""
