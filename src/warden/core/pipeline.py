@@ -158,7 +158,20 @@ class Pipeline:
                 else:
                     verdict = gate.apply(request, verdict)
             if verdict.decision is not Effect.DENY:
-                verdict = yield from _confirm(gates, request, verdict)
+                # Stage 5's confirmation (decision 975): what a gate deferred until every
+                # gate agreed is written now. A gate whose effect is gone by then answers
+                # another verdict, which is final: every gate gives back what it took.
+                # Inline, with an attribute look-up (not isinstance on the protocol):
+                # this runs on every decision that is not a deny.
+                for gate in gates:
+                    confirming = getattr(gate, "confirming", None)
+                    if confirming is None or not confirming():
+                        continue
+                    confirmed: Verdict = yield Offload(_confirmer(gate, request, verdict))
+                    if confirmed is not verdict:
+                        yield from abandon(gates, "the grant was no longer there")
+                        verdict = confirmed
+                        break
         except BaseException:
             yield from abandon(gates, "the step could not be decided")
             raise
@@ -259,25 +272,6 @@ def abandon(gates: Sequence[Gate], why: str) -> Generator[Offload, Any, None]:
     for gate in gates:
         if gate.holding():
             yield Offload(_abandoner(gate, why))
-
-
-def _confirm(
-    gates: Sequence[Gate], request: ActionRequest, verdict: Verdict
-) -> Generator[Offload, Any, Verdict]:
-    """Write what a gate deferred until every gate agreed (:class:`Confirming`; the ACS
-    approval gate's grant where it is not consumed with the entry, decision 975): a
-    step a later gate refuses never took it. A gate whose effect is gone by then
-    answers another verdict, which is final: every gate gives back what it took."""
-    for gate in gates:
-        # An attribute look-up, not isinstance on the protocol: this is the hot path.
-        confirming = getattr(gate, "confirming", None)
-        if confirming is None or not confirming():
-            continue
-        confirmed: Verdict = yield Offload(_confirmer(gate, request, verdict))
-        if confirmed is not verdict:
-            yield from abandon(gates, "the grant was no longer there")
-            return confirmed
-    return verdict
 
 
 def _confirmer(gate: Gate, request: ActionRequest, verdict: Verdict) -> Callable[[], Verdict]:
