@@ -5,6 +5,7 @@ together or not at all, and a task the desk did not know of is never filed twice
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -253,4 +254,39 @@ def test_a_granted_step_the_spend_gate_denies_leaves_the_grant_approved(
     assert _history(rt, tid) == ["requested", "approved"]
     assert _desk_entries(rt) == before
     assert [(t[0], t[1]) for t in _tasks(rt)] == [(tid, "approved")]
+    verify_records(rt.store.iter_records(), ikm=TEST_IKM)
+
+
+def test_a_grant_the_spend_gate_refuses_is_never_consumed(
+    make_backend_runtime: Callable[..., Runtime],
+) -> None:
+    """Decision 975, on both backends: the grant is read, the spend gate refuses the
+    step, and the grant was never consumed: no consumed/restored pair on the desk chain
+    (SQLite consumed it in the desk's transaction before the spend gate ran, then gave
+    it back). Once the budget has room, the same step consumes it, once."""
+    rt = make_backend_runtime(asset("policy/spend_policy.yaml"))
+    rt.spend.define_budget(Budget("shop", BudgetKind.ORG, "USD", Decimal(1000), Period.NONE))
+    rt.spend.define_budget(
+        Budget("shop.ops", BudgetKind.TEAM, "USD", Decimal(1000), Period.NONE, parent_id="shop")
+    )
+    shopper = Budget(
+        "shop.ops.shopper", BudgetKind.AGENT, "USD", Decimal(100), Period.NONE, "shop.ops"
+    )
+    rt.spend.define_budget(shopper)
+    agent = service_client(rt, agent_id="shopper")
+    agent.hello()
+    refund = {"amount": 500, "currency": "USD", "refund": True}
+    tid = ask(agent, "pay", refund)["ask_details"]["task_id"]
+    rt.desk.approve(tid, approver(rt, "alice", "desk"), "ok")
+    before = _desk_entries(rt)
+    for _ in range(2):
+        denied = ask(agent, "pay", refund)
+        assert denied["decision"] == "deny" and "budget_exceeded" in denied["reason_codes"]
+        assert _history(rt, tid) == ["requested", "approved"]
+        assert _desk_entries(rt) == before
+    rt.spend.define_budget(dataclasses.replace(shopper, cap=Decimal(1000)))
+    allowed = ask(agent, "pay", refund)
+    assert allowed["decision"] == "allow", allowed
+    assert _history(rt, tid) == ["requested", "approved", "consumed"]
+    assert [(t[0], t[1]) for t in _tasks(rt)] == [(tid, "consumed")]
     verify_records(rt.store.iter_records(), ikm=TEST_IKM)

@@ -139,3 +139,20 @@ def test_a_rerouted_task_accepts_a_fresh_vote_from_an_earlier_voter(
         rt.desk.approve(tid, admin, "twice")
     rt.desk.reroute(tid, admin, "operators", "")
     assert len(rt.desk.approve(tid, admin, "in the new group").approvals()) == 1
+
+
+@pytest.mark.parametrize("reason", ["", " \t", "\u200b", "\u2060\ufeff\u0000"])
+def test_the_desk_refuses_a_deny_that_says_nothing(
+    rt: Runtime, agent: AcsClient, reason: str
+) -> None:
+    """Decision 973: the desk itself (every caller of ``ApprovalDesk.deny``) refuses a
+    reason without a visible character, before anything is read or written."""
+    from warden.approvals.desk import DeskError
+
+    tid = step(agent, "wire_money", WIRE)["ask_details"]["task_id"]
+    fay = approver(rt, "fay", "finance")
+    with pytest.raises(DeskError, match="a deny must say why; a reason needs a visible"):
+        rt.desk.deny(tid, fay, reason)
+    task = rt.desk.get(tid)
+    assert task is not None and task.state is ApprovalState.PENDING and task.votes == ()
+    assert rt.desk.deny(tid, fay, "\u200bno").state is ApprovalState.DENIED

@@ -206,3 +206,58 @@ def test_to_amount_reads_a_double_as_the_decimal_it_spells(
 def test_to_amount_refuses_non_amounts(value: Any) -> None:
     with pytest.raises(MoneyError):
         to_amount(value)
+
+
+_ADCP_BUNDLE = """
+warden_bundle: 1
+id: adcp-budgets
+version: "1"
+data:
+  plans: {bot-1: "adcp:0f3a", bot-2: shop.ops}
+rules: [{id: all, tools: ["*"], effect: allow}]
+spend:
+  - {id: pay, tools: [pay], price: "1", currency: USD, BUDGET}
+"""
+
+
+@pytest.mark.parametrize(
+    ("budget", "named"),
+    [
+        ('budget: "adcp:0f3a"', "`budget` names budget 'adcp:0f3a'"),
+        ("budget_expr: \"'adcp:0f3a'\"", "`budget_expr` names budget 'adcp:0f3a'"),
+        ("budget_expr: \"session.agent_id == 'x' ? \\\"adcp:9\\\" : 'b'\"", "budget 'adcp:9'"),
+        (
+            'budget_expr: "data.plans[session.agent_id]"',
+            "charge pay: `budget_expr` reads data.plans, which names budget 'adcp:0f3a'",
+        ),
+    ],
+)
+def test_a_bundle_charging_an_adcp_budget_is_refused_at_load(budget: str, named: str) -> None:
+    """Decision 974: `adcp:` budgets are AdCP's alone; a charge that names one (fixed,
+    a literal in budget_expr, or a data map budget_expr reads) is a load error."""
+    from warden.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        parse_bundle(_ADCP_BUNDLE.replace("BUDGET", budget))
+    assert named in str(err.value)
+    assert "namespace are AdCP's alone (check_governance spends them)" in str(err.value)
+
+
+def test_an_adcp_budget_computed_from_the_request_is_refused_when_priced() -> None:
+    """Decision 974: an id the load-time check cannot see (built from the request) is
+    refused when the call is priced: the call is denied, nothing is held."""
+    bundle = parse_bundle(
+        _ADCP_BUNDLE.replace("BUDGET", "budget_expr: \"'ad' + 'cp:' + session.agent_id\"")
+    )
+    gate = SpendGate(engine=None, bundle=bundle, find_entry=lambda s, r: None)  # type: ignore[arg-type]
+    result = gate.price(call("pay", {}, agent="plan9"))
+    assert isinstance(result, Unpriced), result
+    assert (result.charge.id, result.reason) == ("pay", "invalid_budget")
+    assert result.reasoning == (
+        "This call is charged to no valid budget: charge pay names budget 'adcp:plan9', an "
+        "AdCP plan's budget: budgets in the adcp: namespace are AdCP's alone "
+        "(check_governance spends them), so no policy charge may spend one."
+    )
+    ok = parse_bundle(_ADCP_BUNDLE.replace("BUDGET", "budget_expr: \"'shop.' + 'ops'\""))
+    gate = SpendGate(engine=None, bundle=ok, find_entry=lambda s, r: None)  # type: ignore[arg-type]
+    assert priced(gate, call("pay", {})) == ("pay", Decimal(1), "USD", "shop.ops")

@@ -607,3 +607,44 @@ def test_control_and_bidi_characters_are_shown_escaped(
     for html in (client.get("/desk").text, client.get(f"/desk/tasks/{task_id}").text):
         assert "\u202e" not in html and "\u202c" not in html
         assert "\\u202e" in html
+
+
+def test_a_desk_reason_needs_a_visible_character(runtime: Runtime, client: TestClient) -> None:
+    """Decision 973: the web desk's approve and deny forms use the same rule as the REST
+    deny and budget requests (warden.reasons): invisible characters are no reason."""
+    _, token = key(runtime, "alice", "approver", "finance")
+    task_id, _ = ask(runtime, "transfer_funds", {"to": "acct-9", "amount": 5000})
+    csrf = login(client, token)
+    for action in ("deny", "approve"):
+        for blank in ("\u200b", " \u2060\ufeff "):
+            r = post(client, f"/desk/tasks/{task_id}/{action}", csrf_token=csrf, reason=blank)
+            assert r.status_code == 400
+            assert "A reason needs a visible character" in r.text
+            assert task_state(runtime, task_id) is ApprovalState.PENDING
+
+
+def test_two_desk_session_cookies_are_no_session(runtime: Runtime, client: TestClient) -> None:
+    """Decision 976 (decision 840's rule on the desk): a request carrying the desk's
+    session cookie twice — two sessions, or one twice, in one Cookie line or two — is
+    answered as one with no valid session; which one would count depends on order."""
+    _, alice = key(runtime, "alice", "approver", "operators")
+    _, bob = key(runtime, "bob", "approver", "operators")
+    login(client, alice)
+    mine = client.cookies.get(SESSION_COOKIE)
+    client.cookies.clear()
+    login(client, bob)
+    theirs = client.cookies.get(SESSION_COOKIE)
+    client.cookies.clear()
+    one = client.get("/desk", headers={"cookie": f"{SESSION_COOKIE}={mine}"})
+    assert one.status_code == 200 and "alice" in one.text
+    for lines in (
+        [("cookie", f"{SESSION_COOKIE}={mine}; {SESSION_COOKIE}={theirs}")],
+        [("cookie", f"{SESSION_COOKIE}={mine}; theme=dark; {SESSION_COOKIE}={mine}")],
+        [("cookie", f"{SESSION_COOKIE}={theirs}"), ("cookie", f"{SESSION_COOKIE}={mine}")],
+    ):
+        r = client.get("/desk/tasks/task_x", headers=lines)
+        assert r.status_code == 303, lines
+        assert r.headers["location"] == "/desk/login?next=%2Fdesk%2Ftasks%2Ftask_x"
+    # Each session is still valid on its own.
+    again = client.get("/desk", headers={"cookie": f"{SESSION_COOKIE}={theirs}"})
+    assert again.status_code == 200 and "bob" in again.text

@@ -45,6 +45,7 @@ from warden.approvals.tasks import (
 from warden.errors import StaleRead, WardenError
 from warden.ledger.ledger import Ledger
 from warden.ledger.warden_chain import AuditTx, WardenChain, chain_session_id
+from warden.reasons import NO_REASON, says_something
 from warden.store.base import FoldedWrite, NoLiveTask, TaskUnchanged
 
 DESK_CHAIN = "desk"
@@ -170,6 +171,10 @@ class Resolution:
     #: A task filed with the step's entry, in its transaction (:meth:`ApprovalDesk.peek`
     #: with ``fold_filing``): nothing is written until that append commits.
     folded: FoldedWrite | None = None
+    #: A grant read, not yet consumed (:meth:`ApprovalDesk.peek` with ``defer_grant``):
+    #: the step consumes it with :meth:`ApprovalDesk.resolve` once every later gate
+    #: agreed, so a step a later gate refuses never consumes it (decision 975).
+    deferred: bool = False
 
     @property
     def reason_code(self) -> str:
@@ -305,6 +310,7 @@ class ApprovalDesk:
         fresh: bool = False,
         consumer: dict[str, Any] | None = None,
         newest: Any = StaleRead.MISSING,
+        defer_grant: bool = False,
     ) -> Resolution | None:
         """The answer for ``ask`` when it needs no write of its own: the latest task for
         its action is pending and not yet due to expire, and no task is cited. None
@@ -326,6 +332,10 @@ class ApprovalDesk:
         ``newest`` (with ``fresh``): the newest task bound to the action as the failed
         append read it (``StaleRead.found``, decision 820), in place of the desk's own
         read of it; a pending task is still read again (its record and votes).
+
+        ``defer_grant`` (given ``consumer``): an approved task whose consumption cannot be
+        folded is answered as a :attr:`Resolution.deferred` grant, nothing written; the
+        caller consumes it with :meth:`resolve` when it knows the step is allowed.
         """
         if self._reading is None or ask.cited_task_id is not None:
             return None
@@ -363,12 +373,12 @@ class ApprovalDesk:
             if head is None or head[1] != ApprovalState.PENDING.value:
                 # Read in the failed append's round trip: approved (consumed with the
                 # step's entry), or nothing the desk answers without its transaction.
-                return self._found_grant(ask, newest, key, consumer)
+                return self._found_grant(ask, newest, key, consumer, defer_grant)
         with self._reading() as view:
             found = view.tasks.latest_state_or_grant(*key)
             head = found[0] if found is not None else None
             if head is not None and head[1] == ApprovalState.APPROVED.value:
-                return self._found_grant(ask, found, key, consumer)
+                return self._found_grant(ask, found, key, consumer, defer_grant)
             if head is None or head[1] != ApprovalState.PENDING.value:
                 return None
             task_id, _, updated_at, _ = head
@@ -406,14 +416,22 @@ class ApprovalDesk:
         found: Any,
         key: tuple[str, str],
         consumer: dict[str, Any] | None,
+        defer: bool = False,
     ) -> Resolution | None:
         """The grant folded into the step's append when ``found`` (the newest task for
         the action, :meth:`~warden.store.tasks_sql.SqlTasks.latest_state_or_grant`'s
-        answer) is an approved task; None otherwise (:meth:`resolve` decides)."""
+        answer) is an approved task, or deferred (``defer``) when it cannot be folded;
+        None otherwise (:meth:`resolve` decides)."""
         if found is None or found[0][1] != ApprovalState.APPROVED.value or found[1] is None:
             return None
         if not self._folds(ask, consumer):
-            return None
+            approved: Task = found[1]
+            if not defer or consumer is None or approved.expires_at <= self.now():
+                return None  # a lapsed grant is expired by resolve's transaction
+            consumed = replace(approved, state=ApprovalState.CONSUMED, consumed_by=consumer)
+            return Resolution(
+                Outcome.GRANTED, consumed, self._granted_text(consumed), deferred=True
+            )
         # updated_at as stored (the guard compares the column's text).
         return self._folded_grant(ask, found[1], found[0][2], key, consumer)
 
@@ -575,8 +593,13 @@ class ApprovalDesk:
             task,
         )
 
-    def deny(self, task_id: str, who: Approver, reason: str = "") -> Task:
-        """Deny (one deny vetoes). Same errors as :meth:`approve`."""
+    def deny(self, task_id: str, who: Approver, reason: str) -> Task:
+        """Deny (one deny vetoes). Same errors as :meth:`approve`, and :class:`DeskError`
+        (400) before anything is read when ``reason`` has no visible character
+        (:func:`warden.reasons.says_something`, decision 973): the requester is told
+        why."""
+        if not says_something(reason):
+            raise DeskError(f"a deny must say why; {NO_REASON}")
         return self._vote(task_id, who, "deny", reason)
 
     def reroute(self, task_id: str, who: Approver, group: str, reason: str = "") -> Task:

@@ -10,8 +10,11 @@ and AdCP ``check_governance``), :class:`Pipeline` runs the same stages in the sa
 3. **intake** — the provenance view of the step (:class:`Intake`), when the bundle has one;
 4. **decide** — :meth:`Guardian.decide <warden.core.guardian.Guardian.decide>` (or a
    verdict the wire pre-empted with, e.g. ACS ``chain_mismatch``);
-5. **gates** — each :class:`Gate` in order (approval, then spend); when the final verdict
-   is a deny, every gate is told to give back what it took (:meth:`Gate.abandon`);
+5. **gates** — each :class:`Gate` in order (approval, then spend); then, unless the
+   verdict is a deny, what a gate deferred until every gate agreed is written
+   (:class:`Confirming`: the ACS grant consumed after the spend hold, decision 975);
+   when the final verdict is a deny, every gate is told to give back what it took
+   (:meth:`Gate.abandon`);
 6. **record** — the wire's audit sink writes the entry and the gates' state changes in
    its transaction (ACS: the staged ContextEntry through group commit; the Warden-chain
    wires: the operation's own transaction, which their gates are bound to, so a task
@@ -32,7 +35,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from warden.core.guardian import Guardian
 from warden.core.observe import TraceParent, Wire
@@ -67,6 +70,17 @@ class Gate(Protocol):
     def holding(self) -> bool: ...
 
     def abandon(self, why: str) -> None: ...
+
+
+class Confirming(Protocol):
+    """A gate that decides in :meth:`Gate.apply` but writes its effect only once every
+    gate after it agreed (:meth:`confirm`, blocking), so a refusal by a later gate
+    never takes it: the ACS approval gate consumes a grant only for a step the spend
+    gate did not refuse (decision 975). ``confirm`` returns ``verdict`` when the effect
+    was written, else the verdict without it."""
+
+    def confirming(self) -> bool: ...
+    def confirm(self, request: ActionRequest, verdict: Verdict) -> Verdict: ...
 
 
 class Recording(Protocol):
@@ -143,6 +157,21 @@ class Pipeline:
                     verdict = yield Offload(_applier(gate, request, verdict))
                 else:
                     verdict = gate.apply(request, verdict)
+            if verdict.decision is not Effect.DENY:
+                # Stage 5's confirmation (decision 975): what a gate deferred until every
+                # gate agreed is written now. A gate whose effect is gone by then answers
+                # another verdict, which is final: every gate gives back what it took.
+                # Inline, with an attribute look-up (not isinstance on the protocol):
+                # this runs on every decision that is not a deny.
+                for gate in gates:
+                    confirming = getattr(gate, "confirming", None)
+                    if confirming is None or not confirming():
+                        continue
+                    confirmed: Verdict = yield Offload(_confirmer(gate, request, verdict))
+                    if confirmed is not verdict:
+                        yield from abandon(gates, "the grant was no longer there")
+                        verdict = confirmed
+                        break
         except BaseException:
             yield from abandon(gates, "the step could not be decided")
             raise
@@ -243,6 +272,10 @@ def abandon(gates: Sequence[Gate], why: str) -> Generator[Offload, Any, None]:
     for gate in gates:
         if gate.holding():
             yield Offload(_abandoner(gate, why))
+
+
+def _confirmer(gate: Gate, request: ActionRequest, verdict: Verdict) -> Callable[[], Verdict]:
+    return lambda: cast(Confirming, gate).confirm(request, verdict)
 
 
 def drive(flow: Generator[Offload, Any, Any]) -> Any:

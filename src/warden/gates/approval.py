@@ -189,6 +189,8 @@ class ApprovalStep:
         self._fresh = False
         #: What the failed append read of the action's newest task (``StaleRead.found``).
         self._found: Any = StaleRead.MISSING
+        #: A deferred grant's ask, consumer and the verdict before the desk (decision 975).
+        self._deferred: tuple[Any, dict[str, Any], Verdict] | None = None
 
     @property
     def granted(self) -> bool:
@@ -205,8 +207,29 @@ class ApprovalStep:
         return self.resolution is None
 
     def holding(self) -> bool:
-        """A consumed grant is held until the step that consumed it is recorded."""
-        return self.granted
+        """A consumed grant is held until the step that consumed it is recorded (a
+        deferred one is not consumed yet: nothing to give back)."""
+        res = self.resolution
+        return self.granted and res is not None and not res.deferred
+
+    def confirming(self) -> bool:
+        """A grant read but not consumed waits for :meth:`confirm` (decision 975)."""
+        return self.resolution is not None and self.resolution.deferred
+
+    def confirm(self, request: ActionRequest, verdict: Verdict) -> Verdict:
+        """Consume the deferred grant now that every later gate agreed (blocking: the
+        desk's transaction). ``verdict`` (the later gates' answer) stands when the grant
+        is still there; otherwise the verdict is what the desk answers now (the grant
+        was used or decided meanwhile), and the pipeline has the other gates give back
+        what they took."""
+        assert self._deferred is not None
+        ask, consumer, before = self._deferred
+        self._deferred = None
+        with self.gate.desk.transaction() as tx:
+            self.resolution = self.gate.desk.resolve(tx, ask, consumer)
+        if self.resolution.outcome is Outcome.GRANTED:
+            return verdict
+        return fit_to_hook(self._rewrite(before, self.resolution), request.permitted)
 
     def apply(self, request: ActionRequest, verdict: Verdict) -> Verdict:
         """The verdict after the desk (blocking: one database transaction)."""
@@ -234,13 +257,20 @@ class ApprovalStep:
             }
             try:
                 peeked = self.gate.desk.peek(
-                    ask, fresh=self._fresh, consumer=consumer, newest=self._found
+                    ask,
+                    fresh=self._fresh,
+                    consumer=consumer,
+                    newest=self._found,
+                    defer_grant=True,
                 )
             except StoreUnavailable:
                 peeked = None  # the write transaction below reconnects or fails closed
             if peeked is not None:
-                # Still pending: answered from a read, no write transaction.
+                # Still pending, or a grant consumed with the entry or after the later
+                # gates (deferred): answered from a read, no write transaction.
                 self.resolution = peeked
+                if peeked.deferred:
+                    self._deferred = (ask, consumer, verdict)
             else:
                 with self.gate.desk.transaction() as tx:
                     self.resolution = self.gate.desk.resolve(tx, ask, consumer)
@@ -266,6 +296,7 @@ class ApprovalStep:
         decision 820)."""
         self.resolution = None
         self.held = None
+        self._deferred = None
         self._fresh = True
         self._found = stale.found if stale is not None else StaleRead.MISSING
 
@@ -276,8 +307,9 @@ class ApprovalStep:
         res = self.resolution
         if res is None or res.outcome is not Outcome.GRANTED or res.task is None:
             return
-        if res.folded is not None:
+        if res.folded is not None or res.deferred:
             self.resolution = None
+            self._deferred = None
             return
         consumer = {
             "wire": self.gate.wire,

@@ -40,7 +40,7 @@ from warden.core.types import ActionRequest, Effect, Verdict
 from warden.policy.bundle import TOOL_METHODS, Bundle, Charge
 from warden.policy.conditions import ConditionError, ContextPool
 from warden.policy.engine import facts_for
-from warden.spend.budgets import budget_id_problem
+from warden.spend.budgets import adcp_budget_problem, budget_id_problem
 from warden.spend.engine import SpendEngine
 from warden.spend.errors import (
     BudgetExceeded,
@@ -174,7 +174,9 @@ class SpendGate:
                 budget_id = (
                     charge.budget if charge.budget is not None else _value(charge.budget_expr, ctx)
                 )
-                why = budget_id_problem(budget_id)
+                why = budget_id_problem(budget_id) or adcp_budget_problem(
+                    str(budget_id), f"charge {charge.id}"
+                )  # the second: decision 974, for an id computed from the request
                 if why is not None:
                     return Unpriced(
                         charge, "invalid_budget", f"This call is charged to no valid budget: {why}."

@@ -45,5 +45,18 @@ def more_than_one(found: list[str]) -> str | None:
     return f"more than one credential was sent ({what}); send exactly one"
 
 
+def cookies_named(lines: Iterable[tuple[str, str]], name: str) -> int:
+    """How many cookies called ``name`` the ``cookie`` header lines carry (RFC 6265
+    ``name=value`` pairs separated by ``;``, over every line): a session cookie sent
+    twice is two credentials (decision 976)."""
+    return sum(
+        1
+        for header, value in lines
+        if header == "cookie"
+        for pair in value.split(";")
+        if pair.split("=", 1)[0].strip() == name
+    )
+
+
 def _spelled(name: str) -> str:
     return "Authorization" if name == "authorization" else name

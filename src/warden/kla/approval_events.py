@@ -30,7 +30,9 @@ def on_desk_transition(
     if outcome is None or by is None:
         return
     ktx = cast(KlaTx, tx)
-    decision_row = ktx.kla.get(str(task.detail.get("policy_decision_id", "")))
+    # The requester's own decision: ids are per principal (decision 970).
+    pd_id = str(task.detail.get("policy_decision_id", ""))
+    decision_row = ktx.kla.get(pd_id, task.requester.agent_id)
     if decision_row is None:  # pragma: no cover - filed with its decision, one transaction
         raise WardenError(f"task {task.id} names no stored policy decision")
     decision = decision_row.value()

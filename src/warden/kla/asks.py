@@ -73,11 +73,14 @@ def desk_ask(
     who: Identity,
     verdict: Verdict | None,
     *,
+    scope: str,
     requester: str | None = None,
     cited_task_id: str | None = None,
 ) -> AskRequest:
     """The desk request of a require_approval decision; rebuilt identically (same
-    action, hence the same action hash) to consume the approval at the outcome."""
+    action, hence the same action hash, and the same ``scope``: the execution's
+    :attr:`~warden.kla.evidence.Placement.task_scope`) to consume the approval at the
+    outcome."""
     rid = record["action_request_id"]
     execution = record["correlation"]["execution_id"]
     principal = requester or who.principal
@@ -102,7 +105,7 @@ def desk_ask(
     return AskRequest(
         kind=TaskKind.ACTION_REQUEST,
         wire=WIRE,
-        scope=f"kla:{execution}",
+        scope=scope,
         action={"method": METHOD, "name": record["action"], "arguments": arguments},
         requester=Requester(
             agent_id=principal,
@@ -130,18 +133,21 @@ def decide(
     digest: str,
     decision_id: str,
     who: Identity,
+    scope: str,
 ) -> tuple[Decided, Task | None]:
     """Decide a validated action request in ``tx``: the pipeline with the desk ask as
     its gate (:class:`~warden.gates.desk.DeskAsk` over :func:`desk_ask`), so a
     ``require_approval`` files its task in the transaction that then writes the policy
     decision record and chains it. Returns the decision and the task it filed (None
-    unless the policy asked). Store failures propagate (``tx`` rolls back)."""
+    unless the policy asked). ``scope`` is the desk scope of the request's execution
+    (:attr:`~warden.kla.evidence.Placement.task_scope`). Store failures propagate
+    (``tx`` rolls back)."""
     rid = record["action_request_id"]
     gate = DeskAsk(
         desk,
         tx,
         lambda _req, verdict: desk_ask(
-            pipeline.guardian, record, digest, decision_id, who, verdict
+            pipeline.guardian, record, digest, decision_id, who, verdict, scope=scope
         ),
         {"wire": WIRE, "action_request_id": rid, "key_id": who.key_id},
     )

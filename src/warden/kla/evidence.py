@@ -92,6 +92,17 @@ class Placement:
             return owned_session_id(self.principal, self.execution_id)
         return execution_session_id(self.execution_id or "")
 
+    @property
+    def task_scope(self) -> str:
+        """The desk scope of this execution's approval tasks: ``kla:<execution_id>`` on
+        the plain chain (as before, decision 935), ``kla/owned:<name>`` on an owned one.
+        Two principals may send the same action request id (decision 970), and the desk
+        finds a task by (scope, action hash): one principal's task or grant must never
+        answer another's request (decision 972)."""
+        if self.owned and self.execution_id is not None:
+            return f"{OWNED_SPACE}:{self.name}"
+        return f"kla:{self.execution_id or ''}"
+
 
 class ReadsOne(Protocol):
     def prefetch_read(
@@ -350,16 +361,16 @@ def collect(
 
 
 class SeveralOwners(WardenError):
-    """An execution_id several principals' records carry, exported without naming whose
-    execution (decision 933)."""
+    """An execution_id (or an action request id, decision 971) several principals'
+    records carry, read by an approver or admin without naming whose (decision 933)."""
 
     reason = "several_owners"
 
-    def __init__(self, execution_id: str, owners: list[str]) -> None:
+    def __init__(self, execution_id: str, owners: list[str], what: str = "execution") -> None:
         shown = ", ".join(repr(o)[:82] for o in owners[:5]) + (", …" if len(owners) > 5 else "")
         super().__init__(
-            f"execution {execution_id!r:.80} holds the records of {len(owners)} principals "
-            f"({shown}): each one's is a separate execution; name one",
+            f"{what} {execution_id!r:.80} holds the records of {len(owners)} principals "
+            f"({shown}): each one's is a separate {what}; name one",
             owners=owners,
         )
 

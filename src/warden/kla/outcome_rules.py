@@ -42,9 +42,11 @@ def authorize(
     decision: dict[str, Any],
     standing: tuple[KlaRow, dict[str, Any]] | None,
     who: Identity,
+    scope: str,
 ) -> None:
     """The control rule: no tool effect after block, nor after require_approval
-    without an approval (consumed now: an approval authorizes one step only)."""
+    without an approval (consumed now: an approval authorizes one step only). ``scope``:
+    the desk scope the request's task was filed in (its execution's placement)."""
     rid = trail.request.record_id
     kind = decision["decision"]
     if kind == KlaDecision.BLOCK:
@@ -72,6 +74,7 @@ def authorize(
         decision["policy_decision_id"],
         who,
         None,
+        scope=scope,
         requester=trail.request.principal,
         cited_task_id=task_id if isinstance(task_id, str) else "(none)",
     )

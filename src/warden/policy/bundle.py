@@ -52,7 +52,7 @@ from warden.policy.conditions import (
     pattern_problem,
 )
 from warden.provenance.config import ProvenanceSpec
-from warden.spend.budgets import budget_id_problem
+from warden.spend.budgets import ADCP_BUDGET_PREFIX, adcp_budget_problem, budget_id_problem
 from warden.spend.money import MoneyError, parse_amount, parse_currency
 from warden.strict_yaml import UniqueKeyLoader as _UniqueKeyLoader
 
@@ -319,6 +319,17 @@ class ChargeSpec(_Strict):
     def _budget_shape(cls, v: str | None) -> str | None:
         if v is not None and (why := budget_id_problem(v)) is not None:
             raise ValueError(why)
+        if v is not None and (why := adcp_budget_problem(v, "`budget`")) is not None:
+            raise ValueError(why)
+        return v
+
+    @field_validator("budget_expr")
+    @classmethod
+    def _budget_expr_not_adcp(cls, v: str | None) -> str | None:
+        # A literal AdCP budget in the expression (decision 974); one computed from the
+        # request is refused when the call is priced (gates/spend.py).
+        if v is not None and (m := _ADCP_LITERAL.search(v)) is not None:
+            raise ValueError(adcp_budget_problem(m.group(1), "`budget_expr`"))
         return v
 
     @model_validator(mode="after")
@@ -384,7 +395,30 @@ class BundleSpec(_Strict):
             if charge.id in charges:
                 raise ValueError(f"duplicate charge id {charge.id!r}")
             charges.add(charge.id)
+            for name in _DATA_READ.findall(charge.budget_expr or ""):
+                for value in _strings(self.data.get(name)):
+                    what = f"charge {charge.id}: `budget_expr` reads data.{name}, which"
+                    if (why := adcp_budget_problem(value, what)) is not None:
+                        raise ValueError(why)  # decision 974
         return self
+
+
+#: A CEL string literal (any quoting) that starts with an AdCP budget id.
+_ADCP_LITERAL = re.compile("[\"'](" + re.escape(ADCP_BUDGET_PREFIX) + "[^\"'\\s]*)")
+#: The bundle data maps an expression reads (``data.NAME``).
+_DATA_READ = re.compile(r"\bdata\.([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string in a data value (its map values and list items, nested; not the
+    map keys, which are what an expression looks up by)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list | tuple):
+        return [s for v in value for s in _strings(v)]
+    return []
 
 
 @dataclass(frozen=True, eq=False)

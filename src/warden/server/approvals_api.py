@@ -21,6 +21,7 @@ from warden.approvals.desk import ApprovalDesk, TaskNotFound
 from warden.approvals.group_check import empty_group_warning
 from warden.approvals.tasks import ApprovalState, Task, TaskKind
 from warden.identity.api_keys import ApiKeys, Role
+from warden.reasons import NO_REASON, says_something
 from warden.wire.spend.auth import KeyAuth, caller
 from warden.wire.spend.models import ErrorEnvelope, Success
 from warden.wire.spend.render import json_response, success
@@ -81,8 +82,9 @@ class VoteRequest(BaseModel):
 
 
 def _not_blank(text: str) -> str:
-    if not text.strip():
-        raise ValueError("a deny needs a reason that is not only whitespace")
+    # The desk's own rule (ApprovalDesk.deny), refused here in this wire's format.
+    if not says_something(text):
+        raise ValueError(f"a deny must say why; {NO_REASON}")
     return text
 
 

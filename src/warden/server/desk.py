@@ -68,6 +68,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -77,7 +78,9 @@ from warden.approvals.group_check import empty_group_warning
 from warden.approvals.tasks import ApprovalState, Task
 from warden.errors import CouldNotDecide, failure_log_level
 from warden.identity.api_keys import Identity, Role
+from warden.identity.credentials import cookies_named, header_lines
 from warden.identity.desk_sessions import DeskSessionStore
+from warden.reasons import NO_REASON, says_something
 from warden.runtime import Runtime
 from warden.store.secrets_sql import server_secret
 
@@ -140,6 +143,12 @@ class DeskSessions:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         if scope["type"] == "http" and (path == PREFIX or path.startswith(PREFIX + "/")):
+            if cookies_named(header_lines(Headers(scope=scope)), SESSION_COOKIE) > 1:
+                # Two desk sessions in one request: which one counts would depend on
+                # order. Refused as an invalid one (decision 840's rule, decision 976):
+                # the request is seen with no cookie, so no session.
+                kept = [(k, v) for k, v in scope["headers"] if k.lower() != b"cookie"]
+                scope = {**scope, "headers": kept}
             await self.sessions(scope, receive, send)
         else:
             await self.app(scope, receive, send)
@@ -656,10 +665,15 @@ class _Desk:
             )
         reason = form.get("reason", "")
         kept = {"action": action, "reason": reason, "group": form.get("group", "")}
-        if action in ("approve", "deny") and not reason.strip():
+        if action in ("approve", "deny") and not says_something(reason):
             verb = "approving" if action == "approve" else "denying"
             return await self.task_page(
-                request, viewer, task_id, 400, f"Give a reason for {verb} this task.", kept
+                request,
+                viewer,
+                task_id,
+                400,
+                f"Give a reason for {verb} this task. {NO_REASON.capitalize()}.",
+                kept,
             )
         desk = self.runtime.desk
         try:

@@ -102,6 +102,24 @@ class Budget:
             )
 
 
+#: The prefix of the budgets AdCP's ``sync_plans`` creates
+#: (:func:`warden.adcp.state.budget_id_for`).
+ADCP_BUDGET_PREFIX = "adcp:"
+
+
+def adcp_budget_problem(budget_id: str, what: str) -> str | None:
+    """Why ``what`` (a spend charge, off AdCP) may not name ``budget_id``: an ``adcp:``
+    budget is an AdCP plan's, spent only through ``check_governance`` with its flight,
+    seller and review gates (decisions 923, 940, 974); None when it is not one."""
+    if not budget_id.startswith(ADCP_BUDGET_PREFIX):
+        return None
+    return (
+        f"{what} names budget {budget_id!r:.80}, an AdCP plan's budget: budgets in the "
+        f"{ADCP_BUDGET_PREFIX} namespace are AdCP's alone (check_governance spends them), "
+        "so no policy charge may spend one"
+    )
+
+
 def budget_id_problem(budget_id: object) -> str | None:
     """Why ``budget_id`` cannot name a budget, or None when it can."""
     if not isinstance(budget_id, str) or not _BUDGET_ID.match(budget_id):

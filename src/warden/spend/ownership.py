@@ -28,7 +28,7 @@ docs/decisions.md, "Hardening (issue 14): spend ownership".
 from __future__ import annotations
 
 from warden.identity.api_keys import Identity, Role
-from warden.spend.budgets import Budget
+from warden.spend.budgets import ADCP_BUDGET_PREFIX, Budget
 from warden.spend.engine import SpendEngine
 from warden.spend.errors import (
     NotOwner,
@@ -92,9 +92,7 @@ def spendable_path(eng: SpendEngine, budget_id: str, who: Identity) -> list[Budg
     return path
 
 
-#: The prefix of the budgets AdCP's ``sync_plans`` creates
-#: (:func:`warden.adcp.state.budget_id_for`).
-ADCP_BUDGET_PREFIX = "adcp:"
+__all__ = ["ADCP_BUDGET_PREFIX"]  # defined beside the budgets (the bundle checks it)
 
 
 def not_managed_elsewhere(verb: str, *budget_ids: str | None) -> None:

@@ -139,7 +139,8 @@ class SqlKlaRecords:
         self._q = q
 
     def insert(self, row: KlaRow) -> None:
-        """Insert one record (the caller checked that its id is unused). On PostgreSQL
+        """Insert one record (the caller checked that its principal has no record of
+        that id; the key is ``(principal, record_id)``). On PostgreSQL
         it is sent with the transaction's next statement (nothing reads its result;
         :meth:`~warden.store.sql._LazyBegin.defer`, decision 701)."""
         defer = getattr(self._cur, "defer", None)
@@ -163,19 +164,33 @@ class SqlKlaRecords:
             ),
         )
 
-    def get(self, record_id: str) -> KlaRow | None:
+    def get(self, record_id: str, principal: str) -> KlaRow | None:
+        """``principal``'s record ``record_id``, or None. Rows are keyed per principal
+        (migration 0015): an action request's id is unique within its principal only."""
         self._cur.execute(
-            self._q(f"SELECT {_COLUMNS} FROM kla_records WHERE record_id = ?"), (record_id,)
+            self._q(f"SELECT {_COLUMNS} FROM kla_records WHERE principal = ? AND record_id = ?"),
+            (principal, record_id),
         )
         row = self._cur.fetchone()
         return _row(row) if row is not None else None
 
-    def for_request(self, action_request_id: str) -> list[KlaRow]:
-        """Every record of one action request (the request itself included), in order."""
+    def with_id(self, record_id: str) -> list[KlaRow]:
+        """Every principal's record ``record_id`` (for readers who may read every
+        principal's: approvers, admins), ordered by principal."""
         self._cur.execute(
-            self._q(f"SELECT {_COLUMNS} FROM kla_records WHERE action_request_id = ?"),
-            (action_request_id,),
+            self._q(f"SELECT {_COLUMNS} FROM kla_records WHERE record_id = ? ORDER BY principal"),
+            (record_id,),
         )
+        return [_row(r) for r in self._cur.fetchall()]
+
+    def for_request(self, action_request_id: str, principal: str | None = None) -> list[KlaRow]:
+        """Every record of ``principal``'s action request (the request itself included),
+        in order; ``principal`` None: every principal's records under that id."""
+        sql = f"SELECT {_COLUMNS} FROM kla_records WHERE action_request_id = ?"
+        params: tuple[str, ...] = (action_request_id,)
+        if principal is not None:
+            sql, params = sql + " AND principal = ?", (*params, principal)
+        self._cur.execute(self._q(sql), params)
         return sorted((_row(r) for r in self._cur.fetchall()), key=KlaRow.sort_key)
 
     def for_execution(self, execution_id: str) -> list[KlaRow]:

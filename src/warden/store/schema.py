@@ -1,6 +1,6 @@
 """SQLAlchemy Core table definitions; the Alembic migrations create exactly these.
 
-Migrations only ever add: 0001 created the three tables; 0002 added
+Migrations add, except 0015, which re-keys a table: 0001 created the three tables; 0002 added
 ``sessions.session_signature`` (the HMAC of the session record),
 ``entries.request`` (the canonical params the entry's ``request_hash`` covers)
 and the unique index ``uq_entries_session_step`` (one entry per request id);
@@ -17,6 +17,8 @@ identity registry, ``agents`` and ``agent_keys``; 0010 the transparency log:
 (the durable replay cache).
 0014 policy change: ``policy_bundles`` (the source of every bundle loaded or activated, by
 digest) and ``policy_active`` (the bundle to serve).
+0015 ``kla_records`` keyed by ``(principal, record_id)`` (each principal's action request
+ids are its own).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from sqlalchemy import (
 #: The newest migration's revision: the schema these tables are. Adding a migration means
 #: raising it (tests/store/test_migrations.py holds it to Alembic's own head), and a
 #: database at it is opened without importing Alembic (``store/sql.py`` ``upgrade``).
-SCHEMA_REVISION = "0014"
+SCHEMA_REVISION = "0015"
 
 metadata = MetaData()
 
@@ -313,10 +315,12 @@ Index(
 #: RFC 8785 canonical form), policy decisions, approval events and audit events.
 #: ``principal`` is the submitting API key's principal (an agent reads only its own);
 #: ``status`` is ``processed`` or ``held_for_review`` (an unsupported schema_version).
+#: Keyed per principal (migration 0015): an action request's ``record_id`` is its
+#: caller-chosen ``action_request_id``, which is unique within its principal only.
 kla_records = Table(
     "kla_records",
     metadata,
-    Column("record_id", String(256), primary_key=True),
+    Column("record_id", String(256), nullable=False),
     Column("kind", String(32), nullable=False),
     Column("action_request_id", String(256), nullable=True),
     Column("execution_id", String(256), nullable=True),
@@ -329,6 +333,7 @@ kla_records = Table(
     Column("created_at", String(40), nullable=False),
     # Signatures beside the Ed25519 one, JSON [{alg, kid, signature}] (migration 0012).
     Column("signatures", Text, nullable=True),
+    PrimaryKeyConstraint("principal", "record_id", name="pk_kla_records"),
 )
 Index("ix_kla_records_execution", kla_records.c.execution_id)
 Index("ix_kla_records_request", kla_records.c.action_request_id)

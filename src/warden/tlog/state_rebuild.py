@@ -200,7 +200,8 @@ class _State:
     usage: dict[tuple[str, str], _Implied] = field(default_factory=dict)
     holds: dict[str, _Implied] = field(default_factory=dict)
     receipts: dict[str, _Implied] = field(default_factory=dict)
-    kla: dict[str, _Implied] = field(default_factory=dict)
+    #: By (principal, record_id): rows are keyed per principal (migration 0015).
+    kla: dict[tuple[str, str], _Implied] = field(default_factory=dict)
     #: By the plan chain's session id (its name is ``principal/plan_id``).
     plans: dict[str, _Implied] = field(default_factory=dict)
     #: The latest ``policy.activate`` leaf, as the ``policy_active`` row (id 1).
@@ -437,7 +438,7 @@ def _kla_event(st: _State, index: int, sid: str, d: dict[str, Any]) -> None:
     record_id = d.get("record_id")
     if not isinstance(record_id, str):
         return
-    st.kla[record_id] = _Implied(
+    st.kla[(str(d.get("principal")), record_id)] = _Implied(
         index,
         {
             "digest of record": d.get("digest"),
@@ -626,10 +627,11 @@ def _compare_kla(report: StateReport, rows: Rows, st: _State) -> None:
         chains = [
             Placement(row.principal, row.execution_id, owned).session_id for owned in (False, True)
         ]
-        implied = st.kla.get(row.record_id)
+        key = _kla_key(st, row.principal, row.record_id)
+        implied = st.kla.get(key)
         chained = implied.values["chain"] if implied is not None else None
         c.row(
-            row.record_id,
+            key,
             str(row.record_id),
             {
                 "digest of record": row.recomputed_digest(),
@@ -644,7 +646,17 @@ def _compare_kla(report: StateReport, rows: Rows, st: _State) -> None:
                 "chain": chained if chained in chains else chains[0],
             },
         )
-    c.missing(str)
+    c.missing(lambda key: str(key[1]))
+
+
+def _kla_key(st: _State, principal: str, record_id: str) -> tuple[str, str]:
+    """The event a row is compared with: its principal's record of that id or, when
+    none and exactly one principal's carries the id, that one (so a row whose principal
+    was edited is named by the column that differs)."""
+    if (principal, record_id) in st.kla:
+        return principal, record_id
+    others = [k for k in st.kla if k[1] == record_id]
+    return others[0] if len(others) == 1 else (principal, record_id)
 
 
 #: The fields of a task's JSON record compared with the events.

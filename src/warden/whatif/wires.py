@@ -50,7 +50,7 @@ class WireSteps:
 
     def __init__(self) -> None:
         # KLA: the action request record of each execution's last request entry, by id.
-        self._kla: dict[str, dict[str, Any]] = {}
+        self._kla: dict[tuple[str, str], dict[str, Any]] = {}
 
     def step(self, step_type: str, entry: dict[str, Any]) -> WireStep | str | None:
         kind, _, event = step_type.removeprefix("warden/").partition(".")
@@ -106,12 +106,14 @@ class WireSteps:
         record = detail.get("record")
         if not isinstance(record, dict):
             return None
+        # An action request is the pair (principal, id) (decision 970).
+        key = (str(detail.get("principal")), str(record.get("action_request_id")))
         if event == "action_request":
-            self._kla[str(record.get("action_request_id"))] = record
+            self._kla[key] = record
             return None
         if event != "policy_decision":
             return None
-        request_record = self._kla.pop(str(record.get("action_request_id")), None)
+        request_record = self._kla.pop(key, None)
         decided = detail.get("decided")
         if not isinstance(decided, dict):
             return "kla/action:not_recorded"

@@ -280,10 +280,15 @@ def test_duplicates_conflict_unless_identical_which_replays(rt: Runtime, agent: 
     changed = load(CREDIT)
     changed["amount"]["value"] = "12500.01"
     assert_error(agent.submit(changed), "record:conflict", 409, resolution="retry")
-    # Another agent cannot replay (or learn) it either.
+    # Another agent's request with that id is its own (decision 970): it is decided as a
+    # fresh one (its own decision and task), neither refused nor a replay of the first.
     other = key(rt, agent.client, "bot-2", Role.AGENT)
-    assert_error(other.submit(CREDIT), "record:conflict", 409, resolution="retry")
-    assert len(rows(rt)) == 2
+    theirs = other.submit(CREDIT)
+    assert theirs.status == 200 and "replayed" not in theirs.body, theirs.body
+    mine = first.data["decision"]["policy_decision_id"]
+    assert theirs.data["decision"]["policy_decision_id"] != mine
+    assert theirs.data["task"]["id"] != first.data["task"]["id"]
+    assert sorted(r[3] for r in rows(rt)) == ["bot-1", "bot-1", "bot-2", "bot-2"]
 
 
 def test_another_agents_records_read_as_absent(rt: Runtime, agent: Caller) -> None:

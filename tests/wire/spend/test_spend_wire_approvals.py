@@ -424,3 +424,25 @@ def test_a_budget_under_an_adcp_budget_cannot_be_raised(rt: Runtime, client: Tes
         )
         assert "under it" in body["message"], body
     assert rt.desk.list() == []
+
+
+@pytest.mark.parametrize("reason", ["\u200b", "\u0000", " \u200b\u2060\ufeff\u0007 "])
+def test_a_deny_reason_needs_a_visible_character(
+    rt: Runtime, client: TestClient, reason: str
+) -> None:
+    """Decision 973: a deny's reason follows the budget request's rule (one helper,
+    warden.reasons): invisible characters are refused and change nothing."""
+    bot = tree(rt, org="5000", team="5000", agent="5000")
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    tid = agent.quote(bot, "2000").body["resolution"]["taskId"]
+    body = assert_error(
+        fay.call("POST", f"/v1/approvals/{tid}/deny", {"reason": reason}),
+        "input:invalid",
+        400,
+        resolution="retry",
+    )
+    assert "a reason needs a visible character" in body["message"], body
+    assert rt.desk.get(tid).state.value == "pending"  # type: ignore[union-attr]
+    denied = fay.call("POST", f"/v1/approvals/{tid}/deny", {"reason": "\u200b€"})
+    assert denied.data["task"]["state"] == "denied"

@@ -30,8 +30,8 @@ from warden.wire.spend.render import Refusal, retry, success
 def outcome(rec: Recorder, rid: str, body: OutcomeRequest, who: Identity) -> Answer:
     """``POST /v1/action-requests/{id}/outcome``: the audit event (module docstring)."""
     with rec.store.transaction() as tx:
-        trail = Trail.of(tx.kla.for_request(rid), rid)
-        if trail is None or trail.request.principal != who.principal:
+        trail = Trail.of(tx.kla.for_request(rid, who.principal), rid)  # decision 970
+        if trail is None:
             raise not_found(f"action request {rid!r:.80} submitted with this key's principal")
         if trail.request.status == HELD or trail.decision is None:
             raise not_authorized(
@@ -53,9 +53,10 @@ def outcome(rec: Recorder, rid: str, body: OutcomeRequest, who: Identity) -> Ans
             return answer
         decision = trail.decision.value()
         standing = trail.approval()
+        at = Placing(who.principal, trail.request.execution_id).placement(tx)
         try:
             if body.tool_call is not None:
-                authorize(rec, tx, trail, decision, standing, who)
+                authorize(rec, tx, trail, decision, standing, who, at.task_scope)
             else:
                 consistent(rec, tx, trail, decision, standing, wanted["outcome"]["status"])
         except OutcomeRefused as exc:
@@ -101,7 +102,6 @@ def outcome(rec: Recorder, rid: str, body: OutcomeRequest, who: Identity) -> Ans
                 ),
             ) from exc
         row = rec.row(sealed, rid, decision["correlation"]["execution_id"], who.principal, stamp)
-        at = Placing(row.principal, row.execution_id).placement(tx)
         tx.kla.insert(row)
         rec.append(tx, row, record, event=row.kind, at=at)
         return _audited(row)

@@ -13,7 +13,7 @@ from typing import Any
 
 from warden.approvals.tasks import ApprovalState, Task
 from warden.errors import IntegrityError
-from warden.identity.api_keys import Identity, Role
+from warden.identity.api_keys import Identity
 from warden.kla.evidence import (
     HELD,
     PROCESSED,
@@ -24,23 +24,24 @@ from warden.kla.evidence import (
 )
 from warden.kla.recorder import Recorder
 from warden.kla.records import KlaDecision
-from warden.kla.trail import Trail
-from warden.store.kla_sql import KlaRow
+from warden.kla.trail import Trail, find, find_record, reads_all
 from warden.wire.kla.answers import Answer, next_steps, not_found, stored, task_ref
 from warden.wire.kla.models import ActionRequestData, EvidenceData, KeysData, RecordData
 from warden.wire.spend.render import Refusal, invalid, success
 
 
-def visible(row: KlaRow, who: Identity) -> bool:
-    """Approvers and admins read every record; an agent only its own (another's reads
-    as absent)."""
-    return who.may(Role.APPROVER) or row.principal == who.principal
+def _several(exc: SeveralOwners) -> Refusal:
+    hint = "name whose one to read with ?principal=<principal>"
+    return invalid(f"{exc.message} with ?principal=", gate="input:several_owners", hint=hint)
 
 
-def get_request(rec: Recorder, rid: str, who: Identity) -> Answer:
+def get_request(rec: Recorder, rid: str, who: Identity, principal: str | None = None) -> Answer:
     with rec.store.transaction() as tx:
-        trail = Trail.of(tx.kla.for_request(rid), rid)
-        if trail is None or not visible(trail.request, who):
+        try:
+            trail = find(tx.kla, rid, who, principal)
+        except SeveralOwners as exc:
+            raise _several(exc) from exc
+        if trail is None:
             raise not_found(f"action request {rid!r:.80}")
         decision = trail.decision.value() if trail.decision is not None else None
     task_id = decision.get("task_id") if decision is not None else None
@@ -86,10 +87,15 @@ def _status(trail: Trail, decision: dict[str, Any] | None, task: Task | None) ->
     return "awaiting_approval"
 
 
-def get_record(rec: Recorder, record_id: str, who: Identity) -> Answer:
+def get_record(
+    rec: Recorder, record_id: str, who: Identity, principal: str | None = None
+) -> Answer:
     with rec.store.transaction() as tx:
-        row = tx.kla.get(record_id)
-    if row is None or not visible(row, who):
+        try:
+            row = find_record(tx.kla, record_id, who, principal)
+        except SeveralOwners as exc:
+            raise _several(exc) from exc
+    if row is None:
         raise not_found(f"KLA record {record_id!r:.80}")
     steps = [
         "warden verify-record FILE --digest <digest> --signature <signature> "
@@ -108,17 +114,14 @@ def evidence_of(
     execution_id, decision 933). A records table that disagrees with the audit chain is
     ``500 evidence:integrity_failed``: nothing the chain does not vouch for is signed."""
     missing = not_found(f"processed action request in execution {execution_id!r:.80}")
-    if not who.may(Role.APPROVER):
+    if not reads_all(who):
         if principal not in (None, who.principal):
             raise missing
         principal = who.principal
     try:
         ev = execution_evidence(rec.store, execution_id, rec.signer, rec.registry, principal)
     except SeveralOwners as exc:
-        hint = "name whose execution to export with ?principal=<principal>"
-        raise invalid(
-            f"{exc.message} with ?principal=", gate="input:several_owners", hint=hint
-        ) from exc
+        raise _several(exc) from exc
     except IntegrityError as exc:
         raise Refusal("evidence:integrity_failed", 500, exc.message) from exc
     if ev is None:

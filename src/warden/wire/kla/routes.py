@@ -53,6 +53,8 @@ Signature = Annotated[
         "digest (RFC 8785 canonical form), base64url without padding (86 characters).",
     ),
 ]
+#: Whose record an approver or admin reads when several principals used the id.
+Principal = Annotated[str | None, Query(max_length=256)]
 KeyId = Annotated[
     str | None,
     Header(
@@ -124,25 +126,23 @@ def kla_router(service: KlaService, keys: ApiKeys, *, max_body_bytes: int = 1 <<
         response_model=Success[ActionRequestData],
         summary="Read an action request, its decision, approval events and audit event",
     )
-    def get_action_request(action_request_id: str) -> Response:
-        return _send(service.get_request(action_request_id, caller()))
+    def get_action_request(action_request_id: str, principal: Principal = None) -> Response:
+        return _send(service.get_request(action_request_id, caller(), principal))
 
     @read.get(
         "/kla-records/{record_id}",
         response_model=Success[RecordData],
         summary="Read one KLA record by id (request, decision, approval or audit event)",
     )
-    def get_kla_record(record_id: str) -> Response:
-        return _send(service.get_record(record_id, caller()))
+    def get_kla_record(record_id: str, principal: Principal = None) -> Response:
+        return _send(service.get_record(record_id, caller(), principal))
 
     @read.get(
         "/executions/{execution_id}/evidence",
         response_model=Success[EvidenceData],
         summary="Export the evidence bundle of one execution (records, chain head, keys)",
     )
-    def get_evidence(
-        execution_id: str, principal: Annotated[str | None, Query(max_length=256)] = None
-    ) -> Response:
+    def get_evidence(execution_id: str, principal: Principal = None) -> Response:
         return _send(service.evidence(execution_id, caller(), principal))
 
     @read.get(

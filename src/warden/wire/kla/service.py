@@ -117,13 +117,13 @@ class KlaService:
         """``POST /v1/action-requests/{id}/outcome``: the audit event (:mod:`.outcome`)."""
         return _intact(lambda: outcome.outcome(self._rec, rid, body, who))
 
-    def get_request(self, rid: str, who: Identity) -> Answer:
+    def get_request(self, rid: str, who: Identity, principal: str | None = None) -> Answer:
         """``GET /v1/action-requests/{id}``: the request and every record after it."""
-        return _intact(lambda: reads.get_request(self._rec, rid, who))
+        return _intact(lambda: reads.get_request(self._rec, rid, who, principal))
 
-    def get_record(self, record_id: str, who: Identity) -> Answer:
+    def get_record(self, record_id: str, who: Identity, principal: str | None = None) -> Answer:
         """``GET /v1/kla-records/{record_id}``: one record by id, any kind."""
-        return _intact(lambda: reads.get_record(self._rec, record_id, who))
+        return _intact(lambda: reads.get_record(self._rec, record_id, who, principal))
 
     def evidence_of(
         self, execution_id: str, who: Identity, principal: str | None = None

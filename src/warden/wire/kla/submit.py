@@ -167,18 +167,14 @@ def _hold(
     )
     live = key_check()
     with rec.store.transaction() as tx:
-        existing = tx.kla.get(row.record_id)
+        existing = tx.kla.get(row.record_id, who.principal)
         _confirm(tx, live)
         if existing is None:
             at = Placing(who.principal, execution).placement(tx)
             tx.kla.insert(row)
             rec.append(tx, row, body, event="held", at=at)
             stored_row = row
-        elif (
-            existing.status == HELD
-            and existing.digest == digest
-            and existing.principal == who.principal
-        ):
+        elif existing.status == HELD and existing.digest == digest:
             stored_row = existing
         else:
             raise taken(row.record_id)
@@ -210,18 +206,14 @@ def _process(
                 live.prefetch(tx)
             rec.chain_read(tx, execution)
             placing.prefetch(tx)
-            existing = tx.kla.get(rid)
+            existing = tx.kla.get(rid, who.principal)  # decision 970
             _confirm(tx, live)
             if existing is not None:
-                if (
-                    existing.kind != RecordKind.ACTION_REQUEST.value
-                    or existing.principal != who.principal
-                    or existing.digest != digest
-                ):
+                if existing.kind != RecordKind.ACTION_REQUEST.value or existing.digest != digest:
                     raise taken(rid)
                 if existing.status == HELD:  # pragma: no cover - a held record differs
                     raise taken(rid)
-                trail = Trail.of(tx.kla.for_request(rid), rid)
+                trail = Trail.of(tx.kla.for_request(rid, who.principal), rid)
                 assert trail is not None and trail.decision is not None
                 filed = rec.task(tx, trail.decision.value().get("task_id"))
                 answer = _submitted(rec, trail.request, trail.decision, filed)
@@ -230,7 +222,10 @@ def _process(
             now = rec.now()
             stamp = now_stamp(now)
             decision_id = new_id("pd")
-            decided, task = decide(rec.pipeline, rec.desk, tx, record, digest, decision_id, who)
+            at = placing.placement(tx)  # prefetched; its desk scope (decision 972)
+            decided, task = decide(
+                rec.pipeline, rec.desk, tx, record, digest, decision_id, who, at.task_scope
+            )
             verdict = decided.verdict
             decision = kla_decision(verdict.decision, warn=verdict.warn)
             decision_record = policy_decision_record(
@@ -251,7 +246,6 @@ def _process(
                 created_at=stamp,
             )
             decision_row = rec.row(sealed, rid, execution, who.principal, stamp)
-            at = placing.placement(tx)
             tx.kla.insert(request_row)
             rec.append(tx, request_row, record, event=request_row.kind, at=at)
             tx.kla.insert(decision_row)

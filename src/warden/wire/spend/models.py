@@ -11,7 +11,6 @@ seed schema demands numbers there.
 
 from __future__ import annotations
 
-import unicodedata
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import (
@@ -26,6 +25,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from warden.reasons import NO_REASON, says_something
 from warden.spend.binding import MAX_PRINCIPALS
 from warden.spend.budgets import BudgetKind, Period
 from warden.spend.engine import MAX_HOLD_SECONDS
@@ -42,20 +42,12 @@ def _amount(value: Any) -> str | int:
     return value
 
 
-def says_something(text: str) -> bool:
-    """True if ``text`` has a visible character: a Unicode letter, number, punctuation
-    or symbol (categories L*, N*, P*, S*). Whitespace, controls (``\\u0000``) and
-    format characters (``\\u200b``) alone say nothing (decisions 926, 942)."""
-    return any(unicodedata.category(c)[0] in "LNPS" for c in text)
-
-
 def _said(reason: str) -> str:
     # A reason of only whitespace or invisible characters is no reason (decision 942).
     if not says_something(reason):
         raise PydanticCustomError(
             "reason_blank",
-            "must say why; a reason needs a visible character (whitespace, control and "
-            "invisible characters are no reason)",
+            f"must say why; {NO_REASON}",
         )
     return reason
 
