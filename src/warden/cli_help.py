@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import click
+import typer
 from typer.core import TyperGroup
 
 # A limit no first sentence reaches: Click then keeps it whole.
@@ -23,15 +23,16 @@ _WHOLE = 1 << 16
 class WholeHelpGroup(TyperGroup):
     """A Typer group whose command list keeps each command's first sentence whole."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         # A group run bare prints its help on stdout (exit 2), as the Rich help did;
         # Click's own error would print it on stderr.
         if not args and self.no_args_is_help and not ctx.resilient_parsing:
-            click.echo(ctx.get_help(), color=ctx.color)
+            typer.echo(ctx.get_help(), color=ctx.color)
             ctx.exit(2)
         return super().parse_args(ctx, args)
 
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        # ctx, formatter: Click's Context and HelpFormatter (Typer vendors Click privately).
         rows = []
         for name in self.list_commands(ctx):
             cmd = self.get_command(ctx, name)
