@@ -26,6 +26,7 @@ from warden.cli_keys import keys_app
 from warden.cli_ledger import export_cmd, verify_cmd
 from warden.cli_log import log_app, witness_cmd
 from warden.cli_mcp import mcp_proxy_cmd
+from warden.cli_options import HELP_SETTINGS
 from warden.cli_output import print_json
 from warden.cli_policy import policy_app
 from warden.cli_records import verify_bundle_cmd, verify_record_cmd
@@ -34,6 +35,7 @@ from warden.cli_whatif import activate_cmd, whatif_cmd
 from warden.errors import WardenError
 
 app = typer.Typer(
+    **HELP_SETTINGS,
     name="warden",
     help="Warden: a governance gateway for the actions AI agents take (ACS v0.1 Guardian).",
     no_args_is_help=True,

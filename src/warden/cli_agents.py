@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from warden.cli_options import DataDir, DbUrl, KeyFile, _fail, console, err_console
+from warden.cli_options import HELP_SETTINGS, DataDir, DbUrl, KeyFile, _fail, console, err_console
 from warden.cli_output import print_json, print_table, table
 from warden.errors import WardenError
 
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from warden.identity.signing_keys import AgentSigningKeys
 
 agents_app = typer.Typer(
+    **HELP_SETTINGS,
     help="Agent identities: who each ACS, spend, KLA and AdCP caller is.",
     no_args_is_help=True,
     add_completion=False,

@@ -21,10 +21,17 @@ import typer
 from rich.markup import escape
 
 from warden.approvals.display import visible
-from warden.cli_options import EXIT_BAD_INPUT, EXIT_FAILURE_FOUND, console, err_console
+from warden.cli_options import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE_FOUND,
+    HELP_SETTINGS,
+    console,
+    err_console,
+)
 from warden.cli_output import print_json, print_table, table
 
 approvals_app = typer.Typer(
+    **HELP_SETTINGS,
     help="Decide approval tasks on a running Warden (maker-checker).",
     no_args_is_help=True,
     add_completion=False,

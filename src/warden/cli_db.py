@@ -16,12 +16,23 @@ from typing import Annotated
 
 import typer
 
-from warden.cli_options import DataDir, DbUrl, _fail, console, existing_database_url, shown_url
+from warden.cli_options import (
+    HELP_SETTINGS,
+    DataDir,
+    DbUrl,
+    _fail,
+    console,
+    existing_database_url,
+    shown_url,
+)
 from warden.cli_output import print_json
 from warden.errors import WardenError
 
 db_app = typer.Typer(
-    help="The database schema (Alembic migrations).", no_args_is_help=True, add_completion=False
+    **HELP_SETTINGS,
+    help="The database schema (Alembic migrations).",
+    no_args_is_help=True,
+    add_completion=False,
 )
 
 AsJson = Annotated[

@@ -17,7 +17,10 @@ from typing import Annotated
 
 import typer
 
+from warden.cli_help import HELP_SETTINGS
+
 hook_app = typer.Typer(
+    **HELP_SETTINGS,
     name="hook",
     help="Hook commands that put Warden in front of an agent framework.",
     no_args_is_help=True,

@@ -21,6 +21,7 @@ import typer
 from rich.markup import escape
 
 from warden.cli_options import (
+    HELP_SETTINGS,
     DataDir,
     DbUrl,
     KeyFile,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from warden.identity import ApiKeys
 
 keys_app = typer.Typer(
+    **HELP_SETTINGS,
     help="API keys with roles for the REST API and the approval desk.",
     no_args_is_help=True,
     add_completion=False,

@@ -517,6 +517,12 @@ def export_cmd(
         store = open_store(existing_database_url(data_dir, database_url), migrate=False)
     except WardenError as exc:
         raise _fail(exc) from exc
+    if session is not None and store.load_session(session) is None:
+        # An id that does not exist is exit 1 with nothing written, as for `agents show`
+        # (docs/cli-json.md); an export of no session would verify as a valid one.
+        store.close()
+        print_line(err_console, f"[red]error:[/red] no session {escape(session)} in the database")
+        raise typer.Exit(EXIT_FAILURE_FOUND)
     try:
         fh = out.open("w", encoding="utf-8") if out else sys.stdout
     except OSError as exc:

@@ -30,6 +30,7 @@ from rich.markup import escape
 from warden.cli_options import (
     EXIT_BAD_INPUT,
     EXIT_FAILURE_FOUND,
+    HELP_SETTINGS,
     DataDir,
     DbUrl,
     console,
@@ -40,7 +41,9 @@ from warden.cli_output import print_json, print_line
 from warden.errors import ConfigError, WardenError
 
 log_app = typer.Typer(
-    help="The transparency log: its key, proofs, and checking them offline.", add_completion=False
+    **HELP_SETTINGS,
+    help="The transparency log: its key, proofs, and checking them offline.",
+    add_completion=False,
 )
 
 AsJson = Annotated[

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from warden.cli_help import HELP_SETTINGS as HELP_SETTINGS
 from warden.errors import ConfigError, WardenError
 
 # soft_wrap: Rich never inserts line breaks of its own (decision 200), so a message is one

@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from warden.cli_options import EXIT_BAD_INPUT, EXIT_FAILURE_FOUND, _fail, console, err_console
+from warden.cli_options import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE_FOUND,
+    HELP_SETTINGS,
+    _fail,
+    console,
+    err_console,
+)
 from warden.cli_output import print_json, print_line, print_table, table
 from warden.errors import WardenError
 
@@ -31,7 +38,9 @@ if TYPE_CHECKING:
     from warden.policy import Bundle
     from warden.provenance.config import ProvenanceSpec
 
-policy_app = typer.Typer(help="Validate and explain policy bundles.", no_args_is_help=True)
+policy_app = typer.Typer(
+    **HELP_SETTINGS, help="Validate and explain policy bundles.", no_args_is_help=True
+)
 
 AsJson = Annotated[
     bool, typer.Option("--json", help="Print one JSON document (docs/cli-json.md) on stdout.")

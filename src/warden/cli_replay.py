@@ -22,6 +22,7 @@ from warden.cli_ledger import print_check, verify_chains
 from warden.cli_options import (
     EXIT_BAD_INPUT,
     EXIT_FAILURE_FOUND,
+    HELP_SETTINGS,
     DataDir,
     DbUrl,
     _fail,
@@ -32,7 +33,9 @@ from warden.cli_output import print_json
 from warden.errors import WardenError
 
 replay_app = typer.Typer(
-    help="Replay recorded agent traffic against a running Warden.", no_args_is_help=True
+    **HELP_SETTINGS,
+    help="Replay recorded agent traffic against a running Warden.",
+    no_args_is_help=True,
 )
 
 

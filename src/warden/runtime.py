@@ -24,7 +24,7 @@ from warden.approvals.notifier import DeliveryWorker, Notifier
 from warden.approvals.tasks import TaskKind
 from warden.approvals.webhooks import load_webhooks
 from warden.core.guardian import Guardian
-from warden.core.tracing import Exporting, start_exporting
+from warden.core.tracing import Exporting, check_exporting, start_exporting
 from warden.core.types import BundleRef
 from warden.crypto.asymmetric import VERIFIED_ALGORITHMS, load_or_create_mldsa_key
 from warden.crypto.ed25519_keys import load_or_create_signing_key
@@ -117,6 +117,15 @@ class Runtime:
         bundle, bundle_source = read_bundle(settings.resolved_policy())
         file_bundle = bundle
         shadow_bundle = load_bundle(settings.shadow_policy) if settings.shadow_policy else None
+        # Every input file is read and checked before anything is written: a refused start
+        # leaves the data directory as it found it, so the first start that succeeds is
+        # still the one that registers the quick start's demo agent (decision 990).
+        witnesses = _witness_keys(settings)
+        kla_keys = KeyRegistry.load(settings.kla_keys) if settings.kla_keys is not None else None
+        budgets = load_budgets(settings.budgets) if settings.budgets is not None else None
+        hooks = load_webhooks(settings.webhooks) if settings.webhooks is not None else None
+        if settings.otlp_endpoint is not None:
+            check_exporting()
         ikm, created = load_or_create_ikm(settings.resolved_key_file())
         if created:
             log.warning(
@@ -145,12 +154,8 @@ class Runtime:
         checkpoint_signer = load_checkpoint_signer(
             settings.resolved_checkpoint_key_file(), settings.log_origin
         )
-        witnesses = _witness_keys(settings)
         signer = load_governance_signer(settings.data_dir, settings.resolved_public_url())
         webhook_signer = load_webhook_signer(settings.data_dir, settings.webhook_signing_key_file)
-        kla_keys = KeyRegistry.load(settings.kla_keys) if settings.kla_keys is not None else None
-        budgets = load_budgets(settings.budgets) if settings.budgets is not None else None
-        hooks = load_webhooks(settings.webhooks) if settings.webhooks is not None else None
         store = open_store(
             settings.resolved_database_url(),
             sqlite_sync=settings.sqlite_sync,

@@ -276,3 +276,16 @@ def test_export_to_a_path_it_cannot_write_is_bad_input(runtime: Runtime, tmp_pat
             assert proc.returncode == 2, proc.stderr
             assert "cannot write" in proc.stderr and "Traceback" not in proc.stderr
             assert proc.stdout == ""
+
+
+def test_an_unknown_session_is_exit_1_and_writes_nothing(runtime: Runtime, tmp_path: Path) -> None:
+    """Decision 994: like every other unknown id, not an empty export that verifies."""
+    produce_chain(runtime)
+    runtime.close()
+    data = runtime.settings.data_dir
+    out = tmp_path / "none.jsonl"
+    for extra in ((), ("--json",)):
+        proc = warden("export", "--data-dir", data, "--session", "no-such", "-o", out, *extra)
+        assert (proc.returncode, proc.stdout) == (1, "")
+        assert proc.stderr == "error: no session no-such in the database\n"
+        assert not out.exists()

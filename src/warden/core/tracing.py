@@ -237,6 +237,23 @@ class Exporting:
             log.warning("trace exporter shutdown failed", exc_info=True)
 
 
+def check_exporting() -> None:
+    """Raise :class:`~warden.errors.ConfigError` when the OTLP exporter cannot be
+    loaded (the ``otel`` extra is not installed), so that a start refuses before it
+    writes anything (decision 990)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        found = False
+    if not found:
+        raise ConfigError(
+            "otlp_endpoint is set but the OpenTelemetry SDK is not installed: "
+            "pip install 'warden[otel]'"
+        )
+
+
 def start_exporting(
     endpoint: str,
     *,

@@ -410,3 +410,25 @@ def test_an_oversized_chunked_body_is_413_not_500(
     assert r.status_code == 413, r.text
     assert r.json()["blockedBy"] == "input:body_too_large"
     assert rows(rt) == []
+
+
+@pytest.mark.parametrize("media", ["text/plain", "application/x-www-form-urlencoded", None])
+def test_a_body_not_sent_as_json_is_refused_and_nothing_is_stored(
+    rt: Runtime, agent: Caller, media: str | None
+) -> None:
+    """Decision 993: as the rest of /v1 refuses it, not read as JSON whatever it says."""
+    headers = {"Authorization": f"Bearer {agent.token}"}
+    if media is not None:
+        headers["Content-Type"] = media
+    r = agent.client.post("/v1/action-requests", content=BASIC.read_bytes(), headers=headers)
+    assert r.status_code == 400, r.text
+    body = r.json()
+    shown = f"Content-Type {media}" if media else "no Content-Type"
+    assert body["message"] == (
+        f"the body must be sent as Content-Type: application/json, not {shown}; nothing was stored"
+    )
+    assert body["blockedBy"] == "input:invalid"
+    assert rows(rt) == [] and chain_types(rt) == []
+    charset = [("Content-Type", "Application/JSON; charset=utf-8")]
+    r2 = agent.call("POST", "/v1/action-requests", content=BASIC.read_bytes(), headers=charset)
+    assert r2.status == 200

@@ -1,12 +1,11 @@
 """The action request routes (``/v1``): AI agent action requests and their records.
 
-Same envelope and authentication as the rest of ``/v1`` (seed ``003_…``). Submitting a
-request and reporting its outcome need an ``agent`` (or ``admin``) key; reading needs
-any valid key, and an agent reads only what its principal submitted (another agent's
-records read as absent, 404), while approvers and admins read every record.
+Same envelope and authentication as the rest of ``/v1`` (seed ``003_…``). Writing needs
+an ``agent`` (or ``admin``) key, reading any key; an agent reads only what its principal
+submitted (others' records read as 404), approvers and admins read every record.
 
-- ``POST /v1/action-requests``: submit (body: the record; optional detached signature
-  in ``X-Warden-Signature`` with ``X-Warden-Key-Id``, each sent at most once);
+- ``POST /v1/action-requests``: submit (body: the record, as application/json; optional
+  signature in ``X-Warden-Signature`` with ``X-Warden-Key-Id``, each sent at most once);
 - ``GET /v1/action-requests/{id}``: the request and every record after it;
 - ``POST /v1/action-requests/{id}/outcome``: the audit event;
 - ``GET /v1/kla-records/{record_id}``: one record by id, any kind;
@@ -22,6 +21,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Security
 from fastapi.responses import Response
 from fastapi.security import HTTPBearer
 
+from warden.core.media import json_media_problem
 from warden.identity.api_keys import ApiKeys, Role
 from warden.wire.kla.answers import Answer
 from warden.wire.kla.models import (
@@ -57,16 +57,15 @@ Signature = Annotated[
 Principal = Annotated[str | None, Query(max_length=256)]
 KeyId = Annotated[
     str | None,
-    Header(
-        alias="X-Warden-Key-Id",
-        description="The signing key's kid in Warden's key registry (--kla-keys).",
-    ),
+    Header(alias="X-Warden-Key-Id", description="The signing key's kid in --kla-keys."),
 ]
 
 
 async def _one_signature(request: Request) -> None:
-    """Two ``X-Warden-Signature`` or two ``X-Warden-Key-Id`` headers are refused (``400
-    input:invalid``), before the body is read: which one would be checked is ambiguous."""
+    """Refused (``400 input:invalid``) before the body is read: a body not sent as JSON
+    (decision 993), two ``X-Warden-Signature`` or ``X-Warden-Key-Id`` headers (ambiguous)."""
+    if problem := json_media_problem(request.headers.get("content-type")):
+        raise invalid(f"{problem}; nothing was stored", hint="send it as application/json")
     for name in ("X-Warden-Signature", "X-Warden-Key-Id"):
         if len(request.headers.getlist(name)) > 1:
             raise invalid(
