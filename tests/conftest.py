@@ -96,7 +96,7 @@ def migrated_sqlite(path: Path) -> None:
         assert not Path(f"{template}-wal").exists() or Path(f"{template}-wal").stat().st_size == 0
         _MIGRATED_SQLITE.append(template)
     path.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(_MIGRATED_SQLITE[0], path)
+    shutil.copy2(_MIGRATED_SQLITE[0], path)  # with the mode Warden created it with (0600)
 
 
 #: The two store backends; fixtures parametrized over these run every test on both.

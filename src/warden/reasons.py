@@ -4,7 +4,9 @@
 
 A reason needs a visible character: a Unicode letter, number, punctuation or symbol
 (categories L*, N*, P*, S*). Whitespace, controls (``\\u0000``) and format characters
-(``\\u200b`` zero-width space, ``\\u2060`` word joiner) alone say nothing.
+(``\\u200b`` zero-width space, ``\\u2060`` word joiner) alone say nothing, nor do the
+few letters and symbols that render blank: the Hangul fillers (default-ignorable code
+points of category Lo) and the braille blank.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ NO_REASON = (
 )
 
 
+#: Letters and symbols that render as nothing: the Hangul fillers (Unicode marks them
+#: Default_Ignorable_Code_Point) and U+2800 BRAILLE PATTERN BLANK.
+_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
 def says_something(text: str) -> bool:
     """True if ``text`` has a visible character (module docstring)."""
-    return any(unicodedata.category(c)[0] in "LNPS" for c in text)
+    return any(unicodedata.category(c)[0] in "LNPS" and c not in _BLANK for c in text)

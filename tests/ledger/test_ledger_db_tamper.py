@@ -619,6 +619,14 @@ def test_damaged_rows_are_integrity_failures_not_a_traceback(
     assert "Traceback" not in proc.stderr
 
 
-def test_database_file_is_private(runtime: Runtime) -> None:
-    db = runtime.settings.data_dir / "warden.db"
-    assert db.stat().st_mode & 0o777 == 0o600
+def test_database_file_is_private(tmp_path: Path) -> None:
+    # A start on a data directory with no database (not the fixtures' migrated copy,
+    # conftest.migrated_sqlite): Warden creates the file itself, private.
+    data = tmp_path / "data"
+    key = write_key(data / "ikm.key")
+    rt = Runtime.start(Settings(data_dir=data, policy=DEFAULT_POLICY, key_file=key))
+    try:
+        db = data / "warden.db"
+        assert db.stat().st_mode & 0o777 == 0o600
+    finally:
+        rt.close()

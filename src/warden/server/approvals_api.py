@@ -75,17 +75,25 @@ class ApprovalData(BaseModel):
     )
 
 
-class VoteRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    reason: Annotated[StrictStr, Field(max_length=2000)] = ""
-
-
 def _not_blank(text: str) -> str:
     # The desk's own rule (ApprovalDesk.deny), refused here in this wire's format.
     if not says_something(text):
         raise ValueError(f"a deny must say why; {NO_REASON}")
     return text
+
+
+def _none_or_something(text: str) -> str:
+    # An optional reason may be left out (""), but one given must say something: an
+    # invisible reason would be recorded as if it said why.
+    if text and not says_something(text):
+        raise ValueError(f"a reason, when given, must say something; {NO_REASON}")
+    return text
+
+
+class VoteRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Annotated[StrictStr, Field(max_length=2000), AfterValidator(_none_or_something)] = ""
 
 
 class DenyRequest(BaseModel):
@@ -98,7 +106,7 @@ class RerouteRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     group: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
-    reason: Annotated[StrictStr, Field(max_length=2000)] = ""
+    reason: Annotated[StrictStr, Field(max_length=2000), AfterValidator(_none_or_something)] = ""
 
 
 def _next(task: Task) -> list[str]:

@@ -429,6 +429,19 @@ def test_a_body_not_sent_as_json_is_refused_and_nothing_is_stored(
     )
     assert body["blockedBy"] == "input:invalid"
     assert rows(rt) == [] and chain_types(rt) == []
+    for other in ("utf-16", '"UTF-16LE"', "latin-1", ""):
+        r3 = agent.call(
+            "POST",
+            "/v1/action-requests",
+            content=BASIC.read_bytes(),
+            headers=[("Content-Type", f"application/json; charset={other}")],
+        )
+        assert r3.status == 400
+        assert r3.body["message"] == (
+            f"the body must be UTF-8 JSON, not charset {other.strip(chr(34)).lower() or '(empty)'}"
+            "; nothing was stored"
+        )
+    assert rows(rt) == [] and chain_types(rt) == []
     charset = [("Content-Type", "Application/JSON; charset=utf-8")]
     r2 = agent.call("POST", "/v1/action-requests", content=BASIC.read_bytes(), headers=charset)
     assert r2.status == 200

@@ -426,7 +426,18 @@ def test_a_budget_under_an_adcp_budget_cannot_be_raised(rt: Runtime, client: Tes
     assert rt.desk.list() == []
 
 
-@pytest.mark.parametrize("reason", ["\u200b", "\u0000", " \u200b\u2060\ufeff\u0007 "])
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "\u200b",
+        "\u0000",
+        " \u200b\u2060\ufeff\u0007 ",
+        "\u3164",
+        "\u115f\u1160",
+        "\uffa0",
+        "\u2800",
+    ],
+)
 def test_a_deny_reason_needs_a_visible_character(
     rt: Runtime, client: TestClient, reason: str
 ) -> None:
@@ -446,3 +457,30 @@ def test_a_deny_reason_needs_a_visible_character(
     assert rt.desk.get(tid).state.value == "pending"  # type: ignore[union-attr]
     denied = fay.call("POST", f"/v1/approvals/{tid}/deny", {"reason": "\u200b€"})
     assert denied.data["task"]["state"] == "denied"
+
+
+@pytest.mark.parametrize("reason", ["\u200b", "\u3164", " \u2800 "])
+def test_an_optional_reason_given_must_say_something(
+    rt: Runtime, client: TestClient, reason: str
+) -> None:
+    """Decision 298: approve and reroute may leave the reason out, but a reason given
+    that says nothing is refused (400) and nothing changes; left out, they proceed."""
+    bot = tree(rt, org="5000", team="5000", agent="5000")
+    agent = key(rt, client, "bot-1", Role.AGENT)
+    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    tid = agent.quote(bot, "2000").body["resolution"]["taskId"]
+    for route, body in (
+        ("approve", {"reason": reason}),
+        ("reroute", {"group": "ops", "reason": reason}),
+    ):
+        refused = assert_error(
+            fay.call("POST", f"/v1/approvals/{tid}/{route}", body),
+            "input:invalid",
+            400,
+            resolution="retry",
+        )
+        assert "a reason, when given, must say something" in refused["message"], refused
+        task = rt.desk.get(tid)
+        assert task is not None and task.state.value == "pending" and task.votes == ()
+    approved = fay.call("POST", f"/v1/approvals/{tid}/approve", {})
+    assert approved.data["task"]["state"] == "approved"
