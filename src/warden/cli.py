@@ -137,6 +137,15 @@ def serve(
             "default 4). Ignored for SQLite.",
         ),
     ] = None,
+    database_lock_timeout_ms: Annotated[
+        int | None,
+        typer.Option(
+            envvar="WARDEN_DATABASE_LOCK_TIMEOUT_MS",
+            help="How long a write waits for a lock another connection holds before the "
+            "request fails closed (503 or a signed deny), in ms (default: 10000 on SQLite, "
+            "5000 on PostgreSQL).",
+        ),
+    ] = None,
     max_body_bytes: Annotated[
         int | None,
         typer.Option(
@@ -282,6 +291,7 @@ def serve(
             skew_window_ms=skew_window_ms,
             sqlite_sync=sqlite_sync.upper() if sqlite_sync is not None else None,
             database_pool_size=database_pool_size,
+            database_lock_timeout_ms=database_lock_timeout_ms,
             max_body_bytes=max_body_bytes,
             provenance_cache_bytes=provenance_cache_bytes,
             policy_requires_provenance=policy_requires_provenance,

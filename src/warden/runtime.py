@@ -160,6 +160,7 @@ class Runtime:
             settings.resolved_database_url(),
             sqlite_sync=settings.sqlite_sync,
             pool_size=settings.database_pool_size,
+            lock_timeout_ms=settings.database_lock_timeout_ms,
         )
         try:
             bind_key_fingerprint(store, ikm_fingerprint(ikm))

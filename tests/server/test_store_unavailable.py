@@ -43,6 +43,8 @@ from warden.store.schema import metadata
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 MCP_HEADERS = {"accept": "application/json, text/event-stream"}
+#: The lock wait the held-lock test configures (database_lock_timeout_ms).
+LOCK_WAIT_MS = 1000
 
 
 @dataclass
@@ -261,7 +263,9 @@ def test_a_held_write_lock_is_one_warning_per_request_and_fails_closed(
     database_url: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    rt = make_backend_runtime()
+    # A short lock wait (database_lock_timeout_ms) so the three refusals below take
+    # seconds, not the 10 s (SQLite) / 5 s (PostgreSQL) default each.
+    rt = make_backend_runtime(database_lock_timeout_ms=LOCK_WAIT_MS)
     acs = service_client(rt)
     acs.hello()
     assert acs.call("steps/sessionStart", {})["result"]["decision"] == "allow"
@@ -272,8 +276,12 @@ def test_a_held_write_lock_is_one_warning_per_request_and_fails_closed(
         with hold_write_lock(database_url, every_table=True):
             caplog.clear()
             with caplog.at_level(logging.INFO):
+                started = time.monotonic()
                 r = client.put("/v1/budgets/x", json=body, headers=auth)
+                waited = time.monotonic() - started
             assert r.status_code == 503, r.text
+            # It waited for the lock (the setting reached the connection), not failed at once.
+            assert waited >= LOCK_WAIT_MS / 1000 * 0.9, waited
             assert r.json()["blockedBy"] == "store:unavailable"
             _assert_one_quiet_warning(caplog, "StoreUnavailable")
 

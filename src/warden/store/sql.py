@@ -124,7 +124,13 @@ def _private_sqlite_file(database: str) -> None:
     os.chmod(path, 0o600)
 
 
-def _sqlite_engine(parsed: URL, sync: str) -> Engine:
+#: How long a write waits, by default, for a lock another connection holds before the
+#: request fails closed (a 503 or a signed deny): SQLite's ``busy_timeout`` and
+#: PostgreSQL's ``lock_timeout``, in milliseconds (``database_lock_timeout_ms`` overrides).
+DEFAULT_LOCK_TIMEOUT_MS = {"sqlite": 10_000, "postgresql": 5_000}
+
+
+def _sqlite_engine(parsed: URL, sync: str, lock_timeout_ms: int | None = None) -> Engine:
     if (
         parsed.database
         and parsed.database != ":memory:"
@@ -140,7 +146,8 @@ def _sqlite_engine(parsed: URL, sync: str) -> Engine:
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA synchronous={sync}")
-        cur.execute("PRAGMA busy_timeout=10000")
+        busy_ms = lock_timeout_ms or DEFAULT_LOCK_TIMEOUT_MS["sqlite"]
+        cur.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
         cur.close()
 
     @event.listens_for(engine, "begin")
@@ -162,8 +169,12 @@ _PG_DRIVERS = ("postgresql", "postgres", "postgresql+psycopg")
 #: ``options`` sets them: a replica that freezes mid-transaction (a paused VM, a
 #: partition) loses its locks after ``idle_in_transaction_session_timeout`` instead of
 #: stalling every other replica, and a request waits at most ``lock_timeout`` for a row
-#: (then it is a signed deny). TCP keepalives find a dead peer within about 30 s.
-PG_SESSION_SETTINGS = {"lock_timeout": "5s", "idle_in_transaction_session_timeout": "15s"}
+#: (then it is a signed deny; ``database_lock_timeout_ms`` sets it). TCP keepalives find a
+#: dead peer within about 30 s.
+PG_SESSION_SETTINGS = {
+    "lock_timeout": f"{DEFAULT_LOCK_TIMEOUT_MS['postgresql']}ms",
+    "idle_in_transaction_session_timeout": "15s",
+}
 _PG_KEEPALIVES = {
     "keepalives": 1,
     "keepalives_idle": 10,
@@ -172,7 +183,7 @@ _PG_KEEPALIVES = {
 }
 
 
-def _postgres_engine(parsed: URL) -> Engine:
+def _postgres_engine(parsed: URL, lock_timeout_ms: int | None = None) -> Engine:
     """A psycopg 3 engine. The store's own connection runs in autocommit so that its
     explicit ``BEGIN``/``COMMIT`` are the only transactions (a read never leaves one open)."""
     if parsed.drivername != "postgresql+psycopg":
@@ -180,7 +191,10 @@ def _postgres_engine(parsed: URL) -> Engine:
     options = parsed.query.get("options", "")
     if not isinstance(options, str):
         raise ConfigError("the database URL gives options= more than once")
-    extra = [f"-c {k}={v}" for k, v in PG_SESSION_SETTINGS.items() if k not in options]
+    session = dict(PG_SESSION_SETTINGS)
+    if lock_timeout_ms is not None:
+        session["lock_timeout"] = f"{int(lock_timeout_ms)}ms"
+    extra = [f"-c {k}={v}" for k, v in session.items() if k not in options]
     parsed = parsed.update_query_dict({"options": " ".join([options, *extra]).strip()})
     keepalives = {k: v for k, v in _PG_KEEPALIVES.items() if k not in parsed.query}
     return create_engine(parsed, pool_pre_ping=True, connect_args=keepalives)
@@ -1784,14 +1798,16 @@ class SqlReadTx:
     tasks: Any
 
 
-def _engine_for(parsed: URL, sync: str) -> Engine:
-    """The engine for a parsed URL; ConfigError for an unsupported scheme."""
+def _engine_for(parsed: URL, sync: str, lock_timeout_ms: int | None = None) -> Engine:
+    """The engine for a parsed URL; ConfigError for an unsupported scheme.
+    ``lock_timeout_ms``: how long a write waits for another connection's lock (None: the
+    backend's :data:`DEFAULT_LOCK_TIMEOUT_MS`)."""
     shown = parsed.render_as_string(hide_password=True)
     if parsed.drivername in _PG_DRIVERS:
-        return _postgres_engine(parsed)
+        return _postgres_engine(parsed, lock_timeout_ms)
     if parsed.drivername == "sqlite":
         try:
-            return _sqlite_engine(parsed, sync)
+            return _sqlite_engine(parsed, sync, lock_timeout_ms)
         except OSError as exc:
             raise ConfigError(f"cannot create the database {shown}: {exc.strerror or exc}") from exc
     raise ConfigError(
@@ -1813,12 +1829,19 @@ def current_revision(url: str) -> str | None:
 
 
 def open_store(
-    url: str, *, sqlite_sync: str = "FULL", migrate: bool = True, pool_size: int = 4
+    url: str,
+    *,
+    sqlite_sync: str = "FULL",
+    migrate: bool = True,
+    pool_size: int = 4,
+    lock_timeout_ms: int | None = None,
 ) -> SqlStore:
     """Open (and by default migrate) the store at ``url``.
 
     ``sqlite:///path/to/warden.db`` is the embedded default. Raises
-    ``pool_size``: PostgreSQL connections kept for reads (``SqlStore.reading``). Raises
+    ``pool_size``: PostgreSQL connections kept for reads (``SqlStore.reading``).
+    ``lock_timeout_ms``: how long a write waits for a lock another connection holds before
+    it raises StoreUnavailable (None: 10 s on SQLite, 5 s on PostgreSQL). Raises
     :class:`ConfigError` for an unsupported URL or sync mode, or (``migrate=False``)
     a database whose schema is not this Warden's; :class:`StoreUnavailable` for a
     database that cannot be opened or migrated (damaged, not a database).
@@ -1828,7 +1851,7 @@ def open_store(
         raise ConfigError(f"sqlite sync mode must be one of {SYNC_MODES}, got {sqlite_sync!r}")
     parsed = parse_database_url(url)
     shown = parsed.render_as_string(hide_password=True)
-    engine = _engine_for(parsed, sync)
+    engine = _engine_for(parsed, sync, lock_timeout_ms)
     try:
         if migrate:
             upgrade(engine)
