@@ -48,8 +48,8 @@ from pydantic import (
     model_validator,
 )
 
+from warden import strict_yaml
 from warden.errors import ConfigError, WardenError
-from warden.strict_yaml import UniqueKeyLoader as _UniqueKeyLoader
 
 SIGNATURE_HEADER = "X-ADCP-Signature"
 TIMESTAMP_HEADER = "X-ADCP-Timestamp"
@@ -614,7 +614,7 @@ def parse_webhooks(
     in messages.
     """
     try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+        doc = strict_yaml.load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {exc}") from None
     if not isinstance(doc, dict):

@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from warden import strict_yaml
 from warden.core.hooks import (
     MCP_METHOD_PREFIX,
     STEP_METHODS,
@@ -54,7 +55,6 @@ from warden.policy.conditions import (
 from warden.provenance.config import ProvenanceSpec
 from warden.spend.budgets import ADCP_BUDGET_PREFIX, adcp_budget_problem, budget_id_problem
 from warden.spend.money import MoneyError, parse_amount, parse_currency
-from warden.strict_yaml import UniqueKeyLoader as _UniqueKeyLoader
 
 #: Hold time of a reservation when a charge does not say (s), and the longest allowed.
 DEFAULT_HOLD_SECONDS = 900
@@ -676,7 +676,7 @@ def parse_bundle(text: str, *, source: str = "<bundle>") -> Bundle:
     Raises :class:`ConfigError` listing every problem (``file: rule <id>: reason``).
     """
     try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+        doc = strict_yaml.load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(_problem(source, "YAML", str(exc)), reason="bundle_invalid") from exc
     if not isinstance(doc, dict):

@@ -24,10 +24,10 @@ from pydantic import (
     model_validator,
 )
 
+from warden import strict_yaml
 from warden.core.hooks import WARDEN_METHODS
 from warden.core.types import Effect
 from warden.errors import AcsErrorCode, ConfigError
-from warden.strict_yaml import UniqueKeyLoader
 
 FORMAT_VERSION = 1
 #: Hooks the ``tool:`` shorthand builds a request for.
@@ -255,7 +255,7 @@ def parse_tests(text: str, *, source: str = "<tests>") -> TestFile:
     """Parse a test file. Raises :class:`ConfigError` listing every problem
     (``file: case 'name': field: reason``)."""
     try:
-        doc = yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader subclass
+        doc = strict_yaml.load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: YAML: {exc}", reason="tests_invalid") from exc
     if not isinstance(doc, dict):

@@ -36,13 +36,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
+from warden import strict_yaml
 from warden.errors import ConfigError, WardenError
 from warden.spend.binding import principals_problems
 from warden.spend.budgets import Budget, BudgetError, BudgetKind, Period, budget_id_problem
 from warden.spend.engine import SpendEngine
 from warden.spend.money import parse_amount, parse_currency
 from warden.spend.ownership import ADCP_BUDGET_PREFIX
-from warden.strict_yaml import UniqueKeyLoader as _UniqueKeyLoader
 
 _LEVEL = {BudgetKind.ORG: 0, BudgetKind.TEAM: 1, BudgetKind.AGENT: 2}
 
@@ -69,7 +69,7 @@ def parse_budgets(text: str, *, source: str = "<budgets>") -> list[Budget]:
     Parents not in the file are checked by :func:`apply_budgets`.
     """
     try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+        doc = strict_yaml.load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
     if not isinstance(doc, list) or not doc:
