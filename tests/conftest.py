@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 from jsonschema import Draft202012Validator, FormatChecker
 from referencing import Registry, Resource
 from sqlalchemy import create_engine, text
@@ -31,6 +32,7 @@ from warden.crypto.hmac_keys import SessionKeys, derive_agent_ikm
 from warden.errors import ConfigError, StoreUnavailable
 from warden.identity.agents import AgentCredential, AgentExists, AgentRegistry
 from warden.runtime import Runtime
+from warden.server.app import create_app
 from warden.settings import Settings
 from warden.wire.acs.client import AcsClient
 
@@ -172,7 +174,16 @@ def make_backend_runtime(tmp_path: Path, database_url: str) -> Iterator[Callable
 
 @pytest.fixture
 def runtime(make_runtime: Callable[..., Runtime]) -> Runtime:
+    """A runtime from ``make_runtime``: on SQLite, or on both backends in a module that
+    overrides ``make_runtime`` with ``make_backend_runtime``."""
     return make_runtime()
+
+
+@pytest.fixture
+def app_client(runtime: Runtime) -> Iterator[TestClient]:
+    """The REST app over ``runtime`` in process (its lifespan started and stopped)."""
+    with TestClient(create_app(runtime)) as client:
+        yield client
 
 
 def run_sql(rt: Runtime, statement: str) -> None:

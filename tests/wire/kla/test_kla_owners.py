@@ -8,7 +8,7 @@ appended to the first one's chain and exported in one bundle with them."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +32,6 @@ DONE = {
     "outcome": {"status": "succeeded"},
 }
 runner = CliRunner()
-
-
-@pytest.fixture
-def rt(make_runtime: Callable[..., Runtime]) -> Runtime:
-    return make_runtime()
-
-
-@pytest.fixture
-def client(rt: Runtime) -> Iterator[TestClient]:
-    with TestClient(create_app(rt)) as c:
-        yield c
 
 
 def _head(rt: Runtime, sid: str) -> str | None:
@@ -94,12 +83,12 @@ def _two_owners(rt: Runtime, client: TestClient) -> tuple[Caller, Caller, Caller
 
 
 def test_a_reused_execution_id_is_a_separate_execution(
-    rt: Runtime, client: TestClient, tmp_path: Path
+    runtime: Runtime, app_client: TestClient, tmp_path: Path
 ) -> None:
-    a, b, _, head_a = _two_owners(rt, client)
+    a, b, _, head_a = _two_owners(runtime, app_client)
     # bot-1's chain did not move; bot-2's records are on bot-2's own chain.
-    assert _head(rt, execution_session_id(EXECUTION)) == head_a
-    head_b = _head(rt, owned_session_id("bot-2", EXECUTION))
+    assert _head(runtime, execution_session_id(EXECUTION)) == head_a
+    head_b = _head(runtime, owned_session_id("bot-2", EXECUTION))
     assert head_b is not None and head_b != head_a
     mine = a.call("GET", f"/v1/executions/{EXECUTION}/evidence")
     assert mine.status == 200, mine.body
@@ -123,15 +112,15 @@ def test_a_reused_execution_id_is_a_separate_execution(
     for name, data in (("a", mine.data), ("b", theirs.data)):
         assert verify_bundle(write_evidence(data, tmp_path / name), trusted_keys=trusted).ok
     # warden verify: both chains and every row agree.
-    out = runner.invoke(cli_app, ["verify", "--data-dir", str(rt.settings.data_dir), "--json"])
+    out = runner.invoke(cli_app, ["verify", "--data-dir", str(runtime.settings.data_dir), "--json"])
     assert out.exit_code == 0, out.output
 
 
 def test_approvers_and_the_cli_name_whose_execution(
-    rt: Runtime, client: TestClient, tmp_path: Path
+    runtime: Runtime, app_client: TestClient, tmp_path: Path
 ) -> None:
-    _, _, fay, head_a = _two_owners(rt, client)
-    admin = key(rt, client, "root", Role.ADMIN)
+    _, _, fay, head_a = _two_owners(runtime, app_client)
+    admin = key(runtime, app_client, "root", Role.ADMIN)
     for caller in (fay, admin):
         refused = assert_error(
             caller.call("GET", f"/v1/executions/{EXECUTION}/evidence"),
@@ -146,16 +135,16 @@ def test_approvers_and_the_cli_name_whose_execution(
         named = caller.call("GET", f"/v1/executions/{EXECUTION}/evidence?principal=bot-2")
         assert named.status == 200 and _rids(named.data) == {RID_B}, named.body
     # The offline export: exit 2 naming the option, nothing written.
-    out = _export(rt, tmp_path / "both")
+    out = _export(runtime, tmp_path / "both")
     assert out.exit_code == 2 and "--principal" in out.stderr, out.output
     assert out.stdout == "" and not (tmp_path / "both").exists()
     for principal, rid, count in (("bot-1", RID_A, 2), ("bot-2", RID_B, 4)):
-        out = _export(rt, tmp_path / principal, "--principal", principal)
+        out = _export(runtime, tmp_path / principal, "--principal", principal)
         assert out.exit_code == 0, out.output
         assert json.loads(out.stdout)["records"] == count
         lines = (tmp_path / principal / "records.jsonl").read_text().splitlines()
         assert _rids({"records": [json.loads(line) for line in lines]}) == {rid}
-    out = _export(rt, tmp_path / "nobody", "--principal", "nobody")
+    out = _export(runtime, tmp_path / "nobody", "--principal", "nobody")
     assert out.exit_code == 1
 
 
@@ -168,14 +157,14 @@ def _same_answer(got: Reply, missing: Reply) -> None:
 
 
 def test_another_principals_execution_reads_exactly_as_missing(
-    rt: Runtime, client: TestClient
+    runtime: Runtime, app_client: TestClient
 ) -> None:
-    b = key(rt, client, "bot-2", Role.AGENT)
+    b = key(runtime, app_client, "bot-2", Role.AGENT)
     path = f"/v1/executions/{EXECUTION}/evidence"
     missing = b.call("GET", path)
     assert missing.status == 404
     missing_named = b.call("GET", path + "?principal=bot-1")
-    _two_owners_a = key(rt, client, "bot-1", Role.AGENT)
+    _two_owners_a = key(runtime, app_client, "bot-1", Role.AGENT)
     assert _two_owners_a.submit(CREDIT).status == 200
     _same_answer(b.call("GET", path), missing)
     _same_answer(b.call("GET", path + "?principal=bot-1"), missing_named)
@@ -188,25 +177,25 @@ def test_another_principals_execution_reads_exactly_as_missing(
 
 
 def test_verify_catches_an_edited_record_on_an_owned_chain(
-    rt: Runtime, client: TestClient, tmp_path: Path
+    runtime: Runtime, app_client: TestClient, tmp_path: Path
 ) -> None:
-    _two_owners(rt, client)
-    with rt.store.engine.begin() as conn:
+    _two_owners(runtime, app_client)
+    with runtime.store.engine.begin() as conn:
         conn.exec_driver_sql(
             "UPDATE kla_records SET record = replace(record, '13000.00', '1.00') "
             f"WHERE record_id = '{RID_B}'"
         )
-    out = runner.invoke(cli_app, ["verify", "--data-dir", str(rt.settings.data_dir), "--json"])
+    out = runner.invoke(cli_app, ["verify", "--data-dir", str(runtime.settings.data_dir), "--json"])
     assert out.exit_code == 1, out.output
     failure = json.loads(out.stdout)["failure"]
     assert failure["reason"] == "state_mismatch"
     assert failure["message"].startswith(f"kla_records row {RID_B}: digest of record is ")
     # Tampering is named before the ambiguity: the export without --principal says so.
-    out = _export(rt, tmp_path / "ev")
+    out = _export(runtime, tmp_path / "ev")
     assert out.exit_code == 1 and RID_B in out.stderr, out.output
-    out = _export(rt, tmp_path / "ev", "--principal", "bot-2")
+    out = _export(runtime, tmp_path / "ev", "--principal", "bot-2")
     assert out.exit_code == 1 and RID_B in out.stderr, out.output
-    out = _export(rt, tmp_path / "ev", "--principal", "bot-1")
+    out = _export(runtime, tmp_path / "ev", "--principal", "bot-1")
     assert out.exit_code == 0, out.output
 
 
@@ -238,15 +227,15 @@ def test_each_principal_keeps_to_its_chain_on_both_backends(
 
 
 def test_a_plain_chain_with_two_principals_exports_each_ones_own(
-    rt: Runtime, client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    runtime: Runtime, app_client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An execution chained before decision 930 (or two first requests racing on
     PostgreSQL) holds both principals' records on the plain chain: each one's later
     records stay there, and each export and `warden verify` take only its own entries."""
     from warden.kla import evidence
 
-    a = key(rt, client, "bot-1", Role.AGENT)
-    b = key(rt, client, "bot-2", Role.AGENT)
+    a = key(runtime, app_client, "bot-1", Role.AGENT)
+    b = key(runtime, app_client, "bot-2", Role.AGENT)
     assert a.submit(CREDIT).status == 200
     other = load(CREDIT)
     other["action_request_id"] = RID_B
@@ -259,14 +248,14 @@ def test_a_plain_chain_with_two_principals_exports_each_ones_own(
         assert b.submit(other).status == 200
     other["action_request_id"] = "req_bot2_0002"
     assert b.submit(other).status == 200
-    assert _head(rt, owned_session_id("bot-2", EXECUTION)) is None  # still the plain chain
+    assert _head(runtime, owned_session_id("bot-2", EXECUTION)) is None  # still the plain chain
     path = f"/v1/executions/{EXECUTION}/evidence"
     mine, theirs = a.call("GET", path), b.call("GET", path)
     assert mine.status == 200 and _rids(mine.data) == {RID_A}, mine.body
     assert theirs.status == 200 and _rids(theirs.data) == {RID_B, "req_bot2_0002"}
-    plain = _head(rt, execution_session_id(EXECUTION))
+    plain = _head(runtime, execution_session_id(EXECUTION))
     assert mine.data["manifest"]["chain_head"] == theirs.data["manifest"]["chain_head"] == plain
-    out = runner.invoke(cli_app, ["verify", "--data-dir", str(rt.settings.data_dir), "--json"])
+    out = runner.invoke(cli_app, ["verify", "--data-dir", str(runtime.settings.data_dir), "--json"])
     assert out.exit_code == 0, out.output
-    out = _export(rt, tmp_path / "a", "--principal", "bot-1")
+    out = _export(runtime, tmp_path / "a", "--principal", "bot-1")
     assert out.exit_code == 0 and json.loads(out.stdout)["records"] == 2, out.output

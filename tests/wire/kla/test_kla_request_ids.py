@@ -7,7 +7,7 @@ migration 0015 keys ``kla_records`` per principal."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,7 +18,6 @@ from typer.testing import CliRunner
 from warden.cli import app as cli_app
 from warden.identity.api_keys import Role
 from warden.runtime import Runtime
-from warden.server.app import create_app
 
 RID = "req_action_demo_0002"  # credit-disposition.json's id
 DONE = {
@@ -31,17 +30,6 @@ _VOLATILE = ("policy_decision_id", "decided_at", "task_id")
 @pytest.fixture
 def make_runtime(make_backend_runtime: Callable[..., Runtime]) -> Callable[..., Runtime]:
     return make_backend_runtime
-
-
-@pytest.fixture
-def rt(make_runtime: Callable[..., Runtime]) -> Runtime:
-    return make_runtime()
-
-
-@pytest.fixture
-def client(rt: Runtime) -> Iterator[TestClient]:
-    with TestClient(create_app(rt)) as c:
-        yield c
 
 
 def _same_answer(got: Reply, missing: Reply) -> None:
@@ -62,10 +50,10 @@ def _decision(reply: Reply) -> dict[str, Any]:
     return {k: v for k, v in reply.data["decision"].items() if k not in _VOLATILE}
 
 
-def test_a_used_id_is_fresh_to_another_principal(rt: Runtime, client: TestClient) -> None:
-    a = key(rt, client, "bot-1", Role.AGENT)
-    b = key(rt, client, "bot-2", Role.AGENT)
-    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+def test_a_used_id_is_fresh_to_another_principal(runtime: Runtime, app_client: TestClient) -> None:
+    a = key(runtime, app_client, "bot-1", Role.AGENT)
+    b = key(runtime, app_client, "bot-2", Role.AGENT)
+    fay = key(runtime, app_client, "fay", Role.APPROVER, "finance")
     before = {
         path: b.call("GET", path)
         for path in (f"/v1/action-requests/{RID}", f"/v1/kla-records/{RID}")
@@ -93,20 +81,20 @@ def test_a_used_id_is_fresh_to_another_principal(rt: Runtime, client: TestClient
     # bot-1's approval is bot-1's: bot-2 cannot use it.
     assert fay.call("POST", f"/v1/approvals/{a_task}/approve", {"reason": "ok"}).status == 200
     assert_error(b.outcome(RID, DONE), "record:not_authorized", 409, resolution="human_approval")
-    assert _state(rt, a_task) == "approved"  # not consumed by bot-2's outcome
+    assert _state(runtime, a_task) == "approved"  # not consumed by bot-2's outcome
     assert a.outcome(RID, DONE).status == 200
-    assert _state(rt, b_task) == "pending"
+    assert _state(runtime, b_task) == "pending"
     assert a.show(RID).data["status"] == "completed"
     assert b.show(RID).data["status"] == "awaiting_approval"
 
 
 def test_approvers_name_whose_request_when_several_used_the_id(
-    rt: Runtime, client: TestClient
+    runtime: Runtime, app_client: TestClient
 ) -> None:
-    a = key(rt, client, "bot-1", Role.AGENT)
-    b = key(rt, client, "bot-2", Role.AGENT)
-    fay = key(rt, client, "fay", Role.APPROVER, "finance")
-    admin = key(rt, client, "root", Role.ADMIN)
+    a = key(runtime, app_client, "bot-1", Role.AGENT)
+    b = key(runtime, app_client, "bot-2", Role.AGENT)
+    fay = key(runtime, app_client, "fay", Role.APPROVER, "finance")
+    admin = key(runtime, app_client, "root", Role.ADMIN)
     ra = a.submit(CREDIT)
     # One principal's: read as before, without naming it.
     assert fay.show(RID).status == 200
@@ -132,7 +120,7 @@ def test_approvers_name_whose_request_when_several_used_the_id(
     # Two rows share the record_id; `warden verify` matches each to its own entry.
     out = CliRunner().invoke(
         cli_app,
-        ["verify", "--data-dir", str(rt.settings.data_dir), "--json"]
-        + ["--database-url", rt.settings.database_url],
+        ["verify", "--data-dir", str(runtime.settings.data_dir), "--json"]
+        + ["--database-url", runtime.settings.database_url],
     )
     assert out.exit_code == 0, out.output

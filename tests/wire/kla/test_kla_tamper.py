@@ -6,7 +6,6 @@ was edited with it. Each check here passed the edited record before."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from typer.testing import CliRunner
 from warden.cli import app as cli_app
 from warden.identity.api_keys import Role
 from warden.runtime import Runtime
-from warden.server.app import create_app
 
 EXECUTION = "exec_credit_review_demo_0001"
 RID = "req_action_demo_0002"
@@ -27,21 +25,10 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def rt(make_runtime: Callable[..., Runtime]) -> Runtime:
-    return make_runtime()
-
-
-@pytest.fixture
-def client(rt: Runtime) -> Iterator[TestClient]:
-    with TestClient(create_app(rt)) as c:
-        yield c
-
-
-@pytest.fixture
-def submitted(rt: Runtime, client: TestClient) -> tuple[Caller, str]:
+def submitted(runtime: Runtime, app_client: TestClient) -> tuple[Caller, str]:
     """The credit disposition submitted by an agent: require_approval. Returns the agent
     and the policy decision's id."""
-    agent = key(rt, client, "bot-1", Role.AGENT)
+    agent = key(runtime, app_client, "bot-1", Role.AGENT)
     r = agent.submit(CREDIT)
     assert r.status == 200 and r.data["decision"]["decision"] == "require_approval", r.body
     return agent, str(r.data["decision"]["policy_decision_id"])
@@ -81,12 +68,12 @@ def _outcome_is_refused(agent: Caller) -> None:
 
 
 def test_the_untouched_records_verify_and_export(
-    rt: Runtime, submitted: tuple[Caller, str], tmp_path: Path
+    runtime: Runtime, submitted: tuple[Caller, str], tmp_path: Path
 ) -> None:
-    code, doc = verify_json(rt)
+    code, doc = verify_json(runtime)
     assert code == 0 and doc["ok"], doc
     assert doc["log"]["state_rows"]["kla_records"] == 2
-    out = _export(rt, tmp_path / "ev")
+    out = _export(runtime, tmp_path / "ev")
     assert out.exit_code == 0, out.output
     agent, pd = submitted
     assert agent.call("GET", f"/v1/kla-records/{pd}").status == 200
@@ -94,19 +81,19 @@ def test_the_untouched_records_verify_and_export(
 
 @pytest.mark.parametrize("digest_too", [False, True], ids=["record", "record_and_digest"])
 def test_an_edited_decision_is_caught_everywhere(
-    rt: Runtime, submitted: tuple[Caller, str], tmp_path: Path, digest_too: bool
+    runtime: Runtime, submitted: tuple[Caller, str], tmp_path: Path, digest_too: bool
 ) -> None:
     agent, pd = submitted
-    _allow_instead(rt, digest_too=digest_too)
+    _allow_instead(runtime, digest_too=digest_too)
     # warden verify names the row (it said OK before)
-    code, doc = verify_json(rt)
+    code, doc = verify_json(runtime)
     assert code == 1 and not doc["ok"], doc
     failure = doc["failure"]
     assert failure["reason"] == "state_mismatch"
     assert failure["message"].startswith(f"kla_records row {pd}: digest of record is ")
     assert [r["row"] for r in failure["rows"]] == [pd]
     # the offline export refuses (it signed a manifest before) and writes nothing
-    out = _export(rt, tmp_path / "ev")
+    out = _export(runtime, tmp_path / "ev")
     assert out.exit_code == 1, out.output
     assert out.stdout == ""
     assert pd in out.stderr and "warden verify" in out.stderr
@@ -129,27 +116,29 @@ def test_an_edited_decision_is_caught_everywhere(
     [("status", "held_for_review"), ("principal", "someone-else"), ("kind", "audit_event")],
 )
 def test_an_edited_column_is_caught_by_verify_and_the_export(
-    rt: Runtime, submitted: tuple[Caller, str], tmp_path: Path, column: str, value: str
+    runtime: Runtime, submitted: tuple[Caller, str], tmp_path: Path, column: str, value: str
 ) -> None:
     _, pd = submitted
-    run_sql(rt, f"UPDATE kla_records SET {column} = '{value}' WHERE record_id = '{pd}'")
-    code, doc = verify_json(rt)
+    run_sql(runtime, f"UPDATE kla_records SET {column} = '{value}' WHERE record_id = '{pd}'")
+    code, doc = verify_json(runtime)
     assert code == 1 and doc["failure"]["reason"] == "state_mismatch", doc
     assert doc["failure"]["message"].startswith(f"kla_records row {pd}: {column} is ")
-    out = _export(rt, tmp_path / "ev")
+    out = _export(runtime, tmp_path / "ev")
     assert out.exit_code == 1 and not (tmp_path / "ev").exists(), out.output
 
 
-def test_a_deleted_record_is_caught_by_verify(rt: Runtime, submitted: tuple[Caller, str]) -> None:
+def test_a_deleted_record_is_caught_by_verify(
+    runtime: Runtime, submitted: tuple[Caller, str]
+) -> None:
     _, pd = submitted
-    run_sql(rt, f"DELETE FROM kla_records WHERE record_id = '{pd}'")
-    code, doc = verify_json(rt)
+    run_sql(runtime, f"DELETE FROM kla_records WHERE record_id = '{pd}'")
+    code, doc = verify_json(runtime)
     assert code == 1 and doc["failure"]["reason"] == "state_mismatch", doc
     assert doc["failure"]["message"].startswith(f"kla_records row {pd}: is gone")
 
 
 def test_a_decision_filed_under_another_request_is_caught_everywhere(
-    rt: Runtime, submitted: tuple[Caller, str], tmp_path: Path
+    runtime: Runtime, submitted: tuple[Caller, str], tmp_path: Path
 ) -> None:
     """The second fresh-user review's bypass: the records and digests untouched, only the
     ``action_request_id`` column swapped, so the credit disposition's lookup found the
@@ -159,14 +148,18 @@ def test_a_decision_filed_under_another_request_is_caught_everywhere(
     assert r.status == 200 and r.data["decision"]["decision"] == "allow", r.body
     allow = str(r.data["decision"]["policy_decision_id"])
     other = str(json.loads(BASIC.read_text())["action_request_id"])
-    run_sql(rt, f"UPDATE kla_records SET action_request_id = 'req_gone' WHERE record_id = '{pd}'")
-    run_sql(rt, f"UPDATE kla_records SET action_request_id = '{RID}' WHERE record_id = '{allow}'")
+    run_sql(
+        runtime, f"UPDATE kla_records SET action_request_id = 'req_gone' WHERE record_id = '{pd}'"
+    )
+    run_sql(
+        runtime, f"UPDATE kla_records SET action_request_id = '{RID}' WHERE record_id = '{allow}'"
+    )
     assert other != RID
-    code, doc = verify_json(rt)
+    code, doc = verify_json(runtime)
     assert code == 1 and doc["failure"]["reason"] == "state_mismatch", doc
     assert {r["row"] for r in doc["failure"]["rows"]} == {pd, allow}
     assert "action_request_id is " in doc["failure"]["message"]
-    out = _export(rt, tmp_path / "ev")
+    out = _export(runtime, tmp_path / "ev")
     assert out.exit_code == 1 and not (tmp_path / "ev").exists(), out.output
     r = agent.call("GET", f"/v1/action-requests/{RID}")
     assert r.status == 500 and r.body["blockedBy"] == "evidence:integrity_failed", r.body

@@ -7,7 +7,6 @@ the approval (one step only). Every answer's envelope is checked (kla_wire_helpe
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,7 +28,6 @@ from warden.kla.evidence import execution_session_id
 from warden.kla.keys import KeyRegistry
 from warden.kla.verify import verify_signature
 from warden.runtime import Runtime
-from warden.server.app import create_app
 
 RID = "req_action_demo_0002"
 EXECUTION = "exec_credit_review_demo_0001"
@@ -41,24 +39,13 @@ DONE = {
 
 
 @pytest.fixture
-def rt(runtime: Runtime) -> Runtime:
-    return runtime
+def agent(runtime: Runtime, app_client: TestClient) -> Caller:
+    return key(runtime, app_client, "bot-1", Role.AGENT)
 
 
 @pytest.fixture
-def client(rt: Runtime) -> Iterator[TestClient]:
-    with TestClient(create_app(rt)) as c:
-        yield c
-
-
-@pytest.fixture
-def agent(rt: Runtime, client: TestClient) -> Caller:
-    return key(rt, client, "bot-1", Role.AGENT)
-
-
-@pytest.fixture
-def fay(rt: Runtime, client: TestClient) -> Caller:
-    return key(rt, client, "fay", Role.APPROVER, "finance")
+def fay(runtime: Runtime, app_client: TestClient) -> Caller:
+    return key(runtime, app_client, "fay", Role.APPROVER, "finance")
 
 
 def submit_credit(agent: Caller) -> str:
@@ -78,7 +65,7 @@ def chain_types(rt: Runtime) -> list[str]:
 
 
 def test_a_checker_approves_then_the_outcome_is_recorded_once(
-    rt: Runtime, agent: Caller, fay: Caller
+    runtime: Runtime, agent: Caller, fay: Caller
 ) -> None:
     tid = submit_credit(agent)
     # No tool effect before approval: the outcome is refused, pointing at the task.
@@ -104,7 +91,7 @@ def test_a_checker_approves_then_the_outcome_is_recorded_once(
         {k["kid"]: _key(k) for k in keys["keys"]}
     ).get_key(event["kid"])  # fmt: skip
     assert verify_signature(public, event["digest"], event["signature"])
-    assert chain_types(rt) == [
+    assert chain_types(runtime) == [
         "warden/kla.action_request",
         "warden/kla.policy_decision",
         "warden/kla.approval_event",
@@ -120,9 +107,9 @@ def test_a_checker_approves_then_the_outcome_is_recorded_once(
     }
     assert audit["tool_call"] == TOOL and audit["outcome"] == DONE["outcome"]
     assert audit["policy_decision"]["decision"] == "require_approval"
-    assert chain_types(rt)[-1] == "warden/kla.audit_event"
+    assert chain_types(runtime)[-1] == "warden/kla.audit_event"
     # The approval was consumed by this step.
-    task = rt.desk.get(tid)
+    task = runtime.desk.get(tid)
     assert task is not None and task.state is ApprovalState.CONSUMED
     assert agent.show(RID).data["status"] == "completed"
     # The same report again replays; a different one conflicts.
@@ -141,12 +128,12 @@ def _key(jwk: dict[str, str]) -> Any:
 
 @pytest.mark.parametrize("role", [Role.AGENT, Role.ADMIN])
 def test_the_maker_cannot_approve_even_with_an_approver_or_admin_key(
-    rt: Runtime, client: TestClient, role: Role
+    runtime: Runtime, app_client: TestClient, role: Role
 ) -> None:
-    maker = key(rt, client, "carol", role, "finance")
+    maker = key(runtime, app_client, "carol", role, "finance")
     tid = submit_credit(maker)
     # carol's approver key: same principal, still the maker.
-    carol_approver = key(rt, client, "carol", Role.APPROVER, "finance")
+    carol_approver = key(runtime, app_client, "carol", Role.APPROVER, "finance")
     for who in (carol_approver, maker) if role is Role.ADMIN else (carol_approver,):
         r = who.call("POST", f"/v1/approvals/{tid}/approve", {"reason": "mine"})
         assert_error(r, "approval:not_permitted", 403)
@@ -158,7 +145,7 @@ def test_the_maker_cannot_approve_even_with_an_approver_or_admin_key(
 
 
 def test_a_deny_is_recorded_and_no_tool_call_may_follow(
-    rt: Runtime, agent: Caller, fay: Caller
+    runtime: Runtime, agent: Caller, fay: Caller
 ) -> None:
     tid = submit_credit(agent)
     denied = fay.call("POST", f"/v1/approvals/{tid}/deny", {"reason": "over the limit"})
@@ -175,12 +162,12 @@ def test_a_deny_is_recorded_and_no_tool_call_may_follow(
 
 
 def test_a_re_route_is_an_approval_event_and_the_new_group_decides(
-    rt: Runtime, client: TestClient, agent: Caller, fay: Caller
+    runtime: Runtime, app_client: TestClient, agent: Caller, fay: Caller
 ) -> None:
     tid = submit_credit(agent)
     r = fay.call("POST", f"/v1/approvals/{tid}/reroute", {"group": "risk", "reason": "risk first"})
     assert r.status == 200
-    rick = key(rt, client, "rick", Role.APPROVER, "risk")
+    rick = key(runtime, app_client, "rick", Role.APPROVER, "risk")
     assert rick.call("POST", f"/v1/approvals/{tid}/approve", {}).status == 200
     events = [e["record"] for e in agent.show(RID).data["approval_events"]]
     assert [(e["outcome"], e["checker"]["principal"]) for e in events] == [
@@ -192,7 +179,7 @@ def test_a_re_route_is_an_approval_event_and_the_new_group_decides(
     assert agent.outcome(RID, DONE).status == 200
 
 
-def test_a_blocked_request_takes_no_tool_call(rt: Runtime, agent: Caller) -> None:
+def test_a_blocked_request_takes_no_tool_call(runtime: Runtime, agent: Caller) -> None:
     record = load(BASIC) | {"action": "delete_case", "environment": "production"}
     assert agent.submit(record).data["decision"]["decision"] == "block"
     rid = record["action_request_id"]
@@ -221,13 +208,15 @@ def test_an_allowed_request_records_its_outcome(agent: Caller) -> None:
     assert_error(agent.outcome("req_nope", DONE), "record:not_found", 404, resolution="retry")
 
 
-def test_an_expired_approval_authorizes_nothing(rt: Runtime, agent: Caller, fay: Caller) -> None:
+def test_an_expired_approval_authorizes_nothing(
+    runtime: Runtime, agent: Caller, fay: Caller
+) -> None:
     from datetime import UTC, datetime, timedelta
 
     tid = submit_credit(agent)
     assert fay.call("POST", f"/v1/approvals/{tid}/approve", {"reason": "ok"}).status == 200
     later = datetime.now(UTC) + timedelta(days=3)
-    rt.desk.clock = lambda: later  # the grant lapses (it lives as long as the ask was open)
+    runtime.desk.clock = lambda: later  # the grant lapses (it lives as long as the ask was open)
     refused = assert_error(agent.outcome(RID, DONE), "record:not_authorized", 409)
     assert "cannot be used" in refused["message"]
     assert agent.outcome(RID, {"outcome": {"status": "expired"}}).status == 200
@@ -235,14 +224,14 @@ def test_an_expired_approval_authorizes_nothing(rt: Runtime, agent: Caller, fay:
 
 @pytest.mark.parametrize("status", ["denied", "expired", "blocked", "failed"])
 def test_an_outcome_cannot_contradict_a_pending_approval(
-    rt: Runtime, agent: Caller, status: str
+    runtime: Runtime, agent: Caller, status: str
 ) -> None:
     tid = submit_credit(agent)
     refused = assert_error(
         agent.outcome(RID, {"outcome": {"status": status}}), "record:not_authorized", 409
     )
     assert "awaiting approval" in refused["message"]
-    assert rt.desk.get(tid).state is ApprovalState.PENDING  # type: ignore[union-attr]
+    assert runtime.desk.get(tid).state is ApprovalState.PENDING  # type: ignore[union-attr]
 
 
 def test_an_allowed_request_cannot_claim_a_denial(agent: Caller) -> None:
@@ -256,11 +245,11 @@ def test_an_allowed_request_cannot_claim_a_denial(agent: Caller) -> None:
 
 
 def test_cancelling_a_pending_request_withdraws_its_task(
-    rt: Runtime, agent: Caller, fay: Caller
+    runtime: Runtime, agent: Caller, fay: Caller
 ) -> None:
     tid = submit_credit(agent)
     assert agent.outcome(RID, {"outcome": {"status": "cancelled"}}).status == 200
-    task = rt.desk.get(tid)
+    task = runtime.desk.get(tid)
     assert task is not None and task.state is ApprovalState.CANCELED
     assert task.history[-1]["event"] == "canceled"
     assert_error(

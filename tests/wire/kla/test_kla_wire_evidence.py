@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,6 @@ from warden.kla import KeyRegistry, sign_digest, verify_bundle
 from warden.kla.evidence import execution_session_id
 from warden.kla.verify import VerifyStatus
 from warden.runtime import Runtime
-from warden.server.app import create_app
 
 EXECUTION = "exec_credit_review_demo_0001"
 TOOL = {"name": "credit.dispose", "params_digest": "sha256:" + "ab" * 32}
@@ -46,14 +45,8 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def rt(make_runtime: Callable[..., Runtime]) -> Runtime:
+def runtime(make_runtime: Callable[..., Runtime]) -> Runtime:
     return make_runtime(kla_keys=asset("kla/jwks_two_keys.json"))
-
-
-@pytest.fixture
-def client(rt: Runtime) -> Iterator[TestClient]:
-    with TestClient(create_app(rt)) as c:
-        yield c
 
 
 def run_flow(rt: Runtime, client: TestClient) -> tuple[Caller, Caller]:
@@ -92,9 +85,9 @@ def trusted(caller: Caller, where: Path) -> KeyRegistry:
 
 
 def test_the_rest_export_verifies_offline_and_a_tampered_one_fails(
-    rt: Runtime, client: TestClient, tmp_path: Path
+    runtime: Runtime, app_client: TestClient, tmp_path: Path
 ) -> None:
-    agent, fay = run_flow(rt, client)
+    agent, fay = run_flow(runtime, app_client)
     r = agent.call("GET", f"/v1/executions/{EXECUTION}/evidence")
     assert r.status == 200, r.body
     data = r.data
@@ -109,7 +102,7 @@ def test_the_rest_export_verifies_offline_and_a_tampered_one_fails(
     ]
     assert data["held_for_review"] == ["req_future"]
     assert data["manifest"]["execution_id"] == EXECUTION
-    head = rt.store.load_session(execution_session_id(EXECUTION), fresh=True)
+    head = runtime.store.load_session(execution_session_id(EXECUTION), fresh=True)
     assert head is not None and data["manifest"]["chain_head"] == head.head_hash
     # The agent's public key is in the bundle beside Warden's.
     assert {k["kid"] for k in data["keys"]["keys"]} == {
@@ -138,9 +131,9 @@ def test_the_rest_export_verifies_offline_and_a_tampered_one_fails(
     assert result.exit_code == 4
 
 
-def test_evidence_scoping_and_absence(rt: Runtime, client: TestClient) -> None:
-    agent, _ = run_flow(rt, client)
-    other = key(rt, client, "bot-2", Role.AGENT)
+def test_evidence_scoping_and_absence(runtime: Runtime, app_client: TestClient) -> None:
+    agent, _ = run_flow(runtime, app_client)
+    other = key(runtime, app_client, "bot-2", Role.AGENT)
     path = f"/v1/executions/{EXECUTION}/evidence"
     assert_error(other.call("GET", path), "record:not_found", 404, resolution="retry")
     assert_error(
@@ -150,10 +143,10 @@ def test_evidence_scoping_and_absence(rt: Runtime, client: TestClient) -> None:
 
 
 def test_export_evidence_offline_and_warden_verify_the_database(
-    rt: Runtime, client: TestClient, tmp_path: Path
+    runtime: Runtime, app_client: TestClient, tmp_path: Path
 ) -> None:
-    agent, _ = run_flow(rt, client)
-    data_dir = rt.settings.data_dir
+    agent, _ = run_flow(runtime, app_client)
+    data_dir = runtime.settings.data_dir
     out = tmp_path / "offline"
     result = runner.invoke(
         cli_app,
@@ -256,11 +249,11 @@ def test_the_flow_over_real_http(tmp_path: Path) -> None:
 
 
 def test_records_the_chain_does_not_vouch_for_are_never_exported(
-    rt: Runtime, client: TestClient, tmp_path: Path
+    runtime: Runtime, app_client: TestClient, tmp_path: Path
 ) -> None:
-    agent, _ = run_flow(rt, client)
+    agent, _ = run_flow(runtime, app_client)
     # Someone with database access deletes the approval and audit events.
-    with rt.store.engine.begin() as conn:
+    with runtime.store.engine.begin() as conn:
         conn.exec_driver_sql(
             "DELETE FROM kla_records WHERE kind IN ('approval_event', 'audit_event')"
         )
@@ -271,7 +264,7 @@ def test_records_the_chain_does_not_vouch_for_are_never_exported(
         cli_app,
         [
             "export-evidence", EXECUTION, "--out", str(tmp_path / "x"),
-            "--data-dir", str(rt.settings.data_dir),
+            "--data-dir", str(runtime.settings.data_dir),
         ],
     )  # fmt: skip
     assert offline.exit_code == 1, offline.output

@@ -46,19 +46,13 @@ def make_runtime(make_backend_runtime: Callable[..., Runtime]) -> Callable[..., 
 
 
 @pytest.fixture
-def rt(make_runtime: Callable[..., Runtime]) -> Runtime:
+def runtime(make_runtime: Callable[..., Runtime]) -> Runtime:
     return make_runtime(kla_keys=asset("kla/jwks_two_keys.json"))
 
 
 @pytest.fixture
-def client(rt: Runtime) -> Iterator[TestClient]:
-    with TestClient(create_app(rt)) as c:
-        yield c
-
-
-@pytest.fixture
-def agent(rt: Runtime, client: TestClient) -> Caller:
-    return key(rt, client, "bot-1", Role.AGENT)
+def agent(runtime: Runtime, app_client: TestClient) -> Caller:
+    return key(runtime, app_client, "bot-1", Role.AGENT)
 
 
 def rows(rt: Runtime) -> list[Any]:
@@ -75,7 +69,9 @@ def chain_types(rt: Runtime, execution: str = EXECUTION) -> list[str]:
     ]
 
 
-def test_the_seed_example_is_allowed_and_stored_with_its_digest(rt: Runtime, agent: Caller) -> None:
+def test_the_seed_example_is_allowed_and_stored_with_its_digest(
+    runtime: Runtime, agent: Caller
+) -> None:
     r = agent.submit(BASIC)
     assert r.status == 200, r.body
     record = load(BASIC)
@@ -100,13 +96,13 @@ def test_the_seed_example_is_allowed_and_stored_with_its_digest(rt: Runtime, age
     # The Ed25519 key that signed, then the ML-DSA-65 key (issue 21) beside it.
     assert jwks.status == 200 and [k["kty"] for k in jwks.data["keys"]] == ["OKP", "AKP"]
     assert jwks.data["keys"][0]["kid"] == r.data["kid"]
-    registry = KeyRegistry.load(_jwks_file(jwks.data, rt))
+    registry = KeyRegistry.load(_jwks_file(jwks.data, runtime))
     assert verify_signature(
         registry.get_key(r.data["kid"]), r.data["decision_digest"], r.data["decision_signature"]
     )
     # Stored: the request as received (canonical text) with its digest, and the decision.
     stored = db_rows(
-        rt, "SELECT record_id, kind, digest, record, status, execution_id FROM kla_records"
+        runtime, "SELECT record_id, kind, digest, record, status, execution_id FROM kla_records"
     )
     by_kind = {s[1]: s for s in stored}
     assert by_kind["action_request"][:3] == ("req_action_demo_0001", "action_request", digest)
@@ -114,7 +110,7 @@ def test_the_seed_example_is_allowed_and_stored_with_its_digest(rt: Runtime, age
     assert by_kind["action_request"][4:] == ("processed", EXECUTION)
     assert by_kind["policy_decision"][2] == r.data["decision_digest"]
     # Both chained on the execution's Warden chain, in one transaction.
-    assert chain_types(rt) == ["warden/kla.action_request", "warden/kla.policy_decision"]
+    assert chain_types(runtime) == ["warden/kla.action_request", "warden/kla.policy_decision"]
     shown = agent.show("req_action_demo_0001")
     assert shown.status == 200 and shown.data["status"] == "allowed"
     assert shown.data["action_request"]["record"] == record
@@ -126,7 +122,9 @@ def _jwks_file(jwks: dict[str, Any], rt: Runtime) -> Path:
     return path
 
 
-def test_the_financial_example_needs_approval_and_files_a_task(rt: Runtime, agent: Caller) -> None:
+def test_the_financial_example_needs_approval_and_files_a_task(
+    runtime: Runtime, agent: Caller
+) -> None:
     r = agent.submit(CREDIT)
     assert r.status == 200, r.body
     decision = r.data["decision"]
@@ -135,7 +133,7 @@ def test_the_financial_example_needs_approval_and_files_a_task(rt: Runtime, agen
     task = r.data["task"]
     assert decision["task_id"] == task["id"] and task["state"] == "pending"
     assert task["url"].endswith(f"/desk/tasks/{task['id']}")
-    filed = rt.desk.get(task["id"])
+    filed = runtime.desk.get(task["id"])
     assert filed is not None and filed.kind.value == "action_request"
     assert filed.approver_group == "finance" and filed.scope == f"kla:{EXECUTION}"
     # The makers: the agent and its registered owner (issue 15).
@@ -148,7 +146,7 @@ def test_the_financial_example_needs_approval_and_files_a_task(rt: Runtime, agen
     assert agent.show("req_action_demo_0002").data["status"] == "awaiting_approval"
 
 
-def test_a_production_delete_is_blocked_but_processed(rt: Runtime, agent: Caller) -> None:
+def test_a_production_delete_is_blocked_but_processed(runtime: Runtime, agent: Caller) -> None:
     record = load(BASIC) | {
         "action_request_id": "req_delete_1",
         "action": "delete_case",
@@ -176,13 +174,13 @@ def test_a_production_delete_is_blocked_but_processed(rt: Runtime, agent: Caller
     ],
 )
 def test_schema_invalid_requests_are_refused_and_nothing_is_stored(
-    rt: Runtime, agent: Caller, name: str, pointer: str
+    runtime: Runtime, agent: Caller, name: str, pointer: str
 ) -> None:
     r = agent.submit(asset(f"kla/{name}"))
     body = assert_error(r, "record:schema_invalid", 400, resolution="retry")
     assert f"at {pointer}" in body["message"] and "nothing was stored" in body["message"]
     assert body["resolution"]["note"] == f"pointer {pointer}"
-    assert rows(rt) == [] and chain_types(rt) == []
+    assert rows(runtime) == [] and chain_types(runtime) == []
 
 
 @pytest.mark.parametrize(
@@ -196,15 +194,15 @@ def test_schema_invalid_requests_are_refused_and_nothing_is_stored(
     ],
 )
 def test_malformed_bodies_are_refused(
-    rt: Runtime, agent: Caller, content: bytes, gate: str
+    runtime: Runtime, agent: Caller, content: bytes, gate: str
 ) -> None:
     assert_error(agent.submit(content), gate, 400, resolution="retry")
-    assert rows(rt) == []
+    assert rows(runtime) == []
 
 
 @pytest.mark.parametrize("number", [b"1e400", b"-1e400", b"2e308"])
 def test_a_number_beyond_ieee_754_is_named_as_such_not_as_null(
-    rt: Runtime, agent: Caller, number: bytes
+    runtime: Runtime, agent: Caller, number: bytes
 ) -> None:
     """1e400 parses as infinity, which a schema message rendered as ``null``; it is
     refused as outside RFC 8785 before the schema sees it (a fresh user's finding)."""
@@ -222,11 +220,11 @@ def test_a_number_beyond_ieee_754_is_named_as_such_not_as_null(
         resolution="retry",
     )
     assert "RFC 8785" in body["message"] and "null" not in body["message"]
-    assert rows(rt) == [] and chain_types(rt) == []
+    assert rows(runtime) == [] and chain_types(runtime) == []
 
 
 def test_an_unknown_schema_version_is_held_for_review_and_not_decided(
-    rt: Runtime, agent: Caller
+    runtime: Runtime, agent: Caller
 ) -> None:
     held = asset("kla/request_schema_version_2.json")
     r = agent.submit(held)
@@ -234,11 +232,11 @@ def test_an_unknown_schema_version_is_held_for_review_and_not_decided(
     digest = record_digest(load(held))
     assert "stored for review as req_action_demo_0001" in body["message"]
     assert digest in body["message"] and "not processed" in body["message"]
-    assert rows(rt) == [("req_action_demo_0001", "action_request", "held_for_review", "bot-1")]
-    assert chain_types(rt) == ["warden/kla.held"]
+    assert rows(runtime) == [("req_action_demo_0001", "action_request", "held_for_review", "bot-1")]
+    assert chain_types(runtime) == ["warden/kla.held"]
     # The same record again: the same answer, nothing new stored.
     assert_error(agent.submit(held), "record:unsupported_schema_version", 422, resolution="retry")
-    assert len(rows(rt)) == 1 and chain_types(rt) == ["warden/kla.held"]
+    assert len(rows(runtime)) == 1 and chain_types(runtime) == ["warden/kla.held"]
     # Readable for review; no decision, no outcome, no evidence.
     shown = agent.show("req_action_demo_0001")
     assert shown.data["status"] == "held_for_review" and "decision" not in shown.data
@@ -257,44 +255,46 @@ def test_an_unknown_schema_version_is_held_for_review_and_not_decided(
 
 
 def test_a_held_record_without_usable_ids_goes_to_the_review_chain(
-    rt: Runtime, agent: Caller
+    runtime: Runtime, agent: Caller
 ) -> None:
     r = agent.submit({"schema_version": "9.9.9", "note": 1.5})
     body = assert_error(r, "record:unsupported_schema_version", 422, resolution="retry")
     digest = record_digest({"schema_version": "9.9.9", "note": 1.5})
     rid = "held_" + digest[7:39]
     assert rid in body["message"]
-    assert rows(rt) == [(rid, "action_request", "held_for_review", "bot-1")]
-    assert chain_types(rt, "") == ["warden/kla.held"]
+    assert rows(runtime) == [(rid, "action_request", "held_for_review", "bot-1")]
+    assert chain_types(runtime, "") == ["warden/kla.held"]
 
 
-def test_duplicates_conflict_unless_identical_which_replays(rt: Runtime, agent: Caller) -> None:
+def test_duplicates_conflict_unless_identical_which_replays(
+    runtime: Runtime, agent: Caller
+) -> None:
     first = agent.submit(CREDIT)
     assert first.status == 200
     # Different formatting, same canonical bytes: a replay of the stored answer.
     again = agent.submit(json.dumps(load(CREDIT)).encode())
     assert again.status == 200 and again.body["replayed"] is True
     assert again.data == first.data
-    assert len(rows(rt)) == 2 and len(rt.desk.list(states=())) == 1
+    assert len(rows(runtime)) == 2 and len(runtime.desk.list(states=())) == 1
     # Same id, different content: 409, nothing stored.
     changed = load(CREDIT)
     changed["amount"]["value"] = "12500.01"
     assert_error(agent.submit(changed), "record:conflict", 409, resolution="retry")
     # Another agent's request with that id is its own (decision 970): it is decided as a
     # fresh one (its own decision and task), neither refused nor a replay of the first.
-    other = key(rt, agent.client, "bot-2", Role.AGENT)
+    other = key(runtime, agent.client, "bot-2", Role.AGENT)
     theirs = other.submit(CREDIT)
     assert theirs.status == 200 and "replayed" not in theirs.body, theirs.body
     mine = first.data["decision"]["policy_decision_id"]
     assert theirs.data["decision"]["policy_decision_id"] != mine
     assert theirs.data["task"]["id"] != first.data["task"]["id"]
-    assert sorted(r[3] for r in rows(rt)) == ["bot-1", "bot-1", "bot-2", "bot-2"]
+    assert sorted(r[3] for r in rows(runtime)) == ["bot-1", "bot-1", "bot-2", "bot-2"]
 
 
-def test_another_agents_records_read_as_absent(rt: Runtime, agent: Caller) -> None:
+def test_another_agents_records_read_as_absent(runtime: Runtime, agent: Caller) -> None:
     r = agent.submit(BASIC)
     decision_id = r.data["decision"]["policy_decision_id"]
-    other = key(rt, agent.client, "bot-2", Role.AGENT)
+    other = key(runtime, agent.client, "bot-2", Role.AGENT)
     for path in (
         "/v1/action-requests/req_action_demo_0001",
         f"/v1/kla-records/{decision_id}",
@@ -309,7 +309,7 @@ def test_another_agents_records_read_as_absent(rt: Runtime, agent: Caller) -> No
         resolution="retry",
     )
     # Approvers and admins read everything.
-    fay = key(rt, agent.client, "fay", Role.APPROVER, "finance")
+    fay = key(runtime, agent.client, "fay", Role.APPROVER, "finance")
     one = fay.call("GET", f"/v1/kla-records/{decision_id}")
     assert one.status == 200 and one.data["record"]["kind"] == "policy_decision"
     assert one.data["record"]["record"] == r.data["decision"]
@@ -323,7 +323,7 @@ def test_another_agents_records_read_as_absent(rt: Runtime, agent: Caller) -> No
 # -- detached signatures ------------------------------------------------------------------
 
 
-def test_a_valid_signature_is_accepted_and_kept(rt: Runtime, agent: Caller) -> None:
+def test_a_valid_signature_is_accepted_and_kept(runtime: Runtime, agent: Caller) -> None:
     digest = record_digest(load(BASIC))
     r = agent.submit(BASIC, signature=sign_digest(KEY1, digest), kid="rfc8032-test1")
     assert r.status == 200, r.body
@@ -348,7 +348,7 @@ def _flip(signature: str) -> str:
     ],
 )
 def test_a_bad_signature_is_refused_and_nothing_is_stored(
-    rt: Runtime,
+    runtime: Runtime,
     agent: Caller,
     make: Callable[[str], str | None],
     kid: str | None,
@@ -358,12 +358,12 @@ def test_a_bad_signature_is_refused_and_nothing_is_stored(
     r = agent.submit(BASIC, signature=signature, kid=kid)
     body = assert_error(r, "record:signature_invalid", 400, resolution="retry")
     assert why in body["message"], body
-    assert rows(rt) == []
+    assert rows(runtime) == []
 
 
 @pytest.mark.parametrize("twice", ["X-Warden-Signature", "X-Warden-Key-Id"])
 def test_a_repeated_signature_header_is_refused_and_nothing_is_stored(
-    rt: Runtime, agent: Caller, twice: str
+    runtime: Runtime, agent: Caller, twice: str
 ) -> None:
     # Which of two would be checked is ambiguous, even when both say the same.
     signature = sign_digest(KEY1, record_digest(load(BASIC)))
@@ -372,7 +372,7 @@ def test_a_repeated_signature_header_is_refused_and_nothing_is_stored(
     r = agent.call("POST", "/v1/action-requests", content=BASIC.read_bytes(), headers=headers)
     body = assert_error(r, "input:invalid", 400, resolution="retry")
     assert f"send one {twice} header" in body["message"], body
-    assert rows(rt) == [] and chain_types(rt) == []
+    assert rows(runtime) == [] and chain_types(runtime) == []
     assert agent.submit(BASIC, signature=signature, kid="rfc8032-test1").status == 200
 
 
@@ -391,9 +391,9 @@ def test_a_signature_without_a_key_registry_is_refused(
 
 
 def test_an_oversized_chunked_body_is_413_not_500(
-    rt: Runtime, client: TestClient, agent: Caller
+    runtime: Runtime, app_client: TestClient, agent: Caller
 ) -> None:
-    limit = rt.settings.max_body_bytes
+    limit = runtime.settings.max_body_bytes
 
     def chunks() -> Iterator[bytes]:
         # No content-length: the cap must stop the read itself.
@@ -402,19 +402,19 @@ def test_an_oversized_chunked_body_is_413_not_500(
             yield b"x" * 65536
         yield b'"}'
 
-    r = client.post(
+    r = app_client.post(
         "/v1/action-requests",
         content=chunks(),
         headers={"Authorization": f"Bearer {agent.token}", "content-type": "application/json"},
     )
     assert r.status_code == 413, r.text
     assert r.json()["blockedBy"] == "input:body_too_large"
-    assert rows(rt) == []
+    assert rows(runtime) == []
 
 
 @pytest.mark.parametrize("media", ["text/plain", "application/x-www-form-urlencoded", None])
 def test_a_body_not_sent_as_json_is_refused_and_nothing_is_stored(
-    rt: Runtime, agent: Caller, media: str | None
+    runtime: Runtime, agent: Caller, media: str | None
 ) -> None:
     """Decision 993: as the rest of /v1 refuses it, not read as JSON whatever it says."""
     headers = {"Authorization": f"Bearer {agent.token}"}
@@ -428,7 +428,7 @@ def test_a_body_not_sent_as_json_is_refused_and_nothing_is_stored(
         f"the body must be sent as Content-Type: application/json, not {shown}; nothing was stored"
     )
     assert body["blockedBy"] == "input:invalid"
-    assert rows(rt) == [] and chain_types(rt) == []
+    assert rows(runtime) == [] and chain_types(runtime) == []
     for other in ("utf-16", '"UTF-16LE"', "latin-1", ""):
         r3 = agent.call(
             "POST",
@@ -441,7 +441,7 @@ def test_a_body_not_sent_as_json_is_refused_and_nothing_is_stored(
             f"the body must be UTF-8 JSON, not charset {other.strip(chr(34)).lower() or '(empty)'}"
             "; nothing was stored"
         )
-    assert rows(rt) == [] and chain_types(rt) == []
+    assert rows(runtime) == [] and chain_types(runtime) == []
     charset = [("Content-Type", "Application/JSON; charset=utf-8")]
     r2 = agent.call("POST", "/v1/action-requests", content=BASIC.read_bytes(), headers=charset)
     assert r2.status == 200

@@ -29,18 +29,13 @@ def make_runtime(make_backend_runtime: Callable[..., Runtime]) -> Callable[..., 
 
 
 @pytest.fixture
-def rt(make_runtime: Callable[..., Runtime]) -> Runtime:
-    return make_runtime()
-
-
-@pytest.fixture
-def bot(rt: Runtime) -> Iterator[tuple[Api, str]]:
-    ensure_agent(rt, "bot-1", Role.AGENT)
-    who, token = rt.api_keys.create("bot-1", Role.AGENT)
-    rt.spend.define_budget(
+def bot(runtime: Runtime) -> Iterator[tuple[Api, str]]:
+    ensure_agent(runtime, "bot-1", Role.AGENT)
+    who, token = runtime.api_keys.create("bot-1", Role.AGENT)
+    runtime.spend.define_budget(
         Budget("b", BudgetKind.ORG, "USD", Decimal(1000), Period.NONE, principals=("bot-1",))
     )
-    for api in open_api(rt):
+    for api in open_api(runtime):
         yield Api(api.client, token), who.key_id
 
 
@@ -74,7 +69,7 @@ def _counts(rt: Runtime) -> tuple[Any, ...]:
     ids=["key", "agent"],
 )
 def test_a_key_revoked_elsewhere_changes_nothing(
-    rt: Runtime, bot: tuple[Api, str], revocation: str
+    runtime: Runtime, bot: tuple[Api, str], revocation: str
 ) -> None:
     api, key_id = bot
     for i in range(2):  # the second is answered from memory on PostgreSQL
@@ -82,10 +77,10 @@ def test_a_key_revoked_elsewhere_changes_nothing(
         assert r.status == 200, r.body
     record = {**load(BASIC), "action_request_id": "req_remembered_0001"}
     assert _submit(api, record) == 200
-    if rt.store.row_locks:
-        assert len(rt.api_keys._remembered) == 1  # noqa: SLF001 - the path under test
-    before = _counts(rt)
-    _revoke_elsewhere(rt, revocation, key_id)
+    if runtime.store.row_locks:
+        assert len(runtime.api_keys._remembered) == 1  # noqa: SLF001 - the path under test
+    before = _counts(runtime)
+    _revoke_elsewhere(runtime, revocation, key_id)
     assert_error(
         api.quote("b", "5", key="remembered-key-after"),
         "auth:required",
@@ -96,5 +91,5 @@ def test_a_key_revoked_elsewhere_changes_nothing(
     assert api.quote("b", "5", key="remembered-key-0").status == 401
     again = {**record, "action_request_id": "req_remembered_0002"}
     assert _submit(api, again) == 401
-    assert _counts(rt) == before
-    assert not rt.api_keys._remembered  # noqa: SLF001 - forgotten once refused
+    assert _counts(runtime) == before
+    assert not runtime.api_keys._remembered  # noqa: SLF001 - forgotten once refused

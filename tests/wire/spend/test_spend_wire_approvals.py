@@ -7,7 +7,6 @@ claims) by :func:`check_envelope`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -41,29 +40,26 @@ class Caller:
         return self.call("POST", "/v1/quotes", body)
 
 
-@pytest.fixture
-def rt(runtime: Runtime) -> Runtime:
-    return runtime
-
-
-@pytest.fixture
-def client(rt: Runtime) -> Iterator[TestClient]:
-    with TestClient(create_app(rt)) as c:
-        yield c
-
-
 def key(rt: Runtime, client: TestClient, principal: str, role: Role, *groups: str) -> Caller:
     ensure_agent(rt, principal, role)
     _, token = rt.api_keys.create(principal, role, groups)
     return Caller(client, token)
 
 
+@pytest.fixture
+def agent(runtime: Runtime, app_client: TestClient) -> Caller:
+    return key(runtime, app_client, "bot-1", Role.AGENT)
+
+
+@pytest.fixture
+def fay(runtime: Runtime, app_client: TestClient) -> Caller:
+    return key(runtime, app_client, "fay", Role.APPROVER, "finance")
+
+
 def test_a_large_quote_waits_for_finance_then_reserves_once(
-    rt: Runtime, client: TestClient
+    runtime: Runtime, app_client: TestClient, agent: Caller, fay: Caller
 ) -> None:
-    bot = tree(rt, org="5000", team="5000", agent="5000")
-    agent = key(rt, client, "bot-1", Role.AGENT)
-    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    bot = tree(runtime, org="5000", team="5000", agent="5000")
     waiting = assert_error(
         agent.quote(bot, "1500"), "approval:required", 403, resolution="human_approval"
     )
@@ -83,7 +79,7 @@ def test_a_large_quote_waits_for_finance_then_reserves_once(
     assert task["requester"] == {"agent_id": "bot-1", "principal": "bot-1.owner"}
     # The agent polls its task; another agent cannot see it.
     assert agent.call("GET", f"/v1/tasks/{tid}").data["task"]["state"] == "pending"
-    other = key(rt, client, "bot-2", Role.AGENT)
+    other = key(runtime, app_client, "bot-2", Role.AGENT)
     assert_error(
         other.call("GET", f"/v1/tasks/{tid}"), "input:unknown_task", 404, resolution="retry"
     )
@@ -95,17 +91,17 @@ def test_a_large_quote_waits_for_finance_then_reserves_once(
     ok = agent.quote(bot, "1500")
     assert ok.status == 200, ok.body
     rid = ok.data["quote"]["reservation"]["reservationId"]
-    (record,) = db_rows(rt, f"SELECT record FROM reservations WHERE reservation_id = '{rid}'")
+    (record,) = db_rows(runtime, f"SELECT record FROM reservations WHERE reservation_id = '{rid}'")
     assert f'"approval_task":"{tid}"' in record[0]
-    assert rt.desk.get(tid).state is ApprovalState.CONSUMED  # type: ignore[union-attr]
+    assert runtime.desk.get(tid).state is ApprovalState.CONSUMED  # type: ignore[union-attr]
     # Single use.
     assert_error(agent.quote(bot, "1500"), "approval:required", 403, resolution="human_approval")
 
 
-def test_a_denied_quote_is_refused_with_the_reason(rt: Runtime, client: TestClient) -> None:
-    bot = tree(rt, org="5000", team="5000", agent="5000")
-    agent = key(rt, client, "bot-1", Role.AGENT)
-    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+def test_a_denied_quote_is_refused_with_the_reason(
+    runtime: Runtime, agent: Caller, fay: Caller
+) -> None:
+    bot = tree(runtime, org="5000", team="5000", agent="5000")
     tid = agent.quote(bot, "2000").body["resolution"]["taskId"]
     assert_error(
         fay.call("POST", f"/v1/approvals/{tid}/deny", {}), "input:invalid", 400, resolution="retry"
@@ -123,10 +119,10 @@ def test_a_denied_quote_is_refused_with_the_reason(rt: Runtime, client: TestClie
     assert "not this quarter" in refused["message"]
 
 
-def test_a_budget_increase_is_applied_when_approved(rt: Runtime, client: TestClient) -> None:
-    bot = tree(rt)
-    agent = key(rt, client, "bot-1", Role.AGENT)
-    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+def test_a_budget_increase_is_applied_when_approved(
+    runtime: Runtime, agent: Caller, fay: Caller
+) -> None:
+    bot = tree(runtime)
     body = {"budgetId": bot, "cap": "55", "reason": "launch week"}
     tid = agent.call("POST", "/v1/budget-requests", body).body["resolution"]["taskId"]
     assert agent.call("GET", f"/v1/budgets/{bot}").data["budget"]["cap"] == "50"
@@ -140,13 +136,13 @@ def test_a_budget_increase_is_applied_when_approved(rt: Runtime, client: TestCli
     assert agent.call("GET", f"/v1/budgets/{bot}").data["budget"]["cap"] == "55"
 
 
-def test_roles_and_maker_checker_over_rest(rt: Runtime, client: TestClient) -> None:
-    bot = tree(rt, org="5000", team="5000", agent="5000", principals=("bot-1", "boss"))
-    agent = key(rt, client, "bot-1", Role.AGENT)
-    fay = key(rt, client, "fay", Role.APPROVER, "finance")
-    ops = key(rt, client, "olga", Role.APPROVER, "operators")
+def test_roles_and_maker_checker_over_rest(
+    runtime: Runtime, app_client: TestClient, agent: Caller, fay: Caller
+) -> None:
+    bot = tree(runtime, org="5000", team="5000", agent="5000", principals=("bot-1", "boss"))
+    ops = key(runtime, app_client, "olga", Role.APPROVER, "operators")
     tid = agent.quote(bot, "1200").body["resolution"]["taskId"]
-    nobody = Caller(client, "")
+    nobody = Caller(app_client, "")
     assert_error(
         nobody.call("GET", "/v1/approvals"), "auth:required", 401, resolution="authenticate"
     )
@@ -164,8 +160,8 @@ def test_roles_and_maker_checker_over_rest(rt: Runtime, client: TestClient) -> N
         ops.call("POST", f"/v1/approvals/{tid}/approve", {}), "approval:not_permitted", 403
     )
     # An admin who is also the requester cannot approve its own quote.
-    boss_token = rt.api_keys.create("boss", Role.ADMIN)[1]
-    boss = Caller(client, boss_token)
+    boss_token = runtime.api_keys.create("boss", Role.ADMIN)[1]
+    boss = Caller(app_client, boss_token)
     own = boss.quote(bot, "1300").body["resolution"]["taskId"]
     assert_error(
         boss.call("POST", f"/v1/approvals/{own}/approve", {}), "approval:not_permitted", 403
@@ -182,10 +178,8 @@ def test_roles_and_maker_checker_over_rest(rt: Runtime, client: TestClient) -> N
     assert {t["id"] for t in rerouted.data["tasks"]} == {tid, own}
 
 
-def test_reroute_and_filters(rt: Runtime, client: TestClient) -> None:
-    bot = tree(rt, org="5000", team="5000", agent="5000")
-    agent = key(rt, client, "bot-1", Role.AGENT)
-    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+def test_reroute_and_filters(runtime: Runtime, agent: Caller, fay: Caller) -> None:
+    bot = tree(runtime, org="5000", team="5000", agent="5000")
     tid = agent.quote(bot, "1100").body["resolution"]["taskId"]
     moved = fay.call("POST", f"/v1/approvals/{tid}/reroute", {"group": "cfo", "reason": "big"})
     assert moved.data["task"]["approver_group"] == "cfo"
@@ -197,35 +191,33 @@ def test_reroute_and_filters(rt: Runtime, client: TestClient) -> None:
     )
 
 
-def test_the_approval_routes_are_in_the_openapi_document(client: TestClient) -> None:
-    paths = client.get("/openapi.json").json()["paths"]
+def test_the_approval_routes_are_in_the_openapi_document(app_client: TestClient) -> None:
+    paths = app_client.get("/openapi.json").json()["paths"]
     assert {"get"} <= set(paths["/v1/approvals"])
     assert {"get"} <= set(paths["/v1/approvals/{task_id}"])
     for verb in ("approve", "deny", "reroute"):
         assert "post" in paths[f"/v1/approvals/{{task_id}}/{verb}"]
 
 
-def test_the_bootstrap_token_is_an_admin_key(rt: Runtime, client: TestClient) -> None:
-    admin = Caller(client, rt.api_token)
+def test_the_bootstrap_token_is_an_admin_key(runtime: Runtime, app_client: TestClient) -> None:
+    admin = Caller(app_client, runtime.api_token)
     assert admin.call("GET", "/v1/approvals").status == 200
-    (row,) = db_rows(rt, "SELECT principal, role, secret_hash FROM api_keys")
-    assert row[:2] == ("admin", "admin") and rt.api_token not in row[2]
+    (row,) = db_rows(runtime, "SELECT principal, role, secret_hash FROM api_keys")
+    assert row[:2] == ("admin", "admin") and runtime.api_token not in row[2]
 
 
-def test_the_grant_is_bound_to_the_amount_not_its_spelling(rt: Runtime, client: TestClient) -> None:
-    bot = tree(rt, org="5000", team="5000", agent="5000")
-    agent = key(rt, client, "bot-1", Role.AGENT)
-    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+def test_the_grant_is_bound_to_the_amount_not_its_spelling(
+    runtime: Runtime, agent: Caller, fay: Caller
+) -> None:
+    bot = tree(runtime, org="5000", team="5000", agent="5000")
     tid = agent.quote(bot, "1500").body["resolution"]["taskId"]
     assert_error(agent.quote(bot, "1500.0"), "approval:required", 403, resolution="human_approval")
-    assert len(rt.desk.list()) == 1  # the same quote, the same task
+    assert len(runtime.desk.list()) == 1  # the same quote, the same task
     fay.call("POST", f"/v1/approvals/{tid}/approve", {"reason": "ok"})
     assert agent.quote(bot, "1500.00").status == 200
 
 
-def test_unknown_routes_are_404_for_every_role(rt: Runtime, client: TestClient) -> None:
-    agent = key(rt, client, "bot-1", Role.AGENT)
-    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+def test_unknown_routes_are_404_for_every_role(agent: Caller, fay: Caller) -> None:
     for who in (agent, fay):
         assert_error(who.call("GET", "/v1/nothing"), "input:unknown_route", 404, resolution="retry")
     # Not the admin role's business either: a wrong method is an unknown route.
@@ -234,25 +226,23 @@ def test_unknown_routes_are_404_for_every_role(rt: Runtime, client: TestClient) 
     )
 
 
-def test_approval_bodies_are_parsed_strictly(rt: Runtime, client: TestClient) -> None:
-    bot = tree(rt, org="5000", team="5000", agent="5000")
-    agent = key(rt, client, "bot-1", Role.AGENT)
-    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+def test_approval_bodies_are_parsed_strictly(
+    runtime: Runtime, app_client: TestClient, agent: Caller, fay: Caller
+) -> None:
+    bot = tree(runtime, org="5000", team="5000", agent="5000")
     tid = agent.quote(bot, "1500").body["resolution"]["taskId"]
-    r = client.post(
+    r = app_client.post(
         f"/v1/approvals/{tid}/deny",
         content=b'{"reason":"a","reason":"b"}',
         headers={"Authorization": f"Bearer {fay.token}", "content-type": "application/json"},
     )
     assert r.status_code == 400, r.text
     check_envelope(r.status_code, r.json(), mutating=False)
-    assert rt.desk.get(tid).state is ApprovalState.PENDING  # type: ignore[union-attr]
+    assert runtime.desk.get(tid).state is ApprovalState.PENDING  # type: ignore[union-attr]
 
 
-def test_a_long_list_says_it_is_truncated(rt: Runtime, client: TestClient) -> None:
-    bot = tree(rt, org="5000", team="5000", agent="5000")
-    agent = key(rt, client, "bot-1", Role.AGENT)
-    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+def test_a_long_list_says_it_is_truncated(runtime: Runtime, agent: Caller, fay: Caller) -> None:
+    bot = tree(runtime, org="5000", team="5000", agent="5000")
     for amount in ("1001", "1002", "1003"):
         agent.quote(bot, amount)
     page = fay.call("GET", "/v1/approvals?limit=2").data
@@ -288,28 +278,26 @@ def test_reroute_to_a_group_without_approvers_is_accepted_with_a_warning(
 
 
 def test_a_quote_that_cannot_fit_is_refused_before_it_asks_a_human(
-    rt: Runtime, client: TestClient
+    runtime: Runtime, app_client: TestClient
 ) -> None:
     """Fresh-user review M3 (decision 920): a quote the policy asks about but that a budget
     on its path has no room for is the budget's 402 at once, and files no task (one key
     could otherwise flood the desk with quotes no approval could make succeed)."""
-    bot = tree(rt)  # agent cap 50
-    agent = key(rt, client, "bot-1", Role.AGENT)
+    bot = tree(runtime)  # agent cap 50
+    agent = key(runtime, app_client, "bot-1", Role.AGENT)
     for amount in ("1500", "5001", "5002", "999999999999"):
         body = assert_error(agent.quote(bot, amount), "budget:exceeded", 402, resolution="retry")
         assert (body["limit"], body["requested"]) == (50, int(amount)), body
-    assert rt.desk.list() == []
+    assert runtime.desk.list() == []
 
 
 def test_a_grant_is_not_burnt_by_a_quote_the_budget_refuses(
-    rt: Runtime, client: TestClient
+    runtime: Runtime, agent: Caller, fay: Caller
 ) -> None:
     """M3 (decision 921): a granted quote that no longer fits is refused with the budget's
     402 and its grant stays approved (not "consumed ... on resubmission"); once there is
     room, the same quote consumes it and reserves once."""
-    bot = tree(rt, org="5000", team="5000", agent="2000")
-    agent = key(rt, client, "bot-1", Role.AGENT)
-    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    bot = tree(runtime, org="5000", team="5000", agent="2000")
     tid = agent.quote(bot, "1500").body["resolution"]["taskId"]
     fay.call("POST", f"/v1/approvals/{tid}/approve", {"reason": "ok"})
     small = agent.quote(bot, "1000")  # the policy allows it: 1000 of 2000 left
@@ -318,36 +306,36 @@ def test_a_grant_is_not_burnt_by_a_quote_the_budget_refuses(
         assert_error(
             agent.quote(bot, "1500"), "budget:exceeded", 402, retryable=True, resolution="retry"
         )
-    task = rt.desk.get(tid)
+    task = runtime.desk.get(tid)
     assert task is not None and task.state is ApprovalState.APPROVED
     assert task.consumed_by is None
     assert not any(h.get("event") == "consumed" for h in task.history)
-    assert len(rt.desk.list()) == 1  # no new task either
+    assert len(runtime.desk.list()) == 1  # no new task either
     rid = small.data["quote"]["reservation"]["reservationId"]
     assert agent.call("POST", f"/v1/reservations/{rid}/release", {}).status == 200
     ok = agent.quote(bot, "1500")
     assert ok.status == 200, ok.body
-    assert rt.desk.get(tid).state is ApprovalState.CONSUMED  # type: ignore[union-attr]
+    assert runtime.desk.get(tid).state is ApprovalState.CONSUMED  # type: ignore[union-attr]
 
 
-def test_a_budget_request_needs_a_reason_and_is_filed_once(rt: Runtime, client: TestClient) -> None:
+def test_a_budget_request_needs_a_reason_and_is_filed_once(
+    runtime: Runtime, agent: Caller, fay: Caller
+) -> None:
     """Review L5 (decisions 926, 927): a reason of only whitespace is refused, as on a
     deny; the same request sent twice answers with the one pending task."""
-    bot = tree(rt)
-    agent = key(rt, client, "bot-1", Role.AGENT)
-    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    bot = tree(runtime)
     blank = {"budgetId": bot, "cap": "55", "reason": " \t\n "}
     body = assert_error(
         agent.call("POST", "/v1/budget-requests", blank), "input:invalid", 400, resolution="retry"
     )
     assert "reason" in body["message"] and "whitespace" in body["message"], body
-    assert rt.desk.list() == []
+    assert runtime.desk.list() == []
     ask = {"budgetId": bot, "cap": "55", "reason": "launch week"}
     first = agent.call("POST", "/v1/budget-requests", ask).body["resolution"]["taskId"]
     again = agent.call("POST", "/v1/budget-requests", ask)
     assert_error(again, "approval:required", 403, resolution="human_approval")
     assert again.body["resolution"]["taskId"] == first
-    assert [t.id for t in rt.desk.list()] == [first]
+    assert [t.id for t in runtime.desk.list()] == [first]
     # Another reason (or cap) is another request; a decided one is not reused.
     other = agent.call("POST", "/v1/budget-requests", {**ask, "reason": "a second launch"})
     assert other.body["resolution"]["taskId"] != first
@@ -358,11 +346,11 @@ def test_a_budget_request_needs_a_reason_and_is_filed_once(rt: Runtime, client: 
 
 @pytest.mark.parametrize("reason", ["\u200b", "\u0000", " \u200b\u2060\ufeff\u0007 "])
 def test_a_budget_request_reason_needs_a_visible_character(
-    rt: Runtime, client: TestClient, reason: str
+    runtime: Runtime, app_client: TestClient, reason: str
 ) -> None:
     """Second review (decision 942): invisible characters say nothing either."""
-    bot = tree(rt)
-    agent = key(rt, client, "bot-1", Role.AGENT)
+    bot = tree(runtime)
+    agent = key(runtime, app_client, "bot-1", Role.AGENT)
     body = assert_error(
         agent.call("POST", "/v1/budget-requests", {"budgetId": bot, "cap": "55", "reason": reason}),
         "input:invalid",
@@ -370,7 +358,7 @@ def test_a_budget_request_reason_needs_a_visible_character(
         resolution="retry",
     )
     assert "reason" in body["message"] and "visible" in body["message"], body
-    assert rt.desk.list() == []
+    assert runtime.desk.list() == []
     # One visible character (any script, a symbol) is a reason.
     for said in ("\u200b€", "理由"):
         ok = agent.call(
@@ -380,29 +368,31 @@ def test_a_budget_request_reason_needs_a_visible_character(
 
 
 def test_the_same_cap_however_written_is_one_budget_request(
-    rt: Runtime, client: TestClient
+    runtime: Runtime, app_client: TestClient
 ) -> None:
     """Second review (decision 943): "3000", 3000 and "3000.00" are the same cap."""
-    bot = tree(rt, org="5000", team="5000")
-    agent = key(rt, client, "bot-1", Role.AGENT)
+    bot = tree(runtime, org="5000", team="5000")
+    agent = key(runtime, app_client, "bot-1", Role.AGENT)
     tasks = {
         agent.call(
             "POST", "/v1/budget-requests", {"budgetId": bot, "cap": cap, "reason": "launch"}
         ).body["resolution"]["taskId"]
         for cap in ("3000", 3000, "3000.00", "03000.0")
     }
-    assert len(tasks) == 1 and [t.id for t in rt.desk.list()] == list(tasks)
+    assert len(tasks) == 1 and [t.id for t in runtime.desk.list()] == list(tasks)
     other = agent.call(
         "POST", "/v1/budget-requests", {"budgetId": bot, "cap": "3000.01", "reason": "launch"}
     )
     assert other.body["resolution"]["taskId"] not in tasks
 
 
-def test_a_budget_under_an_adcp_budget_cannot_be_raised(rt: Runtime, client: TestClient) -> None:
+def test_a_budget_under_an_adcp_budget_cannot_be_raised(
+    runtime: Runtime, app_client: TestClient
+) -> None:
     """Second review (decision 940): raising a budget under an AdCP plan's budget would
     spend the plan's money around check_governance, as a quote or PUT would."""
-    team = tree(rt, prefix="adcp:zzz").rsplit(".", 1)[0]
-    rt.spend.define_budget(
+    team = tree(runtime, prefix="adcp:zzz").rsplit(".", 1)[0]
+    runtime.spend.define_budget(
         Budget(
             "plain.kid",
             BudgetKind.AGENT,
@@ -413,7 +403,7 @@ def test_a_budget_under_an_adcp_budget_cannot_be_raised(rt: Runtime, client: Tes
             principals=("bot-1",),
         )
     )
-    agent = key(rt, client, "bot-1", Role.AGENT)
+    agent = key(runtime, app_client, "bot-1", Role.AGENT)
     for bid in ("plain.kid", team):
         body = assert_error(
             agent.call(
@@ -423,7 +413,7 @@ def test_a_budget_under_an_adcp_budget_cannot_be_raised(rt: Runtime, client: Tes
             409,
         )
         assert "under it" in body["message"], body
-    assert rt.desk.list() == []
+    assert runtime.desk.list() == []
 
 
 @pytest.mark.parametrize(
@@ -439,13 +429,11 @@ def test_a_budget_under_an_adcp_budget_cannot_be_raised(rt: Runtime, client: Tes
     ],
 )
 def test_a_deny_reason_needs_a_visible_character(
-    rt: Runtime, client: TestClient, reason: str
+    runtime: Runtime, reason: str, agent: Caller, fay: Caller
 ) -> None:
     """Decision 973: a deny's reason follows the budget request's rule (one helper,
     warden.reasons): invisible characters are refused and change nothing."""
-    bot = tree(rt, org="5000", team="5000", agent="5000")
-    agent = key(rt, client, "bot-1", Role.AGENT)
-    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    bot = tree(runtime, org="5000", team="5000", agent="5000")
     tid = agent.quote(bot, "2000").body["resolution"]["taskId"]
     body = assert_error(
         fay.call("POST", f"/v1/approvals/{tid}/deny", {"reason": reason}),
@@ -454,20 +442,18 @@ def test_a_deny_reason_needs_a_visible_character(
         resolution="retry",
     )
     assert "a reason needs a visible character" in body["message"], body
-    assert rt.desk.get(tid).state.value == "pending"  # type: ignore[union-attr]
+    assert runtime.desk.get(tid).state.value == "pending"  # type: ignore[union-attr]
     denied = fay.call("POST", f"/v1/approvals/{tid}/deny", {"reason": "\u200b€"})
     assert denied.data["task"]["state"] == "denied"
 
 
 @pytest.mark.parametrize("reason", ["\u200b", "\u3164", " \u2800 "])
 def test_an_optional_reason_given_must_say_something(
-    rt: Runtime, client: TestClient, reason: str
+    runtime: Runtime, reason: str, agent: Caller, fay: Caller
 ) -> None:
     """Decision 298: approve and reroute may leave the reason out, but a reason given
     that says nothing is refused (400) and nothing changes; left out, they proceed."""
-    bot = tree(rt, org="5000", team="5000", agent="5000")
-    agent = key(rt, client, "bot-1", Role.AGENT)
-    fay = key(rt, client, "fay", Role.APPROVER, "finance")
+    bot = tree(runtime, org="5000", team="5000", agent="5000")
     tid = agent.quote(bot, "2000").body["resolution"]["taskId"]
     for route, body in (
         ("approve", {"reason": reason}),
@@ -480,7 +466,7 @@ def test_an_optional_reason_given_must_say_something(
             resolution="retry",
         )
         assert "a reason, when given, must say something" in refused["message"], refused
-        task = rt.desk.get(tid)
+        task = runtime.desk.get(tid)
         assert task is not None and task.state.value == "pending" and task.votes == ()
     approved = fay.call("POST", f"/v1/approvals/{tid}/approve", {})
     assert approved.data["task"]["state"] == "approved"

@@ -32,18 +32,13 @@ def make_runtime(make_backend_runtime: Callable[..., Runtime]) -> Callable[..., 
 
 
 @pytest.fixture
-def rt(make_runtime: Callable[..., Runtime]) -> Runtime:
-    return make_runtime()
-
-
-@pytest.fixture
 def clock() -> Clock:
     return Clock()
 
 
 @pytest.fixture
-def api(rt: Runtime, clock: Clock) -> Iterator[Api]:
-    yield from open_api(rt, Idempotency(TTL, clock))
+def api(runtime: Runtime, clock: Clock) -> Iterator[Api]:
+    yield from open_api(runtime, Idempotency(TTL, clock))
 
 
 def reservations(rt: Runtime) -> int:
@@ -56,28 +51,28 @@ def without_flag(reply: Reply) -> dict[str, Any]:
     return body
 
 
-def test_same_key_same_body_replays_without_a_second_effect(rt: Runtime, api: Api) -> None:
-    bot = tree(rt)
+def test_same_key_same_body_replays_without_a_second_effect(runtime: Runtime, api: Api) -> None:
+    bot = tree(runtime)
     first = api.quote(bot, "12.50", key=KEY)
     assert first.status == 200 and "replayed" not in first.body
     for _ in range(3):
         again = api.quote(bot, "12.50", key=KEY)
         assert again.status == 200
         assert without_flag(again) == first.body
-    assert reservations(rt) == 1
+    assert reservations(runtime) == 1
     assert api.budget(bot)["reserved"] == "12.50"
     # the stored copy carries no flag; the key itself is stored only as its digest
-    rows = db_rows(rt, "SELECT idem_key, state, status_code, response FROM idempotency_keys")
+    rows = db_rows(runtime, "SELECT idem_key, state, status_code, response FROM idempotency_keys")
     assert len(rows) == 1
     digest, state, status, stored = rows[0]
     assert (digest, state, status) == (sha256_hex(KEY.encode()), "completed", 200)
     assert json.loads(stored) == first.body
     assert "replayed" not in stored
-    assert KEY not in str(db_rows(rt, "SELECT * FROM idempotency_keys"))
+    assert KEY not in str(db_rows(runtime, "SELECT * FROM idempotency_keys"))
 
 
-def test_every_mutation_replays(rt: Runtime, api: Api) -> None:
-    bot = tree(rt)
+def test_every_mutation_replays(runtime: Runtime, api: Api) -> None:
+    bot = tree(runtime)
     rid = api.reserve(bot, "10")
     rid2 = api.reserve(bot, "3")
     steps: list[tuple[str, str, Any]] = [
@@ -103,17 +98,19 @@ def test_every_mutation_replays(rt: Runtime, api: Api) -> None:
     assert first.status == 200 and without_flag(second) == first.body
     # each effect happened once: one settlement undone, one release, one budget, one task
     assert (api.budget(bot)["reserved"], api.budget(bot)["settled"]) == ("0", "0")
-    assert db_rows(rt, "SELECT count(*) FROM tasks") == [(1,)]
-    assert db_rows(rt, "SELECT count(*) FROM budgets WHERE budget_id = 'other'") == [(1,)]
-    entries = db_rows(rt, "SELECT step_type, count(*) FROM entries GROUP BY step_type")
+    assert db_rows(runtime, "SELECT count(*) FROM tasks") == [(1,)]
+    assert db_rows(runtime, "SELECT count(*) FROM budgets WHERE budget_id = 'other'") == [(1,)]
+    entries = db_rows(runtime, "SELECT step_type, count(*) FROM entries GROUP BY step_type")
     counts = dict(entries)
     assert counts["warden/spend.settle"] == 1
     assert counts["warden/spend.undo"] == 1
     assert counts["warden/spend.release"] == 1
 
 
-def test_same_key_different_body_is_a_conflict_that_leaks_nothing(rt: Runtime, api: Api) -> None:
-    bot = tree(rt)
+def test_same_key_different_body_is_a_conflict_that_leaks_nothing(
+    runtime: Runtime, api: Api
+) -> None:
+    bot = tree(runtime)
     first = api.quote(bot, "12.50", key=KEY)
     rid = first.data["quote"]["reservation"]["reservationId"]
     r = api.quote(bot, "12.51", key=KEY)
@@ -121,7 +118,7 @@ def test_same_key_different_body_is_a_conflict_that_leaks_nothing(rt: Runtime, a
     text = json.dumps(body)
     assert rid not in text and "12.50" not in text and "data" not in body
     assert set(body) == {"blockedBy", "message", "retryable", "resolution"}
-    assert reservations(rt) == 1
+    assert reservations(runtime) == 1
     # a different reservation id is a different request too (the path is hashed)
     other = api.reserve(bot, "1")
     c1 = api.post(f"/v1/reservations/{rid}/commit", {"actualAmount": "1"}, key=KEY + "-c")
@@ -131,18 +128,18 @@ def test_same_key_different_body_is_a_conflict_that_leaks_nothing(rt: Runtime, a
     assert api.get(f"/v1/reservations/{other}").data["reservation"]["status"] == "held"
 
 
-def test_keys_are_scoped_per_route(rt: Runtime, api: Api) -> None:
-    bot = tree(rt)
+def test_keys_are_scoped_per_route(runtime: Runtime, api: Api) -> None:
+    bot = tree(runtime)
     rid = api.reserve(bot, "2", key=KEY)
     r = api.post(f"/v1/reservations/{rid}/commit", {"actualAmount": "2"}, key=KEY)
     assert r.status == 200 and "replayed" not in r.body
 
 
-def test_refusals_are_not_cached(rt: Runtime, api: Api) -> None:
+def test_refusals_are_not_cached(runtime: Runtime, api: Api) -> None:
     # unknown budget, then the budget appears: the same key and body now run
     assert_error(api.quote("late", "1", key=KEY), "input:unknown_budget", 404, resolution="retry")
-    assert db_rows(rt, "SELECT count(*) FROM idempotency_keys") == [(0,)]
-    bot = tree(rt, prefix="late")
+    assert db_rows(runtime, "SELECT count(*) FROM idempotency_keys") == [(0,)]
+    bot = tree(runtime, prefix="late")
     r = api.quote("late", "1", key=KEY)
     assert r.status == 200 and "replayed" not in r.body
     # over the cap, then the caps are raised: the same key and body now run
@@ -155,14 +152,14 @@ def test_refusals_are_not_cached(rt: Runtime, api: Api) -> None:
         resolution="retry",
     )
     for budget_id in (bot, "late.ops"):
-        rt.spend.define_budget(replace(rt.spend.path(budget_id)[0], cap=Decimal("100")))
+        runtime.spend.define_budget(replace(runtime.spend.path(budget_id)[0], cap=Decimal("100")))
     r = api.post("/v1/quotes", body, key=KEY + "x")
     assert r.status == 200 and "replayed" not in r.body
-    assert reservations(rt) == 2
+    assert reservations(runtime) == 2
 
 
-def test_schema_is_validated_before_the_cache(rt: Runtime, api: Api) -> None:
-    bot = tree(rt)
+def test_schema_is_validated_before_the_cache(runtime: Runtime, api: Api) -> None:
+    bot = tree(runtime)
     assert api.quote(bot, "1", key=KEY).status == 200
     bad = api.post("/v1/quotes", {"budgetId": bot, "amount": "1"}, key=KEY)
     assert_error(bad, "input:invalid", 400, resolution="retry")
@@ -175,8 +172,8 @@ def test_schema_is_validated_before_the_cache(rt: Runtime, api: Api) -> None:
     assert_error(dup, "input:invalid_json", 400, resolution="retry")
 
 
-def test_expired_keys_are_refused_never_rerun(rt: Runtime, api: Api, clock: Clock) -> None:
-    bot = tree(rt)
+def test_expired_keys_are_refused_never_rerun(runtime: Runtime, api: Api, clock: Clock) -> None:
+    bot = tree(runtime)
     first = api.quote(bot, "5", key=KEY)
     clock.advance(seconds=TTL - 1)
     assert without_flag(api.quote(bot, "5", key=KEY)) == first.body
@@ -185,41 +182,41 @@ def test_expired_keys_are_refused_never_rerun(rt: Runtime, api: Api, clock: Cloc
         r = api.quote(bot, amount, key=KEY)
         body = assert_error(r, "idempotency:expired", 409, resolution="retry")
         assert "new Idempotency-Key" in body["resolution"]["hint"]
-    assert reservations(rt) == 1
+    assert reservations(runtime) == 1
     clock.advance(days=30)
     assert_error(api.quote(bot, "5", key=KEY), "idempotency:expired", 409, resolution="retry")
     # a new key runs
     assert api.quote(bot, "5", key=KEY + "-2").status == 200
-    assert reservations(rt) == 2
+    assert reservations(runtime) == 2
 
 
 @pytest.mark.parametrize(
     "key",
     ["short", "x" * 15, "x" * 256, "has space in it 123", "ümlaut-key-0123456789", "a/b" * 8],
 )
-def test_bad_key_format_changes_nothing(rt: Runtime, api: Api, key: str) -> None:
-    bot = tree(rt)
+def test_bad_key_format_changes_nothing(runtime: Runtime, api: Api, key: str) -> None:
+    bot = tree(runtime)
     body = {"budgetId": bot, "action": "buy", "amount": "1", "currency": "USD"}
     headers = {"Idempotency-Key": key.encode("utf-8")}
     r = api.post("/v1/quotes", body, headers=headers)
     got = assert_error(r, "input:invalid_idempotency_key", 400, resolution="retry")
     assert "16 to 255" in got["message"]
-    assert reservations(rt) == 0
-    assert db_rows(rt, "SELECT count(*) FROM idempotency_keys") == [(0,)]
+    assert reservations(runtime) == 0
+    assert db_rows(runtime, "SELECT count(*) FROM idempotency_keys") == [(0,)]
 
 
-def test_longest_and_shortest_keys_work(rt: Runtime, api: Api) -> None:
-    bot = tree(rt)
+def test_longest_and_shortest_keys_work(runtime: Runtime, api: Api) -> None:
+    bot = tree(runtime)
     for key in ("a" * 16, "Z_.:-9" * 42 + "abc"):
         assert api.quote(bot, "1", key=key).status == 200
         assert api.quote(bot, "1", key=key).body["replayed"] is True
-    assert reservations(rt) == 2
+    assert reservations(runtime) == 2
 
 
 def test_claim_and_effect_roll_back_together(
-    rt: Runtime, api: Api, monkeypatch: pytest.MonkeyPatch
+    runtime: Runtime, api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bot = tree(rt)
+    bot = tree(runtime)
     real = SpendWire.quote
 
     def crash_after_reserving(self: SpendWire, tx: Any, eng: Any, body: Any) -> Any:
@@ -231,13 +228,13 @@ def test_claim_and_effect_roll_back_together(
     # the store rolls the transaction back and reports it: retrying is safe
     assert_error(r, "store:unavailable", 503, retryable=True, resolution="retry")
     # …and rolled back with the claim: no hold, no key, nothing in the budget
-    assert reservations(rt) == 0
-    assert db_rows(rt, "SELECT count(*) FROM idempotency_keys") == [(0,)]
+    assert reservations(runtime) == 0
+    assert db_rows(runtime, "SELECT count(*) FROM idempotency_keys") == [(0,)]
     assert api.budget(bot)["reserved"] == "0"
     monkeypatch.setattr(SpendWire, "quote", real)
     ok = api.quote(bot, "7", key=KEY)
     assert ok.status == 200 and "replayed" not in ok.body
-    assert reservations(rt) == 1
+    assert reservations(runtime) == 1
 
 
 # -- concurrency over real HTTP -------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -21,7 +21,6 @@ from spend_wire_helpers import Api, Reply, assert_error, db_rows
 from warden.adcp.state import budget_id_for
 from warden.identity.api_keys import Role
 from warden.runtime import Runtime
-from warden.server.app import create_app
 from warden.spend import Budget, BudgetKind, Period
 from warden.spend.binding import GROUP, PRINCIPAL
 
@@ -30,17 +29,6 @@ from warden.spend.binding import GROUP, PRINCIPAL
 def make_runtime(make_backend_runtime: Callable[..., Runtime]) -> Callable[..., Runtime]:
     """Every test here runs on SQLite and on PostgreSQL."""
     return make_backend_runtime
-
-
-@pytest.fixture
-def rt(make_runtime: Callable[..., Runtime]) -> Runtime:
-    return make_runtime()
-
-
-@pytest.fixture
-def client(rt: Runtime) -> Iterator[TestClient]:
-    with TestClient(create_app(rt)) as c:
-        yield c
 
 
 def key(rt: Runtime, client: TestClient, principal: str, *groups: str, admin: bool = False) -> Api:
@@ -75,16 +63,16 @@ def usage(rt: Runtime, budget_id: str) -> tuple[str, str]:
 
 
 def test_anothers_reservation_and_receipt_answer_as_missing_ones(
-    rt: Runtime, client: TestClient
+    runtime: Runtime, app_client: TestClient
 ) -> None:
-    budgets(rt, ("a-budget", ("alice",)), ("b-budget", ("bob",)))
-    alice, bob = key(rt, client, "alice"), key(rt, client, "bob")
+    budgets(runtime, ("a-budget", ("alice",)), ("b-budget", ("bob",)))
+    alice, bob = key(runtime, app_client, "alice"), key(runtime, app_client, "bob")
     held = alice.reserve("a-budget", "10")
     settled = alice.reserve("a-budget", "20")
     receipt = alice.post(f"/v1/reservations/{settled}/commit", {"actualAmount": "20"}).data[
         "receipt"
     ]["receiptId"]
-    before = usage(rt, "a-budget")
+    before = usage(runtime, "a-budget")
     nores, norcp = fake("res"), fake("rcp")
 
     same_as_missing(
@@ -109,24 +97,26 @@ def test_anothers_reservation_and_receipt_answer_as_missing_ones(
         norcp,
     )
     # Nothing changed: A's hold is held, its spend stands, and A can still conclude both.
-    assert usage(rt, "a-budget") == before == ("10", "20")
+    assert usage(runtime, "a-budget") == before == ("10", "20")
     assert alice.get(f"/v1/reservations/{held}").data["reservation"]["status"] == "held"
     assert alice.post(f"/v1/reservations/{held}/release").status == 200
     assert alice.post(f"/v1/receipts/{receipt}/undo").status == 200
     # The hold and its receipt record who took them.
-    assert db_rows(rt, f"SELECT principal FROM reservations WHERE reservation_id = '{held}'") == [
-        ("alice",)
-    ]
-    assert db_rows(rt, f"SELECT principal FROM receipts WHERE receipt_id = '{receipt}'") == [
+    assert db_rows(
+        runtime, f"SELECT principal FROM reservations WHERE reservation_id = '{held}'"
+    ) == [("alice",)]
+    assert db_rows(runtime, f"SELECT principal FROM receipts WHERE receipt_id = '{receipt}'") == [
         ("alice",)
     ]
 
 
-def test_a_receipt_is_read_by_its_owner_and_admin_only(rt: Runtime, client: TestClient) -> None:
+def test_a_receipt_is_read_by_its_owner_and_admin_only(
+    runtime: Runtime, app_client: TestClient
+) -> None:
     """Review L2 (decision 928): ``GET /v1/receipts/{id}`` is scoped as reservations are:
     another principal's receipt answers exactly as a missing one; an admin reads all."""
-    budgets(rt, ("a-budget", ("alice",)), ("b-budget", ("bob",)))
-    alice, bob = key(rt, client, "alice"), key(rt, client, "bob")
+    budgets(runtime, ("a-budget", ("alice",)), ("b-budget", ("bob",)))
+    alice, bob = key(runtime, app_client, "alice"), key(runtime, app_client, "bob")
     rid = alice.reserve("a-budget", "20")
     resources = [{"kind": "domain", "provider": "namecheap", "externalId": "example.org"}]
     committed = alice.post(
@@ -140,18 +130,18 @@ def test_a_receipt_is_read_by_its_owner_and_admin_only(rt: Runtime, client: Test
     assert "undoneAt" not in own.data and own.data["createdAt"].endswith("Z")
     norcp = fake("rcp")
     same_as_missing(bob.get(f"/v1/receipts/{rcp}"), bob.get(f"/v1/receipts/{norcp}"), rcp, norcp)
-    admin = Api(client, rt.api_token).get(f"/v1/receipts/{rcp}")
+    admin = Api(app_client, runtime.api_token).get(f"/v1/receipts/{rcp}")
     assert admin.status == 200 and admin.data == own.data
     assert alice.post(f"/v1/receipts/{rcp}/undo").status == 200
     assert alice.get(f"/v1/receipts/{rcp}").data["undoneAt"].endswith("Z")
 
 
 def test_a_quote_against_anothers_budget_is_refused_and_holds_nothing(
-    rt: Runtime, client: TestClient
+    runtime: Runtime, app_client: TestClient
 ) -> None:
-    budgets(rt, ("a-budget", ("alice",)), ("b-budget", ("bob",)))
-    bob = key(rt, client, "bob")
-    entries = len(list(rt.store.iter_records()))
+    budgets(runtime, ("a-budget", ("alice",)), ("b-budget", ("bob",)))
+    bob = key(runtime, app_client, "bob")
+    entries = len(list(runtime.store.iter_records()))
     missing = "no-such-budget"
     same_as_missing(bob.quote("a-budget", "5"), bob.quote(missing, "5"), "a-budget", missing)
     same_as_missing(
@@ -164,44 +154,46 @@ def test_a_quote_against_anothers_budget_is_refused_and_holds_nothing(
         "a-budget",
         missing,
     )
-    assert usage(rt, "a-budget") == ("0", "0")
-    assert db_rows(rt, "SELECT count(*) FROM reservations") == [(0,)]
-    assert db_rows(rt, "SELECT count(*) FROM tasks") == [(0,)]
-    assert len(list(rt.store.iter_records())) == entries  # not even an audit entry
+    assert usage(runtime, "a-budget") == ("0", "0")
+    assert db_rows(runtime, "SELECT count(*) FROM reservations") == [(0,)]
+    assert db_rows(runtime, "SELECT count(*) FROM tasks") == [(0,)]
+    assert len(list(runtime.store.iter_records())) == entries  # not even an audit entry
     assert bob.quote("b-budget", "5").status == 200  # its own budget works
 
 
 def test_the_budget_list_shows_the_callers_budgets_and_admin_sees_all(
-    rt: Runtime, client: TestClient
+    runtime: Runtime, app_client: TestClient
 ) -> None:
     budgets(
-        rt,
+        runtime,
         ("a-budget", ("alice",)),
         ("b-budget", ("bob",)),
         ("shared", ("group:ops",)),
         ("unbound", ()),
     )
-    bob = key(rt, client, "bob", "ops")
+    bob = key(runtime, app_client, "bob", "ops")
     listed = {b["budgetId"]: b for b in bob.get("/v1/budgets").data["budgets"]}
     assert set(listed) == {"b-budget", "shared"}
     assert listed["shared"]["principals"] == ["group:ops"]
-    admin = Api(client, rt.api_token)
+    admin = Api(app_client, runtime.api_token)
     assert {b["budgetId"] for b in admin.get("/v1/budgets").data["budgets"]} == {
         "a-budget",
         "b-budget",
         "shared",
         "unbound",
     }
-    assert key(rt, client, "carol").get("/v1/budgets").data["budgets"] == []
+    assert key(runtime, app_client, "carol").get("/v1/budgets").data["budgets"] == []
 
 
 def test_admin_reads_everything_but_never_spends_as_someone_else(
-    rt: Runtime, client: TestClient
+    runtime: Runtime, app_client: TestClient
 ) -> None:
-    budgets(rt, ("a-budget", ("alice",)), ("unbound", ()))
-    alice = key(rt, client, "alice")
-    admin = Api(client, rt.api_token)
-    boss = key(rt, client, "boss", "ops", admin=True)  # an admin in a group: not bound by it
+    budgets(runtime, ("a-budget", ("alice",)), ("unbound", ()))
+    alice = key(runtime, app_client, "alice")
+    admin = Api(app_client, runtime.api_token)
+    boss = key(
+        runtime, app_client, "boss", "ops", admin=True
+    )  # an admin in a group: not bound by it
     held = alice.reserve("a-budget", "10")
     settled = alice.reserve("a-budget", "20")
     receipt = alice.post(f"/v1/reservations/{settled}/commit", {"actualAmount": "20"}).data[
@@ -219,31 +211,33 @@ def test_admin_reads_everything_but_never_spends_as_someone_else(
             who.post(f"/v1/receipts/{receipt}/undo"),
         ):
             assert_error(reply, "auth:forbidden", 403, resolution="authenticate")
-    assert usage(rt, "a-budget") == ("10", "20")
-    assert usage(rt, "unbound") == ("0", "0")
+    assert usage(runtime, "a-budget") == ("10", "20")
+    assert usage(runtime, "unbound") == ("0", "0")
     assert alice.get(f"/v1/reservations/{held}").data["reservation"]["status"] == "held"
     # An agent key is refused the unbound budget as if it did not exist.
     assert_error(alice.quote("unbound", "1"), "input:unknown_budget", 404, resolution="retry")
     # Binding the admin's own principal lets it spend there, as itself.
-    budgets(rt, ("admin-budget", ("admin",)))
+    budgets(runtime, ("admin-budget", ("admin",)))
     assert admin.quote("admin-budget", "1").status == 200
 
 
-def test_groups_bind_and_bindings_are_not_inherited(rt: Runtime, client: TestClient) -> None:
-    rt.spend.define_budget(
+def test_groups_bind_and_bindings_are_not_inherited(
+    runtime: Runtime, app_client: TestClient
+) -> None:
+    runtime.spend.define_budget(
         Budget("org", BudgetKind.ORG, "USD", Decimal(100), Period.NONE, principals=("cfo",))
     )
-    rt.spend.define_budget(
+    runtime.spend.define_budget(
         Budget("org.t", BudgetKind.TEAM, "USD", Decimal(50), Period.NONE, "org", "", ("group:t",))
     )
-    rt.spend.define_budget(
+    runtime.spend.define_budget(
         Budget("org.t.a", BudgetKind.AGENT, "USD", Decimal(20), Period.NONE, "org.t", "", ("bot",))
     )
-    member = key(rt, client, "tina", "t")
-    bot = key(rt, client, "bot")
+    member = key(runtime, app_client, "tina", "t")
+    bot = key(runtime, app_client, "bot")
     assert member.quote("org.t", "5").status == 200  # through the group
     assert bot.quote("org.t.a", "5").status == 200  # charges org.t and org through its own
-    assert usage(rt, "org") == ("10", "0")
+    assert usage(runtime, "org") == ("10", "0")
     # Not inherited either way: the bot may not quote against its team, the team's
     # members not against the bot's budget.
     assert_error(bot.quote("org.t", "1"), "input:unknown_budget", 404, resolution="retry")
@@ -251,10 +245,10 @@ def test_groups_bind_and_bindings_are_not_inherited(rt: Runtime, client: TestCli
 
 
 def test_an_adcp_plan_budget_is_reachable_only_by_its_owner(
-    rt: Runtime, client: TestClient
+    runtime: Runtime, app_client: TestClient
 ) -> None:
-    ensure_agent(rt, "buyer-a")
-    owner_token = rt.api_keys.create("buyer-a", "agent")[1]
+    ensure_agent(runtime, "buyer-a")
+    owner_token = runtime.api_keys.create("buyer-a", "agent")[1]
     adcp_headers = {"authorization": f"Bearer {owner_token}", "content-type": "application/json"}
     plan = {
         "plan_id": "q2",
@@ -264,7 +258,7 @@ def test_an_adcp_plan_budget_is_reachable_only_by_its_owner(
         "flight": {"start": "2020-01-01T00:00:00Z", "end": "2099-06-30T23:59:59Z"},
         "countries": ["US"],
     }
-    synced = client.post(
+    synced = app_client.post(
         "/adcp/sync_plans",
         json={"idempotency_key": str(uuid.uuid4()), "plans": [plan]},
         headers=adcp_headers,
@@ -286,13 +280,13 @@ def test_an_adcp_plan_budget_is_reachable_only_by_its_owner(
             "idempotency_key": "cmb-" + "0" * 20 + "400",
         },
     }
-    checked = client.post("/adcp/check_governance", json=intent, headers=adcp_headers)
+    checked = app_client.post("/adcp/check_governance", json=intent, headers=adcp_headers)
     assert checked.status_code == 200 and checked.json()["verdict"] == "approved", checked.text
     plan_budget = budget_id_for("buyer-a", "q2")
-    (hold,) = db_rows(rt, "SELECT reservation_id, principal FROM reservations")
+    (hold,) = db_rows(runtime, "SELECT reservation_id, principal FROM reservations")
     assert hold[1] == "buyer-a"
 
-    other = key(rt, client, "buyer-b")
+    other = key(runtime, app_client, "buyer-b")
     assert plan_budget not in {b["budgetId"] for b in other.get("/v1/budgets").data["budgets"]}
     missing = "adcp:" + "0" * 40
     same_as_missing(
@@ -309,9 +303,9 @@ def test_an_adcp_plan_budget_is_reachable_only_by_its_owner(
         hold[0],
         nores,
     )
-    assert usage(rt, plan_budget) == ("400", "0")
+    assert usage(runtime, plan_budget) == ("400", "0")
     # Its owner sees it; the hold AdCP took is concluded by AdCP, not here.
-    owner = Api(client, owner_token)
+    owner = Api(app_client, owner_token)
     assert plan_budget in {b["budgetId"] for b in owner.get("/v1/budgets").data["budgets"]}
     assert owner.budget(plan_budget)["principals"] == ["buyer-a"]
     assert_error(
@@ -319,17 +313,17 @@ def test_an_adcp_plan_budget_is_reachable_only_by_its_owner(
         "reservation:other_wire",
         409,
     )
-    assert usage(rt, plan_budget) == ("400", "0")
+    assert usage(runtime, plan_budget) == ("400", "0")
     # Fresh-user review M4 (decision 923): the plan's money is AdCP's alone. Its owner
     # cannot quote around check_governance, an admin cannot redefine it (nor create an
     # adcp: budget), and nobody asks the spend desk to raise it.
     refusals = [
         owner.quote(plan_budget, "1"),
-        Api(client, rt.api_token).put(
+        Api(app_client, runtime.api_token).put(
             f"/v1/budgets/{plan_budget}",
             {"kind": "org", "currency": "USD", "cap": "100", "period": "none"},
         ),
-        Api(client, rt.api_token).put(
+        Api(app_client, runtime.api_token).put(
             f"/v1/budgets/{missing}",
             {"kind": "org", "currency": "USD", "cap": "100", "period": "none"},
         ),
@@ -337,7 +331,7 @@ def test_an_adcp_plan_budget_is_reachable_only_by_its_owner(
             "/v1/budget-requests", {"budgetId": plan_budget, "cap": "5000", "reason": "more"}
         ),
         # nor a budget under the plan's, whose quotes would hold on the plan's path
-        Api(client, rt.api_token).put(
+        Api(app_client, runtime.api_token).put(
             "/v1/budgets/under-the-plan",
             {
                 "kind": "team",
@@ -352,23 +346,25 @@ def test_an_adcp_plan_budget_is_reachable_only_by_its_owner(
     for refused in refusals:
         body = assert_error(refused, "budget:other_wire", 409)
         assert "AdCP plan's budget" in body["message"], body
-    assert usage(rt, plan_budget) == ("400", "0")
+    assert usage(runtime, plan_budget) == ("400", "0")
     assert owner.budget(plan_budget)["cap"] == "1000"
     # One defined under it anyway (not through the spend wire) is not spent through it.
-    rt.spend.define_budget(
+    runtime.spend.define_budget(
         Budget("under", BudgetKind.TEAM, "USD", Decimal(10), Period.NONE, plan_budget,
                principals=("buyer-a",))
     )  # fmt: skip
     assert_error(owner.quote("under", "1"), "budget:other_wire", 409)
-    assert usage(rt, plan_budget) == ("400", "0")
-    assert rt.desk is None or rt.desk.list() == []
+    assert usage(runtime, plan_budget) == ("400", "0")
+    assert runtime.desk is None or runtime.desk.list() == []
 
 
-def test_acs_holds_are_owned_by_nobody_on_the_spend_wire(rt: Runtime, client: TestClient) -> None:
-    budgets(rt, ("acs-budget", ("alice",)))
+def test_acs_holds_are_owned_by_nobody_on_the_spend_wire(
+    runtime: Runtime, app_client: TestClient
+) -> None:
+    budgets(runtime, ("acs-budget", ("alice",)))
     # The ACS spend gate reserves without a principal (the bundle chose the budget).
-    res = rt.spend.reserve("acs-budget", "3", "USD", action="acs:pay", meta={"wire": "acs"})
-    alice = key(rt, client, "alice")
+    res = runtime.spend.reserve("acs-budget", "3", "USD", action="acs:pay", meta={"wire": "acs"})
+    alice = key(runtime, app_client, "alice")
     nores = fake("res")
     same_as_missing(
         alice.post(f"/v1/reservations/{res.id}/release"),
@@ -376,7 +372,7 @@ def test_acs_holds_are_owned_by_nobody_on_the_spend_wire(rt: Runtime, client: Te
         res.id,
         nores,
     )
-    admin = Api(client, rt.api_token)
+    admin = Api(app_client, runtime.api_token)
     assert admin.get(f"/v1/reservations/{res.id}").data["reservation"]["status"] == "held"
     refused = assert_error(
         admin.post(f"/v1/reservations/{res.id}/release"),
@@ -392,8 +388,8 @@ def test_acs_holds_are_owned_by_nobody_on_the_spend_wire(rt: Runtime, client: Te
     assert "principal it belongs to" not in refused["resolution"]["hint"]
 
     # The same for undoing the receipt of a settled ACS hold.
-    receipt = rt.spend.settle(res.id, "2")
-    before = usage(rt, "acs-budget")
+    receipt = runtime.spend.settle(res.id, "2")
+    before = usage(runtime, "acs-budget")
     undo = assert_error(
         admin.post(f"/v1/receipts/{receipt.id}/undo"),
         "auth:forbidden",
@@ -403,22 +399,25 @@ def test_acs_holds_are_owned_by_nobody_on_the_spend_wire(rt: Runtime, client: Te
     assert "another principal" not in undo["message"]
     assert f"receipt {receipt.id} has no owner on the spend wire" in undo["message"]
     assert "ACS spend gate" in undo["message"]
-    assert usage(rt, "acs-budget") == before  # nothing undone
+    assert usage(runtime, "acs-budget") == before  # nothing undone
 
 
-def test_put_sets_and_keeps_the_binding(rt: Runtime, client: TestClient) -> None:
-    admin = Api(client, rt.api_token)
+def test_put_sets_and_keeps_the_binding(runtime: Runtime, app_client: TestClient) -> None:
+    admin = Api(app_client, runtime.api_token)
     body: dict[str, Any] = {"kind": "org", "currency": "USD", "cap": "10", "period": "none"}
     created = admin.put("/v1/budgets/b", {**body, "principals": ["zed", "group:ops", "zed"]})
     assert created.status == 201 and created.data["budget"]["principals"] == ["group:ops", "zed"]
     kept = admin.put("/v1/budgets/b", {**body, "cap": "20"})  # omitted: the binding stays
     assert kept.data["budget"]["principals"] == ["group:ops", "zed"]
     assert '"principals":["group:ops","zed"]' in kept.data["undo"]["command"]
-    assert key(rt, client, "zed").quote("b", "1").status == 200
+    assert key(runtime, app_client, "zed").quote("b", "1").status == 200
     cleared = admin.put("/v1/budgets/b", {**body, "principals": []})
     assert cleared.data["budget"]["principals"] == []
     assert_error(
-        key(rt, client, "zed2").quote("b", "1"), "input:unknown_budget", 404, resolution="retry"
+        key(runtime, app_client, "zed2").quote("b", "1"),
+        "input:unknown_budget",
+        404,
+        resolution="retry",
     )
     for bad in (["has space"], ["group:"], "zed", [1]):
         r = admin.put("/v1/budgets/b", {**body, "principals": bad})
