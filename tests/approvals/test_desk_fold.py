@@ -22,6 +22,7 @@ from warden.ledger.verify import verify_records
 from warden.runtime import Runtime
 from warden.settings import Settings
 from warden.spend import Budget, BudgetKind, Period
+from warden.wire.acs.client import AcsClient
 
 
 @pytest.fixture
@@ -221,6 +222,28 @@ def test_a_grant_approved_on_another_replica_is_consumed_once(
     verify_records(rt.store.iter_records(), ikm=TEST_IKM)
 
 
+#: The refund both spend-gate tests ask for: over the shopper's agent budget (100 USD).
+REFUND = {"amount": 500, "currency": "USD", "refund": True}
+
+
+def _a_refund_granted_over_budget(rt: Runtime, team_cap: int) -> tuple[AcsClient, str, Budget]:
+    """A shop (org 1000 USD, team ``team_cap``, agent ``shopper`` 100) whose agent asked
+    for :data:`REFUND` and had it approved: the agent, the task id and the agent budget."""
+    rt.spend.define_budget(Budget("shop", BudgetKind.ORG, "USD", Decimal(1000), Period.NONE))
+    rt.spend.define_budget(
+        Budget("shop.ops", BudgetKind.TEAM, "USD", Decimal(team_cap), Period.NONE, "shop")
+    )
+    shopper = Budget(
+        "shop.ops.shopper", BudgetKind.AGENT, "USD", Decimal(100), Period.NONE, "shop.ops"
+    )
+    rt.spend.define_budget(shopper)
+    agent = service_client(rt, agent_id="shopper")
+    agent.hello()
+    tid = ask(agent, "pay", REFUND)["ask_details"]["task_id"]
+    rt.desk.approve(tid, approver(rt, "alice", "desk"), "ok")
+    return agent, tid, shopper
+
+
 def test_a_granted_step_the_spend_gate_denies_leaves_the_grant_approved(
     pg_runtime: Callable[..., Runtime],
 ) -> None:
@@ -229,27 +252,9 @@ def test_a_granted_step_the_spend_gate_denies_leaves_the_grant_approved(
     entry allowed the step, was never consumed: no consumed/restored pair is chained
     (decision 647) and the grant is still there."""
     rt = pg_runtime(asset("policy/spend_policy.yaml"))
-    rt.spend.define_budget(Budget("shop", BudgetKind.ORG, "USD", Decimal(1000), Period.NONE))
-    rt.spend.define_budget(
-        Budget("shop.ops", BudgetKind.TEAM, "USD", Decimal(150), Period.NONE, parent_id="shop")
-    )
-    rt.spend.define_budget(
-        Budget(
-            "shop.ops.shopper",
-            BudgetKind.AGENT,
-            "USD",
-            Decimal(100),
-            Period.NONE,
-            parent_id="shop.ops",
-        )
-    )
-    agent = service_client(rt, agent_id="shopper")
-    agent.hello()
-    refund = {"amount": 500, "currency": "USD", "refund": True}
-    tid = ask(agent, "pay", refund)["ask_details"]["task_id"]
-    rt.desk.approve(tid, approver(rt, "alice", "desk"), "ok")
+    agent, tid, _ = _a_refund_granted_over_budget(rt, team_cap=150)
     before = _desk_entries(rt)
-    denied = ask(agent, "pay", refund)
+    denied = ask(agent, "pay", REFUND)
     assert denied["decision"] == "deny" and "budget_exceeded" in denied["reason_codes"]
     assert _history(rt, tid) == ["requested", "approved"]
     assert _desk_entries(rt) == before
@@ -265,27 +270,15 @@ def test_a_grant_the_spend_gate_refuses_is_never_consumed(
     (SQLite consumed it in the desk's transaction before the spend gate ran, then gave
     it back). Once the budget has room, the same step consumes it, once."""
     rt = make_backend_runtime(asset("policy/spend_policy.yaml"))
-    rt.spend.define_budget(Budget("shop", BudgetKind.ORG, "USD", Decimal(1000), Period.NONE))
-    rt.spend.define_budget(
-        Budget("shop.ops", BudgetKind.TEAM, "USD", Decimal(1000), Period.NONE, parent_id="shop")
-    )
-    shopper = Budget(
-        "shop.ops.shopper", BudgetKind.AGENT, "USD", Decimal(100), Period.NONE, "shop.ops"
-    )
-    rt.spend.define_budget(shopper)
-    agent = service_client(rt, agent_id="shopper")
-    agent.hello()
-    refund = {"amount": 500, "currency": "USD", "refund": True}
-    tid = ask(agent, "pay", refund)["ask_details"]["task_id"]
-    rt.desk.approve(tid, approver(rt, "alice", "desk"), "ok")
+    agent, tid, shopper = _a_refund_granted_over_budget(rt, team_cap=1000)
     before = _desk_entries(rt)
     for _ in range(2):
-        denied = ask(agent, "pay", refund)
+        denied = ask(agent, "pay", REFUND)
         assert denied["decision"] == "deny" and "budget_exceeded" in denied["reason_codes"]
         assert _history(rt, tid) == ["requested", "approved"]
         assert _desk_entries(rt) == before
     rt.spend.define_budget(dataclasses.replace(shopper, cap=Decimal(1000)))
-    allowed = ask(agent, "pay", refund)
+    allowed = ask(agent, "pay", REFUND)
     assert allowed["decision"] == "allow", allowed
     assert _history(rt, tid) == ["requested", "approved", "consumed"]
     assert [(t[0], t[1]) for t in _tasks(rt)] == [(tid, "consumed")]
