@@ -42,7 +42,7 @@ UniqueKeyLoader.add_constructor(
 
 #: The same loader over libyaml's C parser, where PyYAML was built with it (its wheels
 #: are): about ten times faster. The shipped bundle's pure-Python parse was three
-#: quarters of a server's start (decision 300).
+#: quarters of a server's start (decision 308).
 _FastUniqueKeyLoader: Any = None
 if hasattr(yaml, "CSafeLoader"):
     _FastUniqueKeyLoader = type("_FastUniqueKeyLoader", (yaml.CSafeLoader,), {})

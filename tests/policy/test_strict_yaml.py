@@ -1,4 +1,4 @@
-"""``warden.strict_yaml.load``: libyaml's speed, the pure-Python parser's words (decision 300)."""
+"""``warden.strict_yaml.load``: libyaml's speed, the pure-Python parser's words (decision 308)."""
 
 from __future__ import annotations
 
