@@ -25,6 +25,7 @@ import pytest
 from fastapi.testclient import TestClient
 from jsonschema import Draft202012Validator, FormatChecker
 from referencing import Registry, Resource
+from schedule import slow_first
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -43,6 +44,11 @@ SHARED = ROOT.parent / "shared"
 DEFAULT_POLICY = ROOT / "examples" / "policies" / "default.yaml"
 AGENTDOJO_POLICY = ROOT / "examples" / "policies" / "agentdojo.yaml"
 TEST_IKM = bytes(range(32))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slowest modules first, so no worker is left with them at the end (schedule.py)."""
+    slow_first(items)
 
 
 def asset(name: str) -> Path:
@@ -366,7 +372,8 @@ def start_server(data_dir: Path, policy: Path = DEFAULT_POLICY, *extra: str) -> 
             env={**os.environ},
         )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    # Generous: a start takes about a second alone, but 20 s and more on a loaded machine.
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"warden serve exited early:\n{log.read_text()}")
