@@ -4,6 +4,7 @@ one rule for a query parameter given twice (decision 1035)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from urllib.parse import parse_qsl
 
 
 def json_media_problem(content_type: str | None) -> str | None:
@@ -24,6 +25,12 @@ def json_media_problem(content_type: str | None) -> str | None:
         return None
     shown = f"Content-Type {media}" if media else "no Content-Type"
     return f"the body must be sent as Content-Type: application/json, not {shown}"
+
+
+def query_pairs(query_string: bytes) -> list[tuple[str, str]]:
+    """A raw query string's ``(name, value)`` pairs, in order, as Starlette's
+    ``QueryParams`` reads them (blank values kept)."""
+    return parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)
 
 
 def repeated_params(pairs: Iterable[tuple[str, str]], single: Iterable[str]) -> list[str]:

@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from warden.approvals.desk import ApprovalDesk
 from warden.core.guardian import Guardian
-from warden.core.media import repeated_params_problem
+from warden.core.media import query_pairs, repeated_params_problem
 from warden.crypto.canonical import parse_request_json
 from warden.identity.api_keys import ApiKeys, Role
 from warden.spend.engine import SpendEngine
@@ -167,9 +167,8 @@ def make_route_class(
                     auth.check(
                         request.headers.getlist("authorization"), need, remembered=remembered
                     )
-                    if problem := repeated_params_problem(
-                        request.query_params.multi_items(), single
-                    ):
+                    query = single and request.scope["query_string"]  # none: nothing to read
+                    if query and (problem := repeated_params_problem(query_pairs(query), single)):
                         raise invalid(problem)
                     length = request.headers.get("content-length", "")
                     if length.isdigit() and int(length) > limit:
