@@ -480,6 +480,32 @@ def verify_cmd(
         raise typer.Exit(EXIT_FAILURE_FOUND)
 
 
+def _stored_session(store: Any, session: str) -> str:
+    """The stored id ``session`` names: itself, or (decision 1036) for a UUID the one
+    stored session that is the same UUID in another case. Exit 1 when there is none (as
+    for `agents show`, docs/cli-json.md: an export of no session would verify as a valid
+    one), exit 2 when two stored sessions spell it differently; nothing written."""
+    from warden.ids import uuid_key
+    from warden.store.activity_sql import sessions_spelled
+
+    if store.load_session(session) is not None:
+        return session
+    key = uuid_key(session)
+    found = sessions_spelled(store, key) if key is not None else []
+    if len(found) == 1:
+        return found[0]
+    store.close()
+    if found:
+        print_line(
+            err_console,
+            f"[red]error:[/red] session {escape(session)} is stored in several spellings "
+            f"({escape(', '.join(found))}); give one of them exactly",
+        )
+        raise typer.Exit(EXIT_BAD_INPUT)
+    print_line(err_console, f"[red]error:[/red] no session {escape(session)} in the database")
+    raise typer.Exit(EXIT_FAILURE_FOUND)
+
+
 def export_cmd(
     out: Annotated[
         Path | None,
@@ -487,7 +513,7 @@ def export_cmd(
     ] = None,
     session: Annotated[
         str | None,
-        typer.Option(help="Only this session id."),
+        typer.Option(help="Only this session id (a UUID in any case)."),
     ] = None,
     data_dir: DataDir = Path(".warden"),
     database_url: DbUrl = None,
@@ -517,12 +543,8 @@ def export_cmd(
         store = open_store(existing_database_url(data_dir, database_url), migrate=False)
     except WardenError as exc:
         raise _fail(exc) from exc
-    if session is not None and store.load_session(session) is None:
-        # An id that does not exist is exit 1 with nothing written, as for `agents show`
-        # (docs/cli-json.md); an export of no session would verify as a valid one.
-        store.close()
-        print_line(err_console, f"[red]error:[/red] no session {escape(session)} in the database")
-        raise typer.Exit(EXIT_FAILURE_FOUND)
+    if session is not None:
+        session = _stored_session(store, session)
     try:
         fh = out.open("w", encoding="utf-8") if out else sys.stdout
     except OSError as exc:

@@ -188,11 +188,14 @@ def mcp_proxy_cmd(
     except Exception as exc:  # noqa: BLE001 - the upstream failed: one line, not a traceback
         leaf = _first_leaf(exc)
         logging.getLogger(__name__).debug("mcp-proxy stopped", exc_info=True)
-        err_console.print(
-            f"[red]error:[/red] the upstream MCP server {escape(target.describe())} failed: "
-            f"{escape(type(leaf).__name__)}: {escape(str(leaf) or '(no message)')}",
-            soft_wrap=True,
+        why = (
+            f"the upstream MCP server {target.describe()} failed: "
+            f"{type(leaf).__name__}: {str(leaf) or '(no message)'}"
         )
+        err_console.print(f"[red]error:[/red] {escape(why)}", soft_wrap=True)
+        # The client's `initialize` (or any request it sent) would wait for an answer
+        # that never comes: it gets this error before the proxy exits (decision 1038).
+        answer_pending(why + "; warden mcp-proxy is exiting")
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     finally:
         runtime.close()
@@ -226,6 +229,51 @@ def _sigterm_as_interrupt() -> Iterator[_Terminated]:
         yield terminated
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def answer_pending(message: str, *, wait_s: float = 2.0, limit: int = 1 << 20) -> int:
+    """Answer every request the client has sent on stdin and that nobody read with the
+    JSON-RPC error ``-32603`` ``message``, on stdout; the number answered.
+
+    Waits at most ``wait_s`` for a first line (an MCP client sends ``initialize`` as soon
+    as it starts the proxy), then reads what is already there, at most ``limit`` bytes;
+    returns at once on a terminal or at the end of the input. Notifications, answers and
+    lines that are not JSON are not answered (JSON-RPC 2.0 §4.1, §5)."""
+    import json
+    import os
+    import select
+    import sys
+    import time
+
+    try:
+        fd = sys.stdin.fileno()
+        if os.isatty(fd):
+            return 0
+        data = b""
+        deadline = time.monotonic() + wait_s
+        while len(data) < limit:
+            left = deadline - time.monotonic() if b"\n" not in data else 0.0
+            if not select.select([fd], [], [], max(left, 0.0))[0]:
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+    except (OSError, ValueError):  # no usable stdin
+        return 0
+    answered = 0
+    for line in data.splitlines():
+        try:
+            request = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(request, dict) and "method" in request and request.get("id") is not None:
+            error = {"code": -32603, "message": message}
+            answer = {"jsonrpc": "2.0", "id": request["id"], "error": error}
+            sys.stdout.write(json.dumps(answer, ensure_ascii=False, separators=(",", ":")) + "\n")
+            answered += 1
+    sys.stdout.flush()
+    return answered
 
 
 def _first_leaf(exc: BaseException) -> BaseException:

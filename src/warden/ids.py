@@ -1,8 +1,9 @@
-"""Random identifiers on the hot path."""
+"""Random identifiers on the hot path, and how a typed UUID is matched."""
 
 from __future__ import annotations
 
 import os
+import re
 
 _VERSION_4 = 0x4000 << 64  # the version nibble (bits 76-79) of a 128-bit UUID
 _VARIANT = 0x8000 << 48  # the RFC 4122 variant (bits 62-63: 10)
@@ -17,3 +18,13 @@ def uuid4_text() -> str:
     880)."""
     h = f"{int.from_bytes(os.urandom(16), 'big') & _CLEAR | _VERSION_4 | _VARIANT:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+_UUID_TEXT = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+
+
+def uuid_key(text: str) -> str | None:
+    """The lowercase form of a UUID written as 8-4-4-4-12 hex digits in any case, or None
+    for any other text. A UUID is case-insensitive (RFC 9562 §4), so two spellings of
+    one are one id to a person typing it (decision 1036)."""
+    return text.lower() if _UUID_TEXT.fullmatch(text) else None

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -289,3 +290,38 @@ def test_an_unknown_session_is_exit_1_and_writes_nothing(runtime: Runtime, tmp_p
         assert (proc.returncode, proc.stdout) == (1, "")
         assert proc.stderr == "error: no session no-such in the database\n"
         assert not out.exists()
+
+
+def test_a_session_uuid_is_found_in_any_case(runtime: Runtime, tmp_path: Path) -> None:
+    """Decision 1036: a UUID is case-insensitive. Before, `--session <UPPER>` of a session
+    stored lower-case (and the reverse) was exit 1, "no session"."""
+    from conftest import service_client
+
+    sid_a, _ = produce_chain(runtime)
+    upper = str(uuid.uuid4()).upper()
+    c = service_client(runtime, agent_id="agent-u", session_id=upper)
+    assert "result" in c.hello()
+    # The same UUID stored in two spellings (two sessions to the store): ambiguous.
+    twin = str(uuid.uuid4())
+    for spelling in (twin, twin.upper()):
+        assert "result" in service_client(runtime, agent_id="agent-t", session_id=spelling).hello()
+    runtime.close()
+    data = runtime.settings.data_dir
+    for typed, stored in ((sid_a.upper(), sid_a), (upper.lower(), upper), (sid_a, sid_a)):
+        out = tmp_path / f"{typed}.jsonl"
+        proc = warden("export", "--data-dir", data, "--session", typed, "-o", out, "--json")
+        assert proc.returncode == 0, proc.stderr
+        records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+        assert {r["session_id"] for r in records if r["kind"] == "session"} == {stored}
+        assert verified(out, data / "ikm.key")["ok"] is True
+    mixed = twin[:8].upper() + twin[8:]
+    out = tmp_path / "twin.jsonl"
+    proc = warden("export", "--data-dir", data, "--session", mixed, "-o", out)
+    assert proc.returncode == 2, proc.stderr
+    assert (
+        "several spellings" in proc.stderr and twin in proc.stderr and twin.upper() in proc.stderr
+    )
+    assert proc.stdout == "" and not out.exists()
+    # Not a UUID: still only its exact spelling.
+    proc = warden("export", "--data-dir", data, "--session", "NO-SUCH", "-o", out)
+    assert (proc.returncode, proc.stderr) == (1, "error: no session NO-SUCH in the database\n")

@@ -1,6 +1,10 @@
-"""The one media type Warden's JSON bodies are read as (decisions 831, 993)."""
+"""The one media type Warden's JSON bodies are read as (decisions 831, 993), and the
+one rule for a query parameter given twice (decision 1035)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from urllib.parse import parse_qsl
 
 
 def json_media_problem(content_type: str | None) -> str | None:
@@ -21,3 +25,34 @@ def json_media_problem(content_type: str | None) -> str | None:
         return None
     shown = f"Content-Type {media}" if media else "no Content-Type"
     return f"the body must be sent as Content-Type: application/json, not {shown}"
+
+
+def query_pairs(query_string: bytes) -> list[tuple[str, str]]:
+    """A raw query string's ``(name, value)`` pairs, in order, as Starlette's
+    ``QueryParams`` reads them (blank values kept)."""
+    return parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)
+
+
+def repeated_params(pairs: Iterable[tuple[str, str]], single: Iterable[str]) -> list[str]:
+    """The names in ``single`` (parameters that take one value) given more than once in
+    ``pairs`` (a query string's ``(name, value)`` pairs, in order), sorted: Warden refuses
+    them rather than silently keeping one (``?principal=a&principal=b``, decision 1035)."""
+    wanted = set(single)
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for name, _ in pairs:
+        if name in wanted:
+            (twice if name in seen else seen).add(name)
+    return sorted(twice)
+
+
+def repeated_params_problem(pairs: Iterable[tuple[str, str]], single: Iterable[str]) -> str | None:
+    """Why a query string with a single-valued parameter given twice is refused (the
+    words every wire uses), or None."""
+    twice = repeated_params(pairs, single)
+    if not twice:
+        return None
+    if len(twice) == 1:
+        return f"the query parameter {twice[0]} is given more than once; give it once"
+    names = ", ".join(twice)
+    return f"the query parameters {names} are each given more than once; give each once"

@@ -42,7 +42,7 @@ from warden.crypto.agent_key import (  # noqa: F401
     load_agent_key,
 )
 from warden.crypto.asymmetric import PublicKey, key_from_spki_b64, spki_b64
-from warden.crypto.hmac_keys import derive_agent_ikm
+from warden.crypto.hmac_keys import derive_agent_ikm, derive_session_key
 from warden.errors import ConfigError, StoreUnavailable, WardenError
 from warden.identity.api_keys import check_groups, check_principal, stored_strings
 from warden.identity.key_reuse import refuse_registered, spki_der
@@ -246,6 +246,21 @@ class AgentRegistry:
         with self._lock:
             self._cache[key_id] = agent
         return agent
+
+    def revoked_signer(self, key_id: str, session_id: str, proves: Callable[[bytes], bool]) -> bool:
+        """True when a request proves (``proves(session key)``: its HMAC verifies) that its
+        signer holds the material of ``key_id`` (derived from the master IKM, whether or
+        not the key exists) and only then, by a database read, that ``key_id`` is a
+        registered key revoked itself or with its agent (decision 1039). A caller without
+        the key fails the first check as it would for any id, so it learns nothing about
+        ``key_id``: to it a revoked key reads as an unknown one. ACS-Crypto keys: False."""
+        if not is_agent_key_id(key_id):
+            return False
+        if not proves(derive_session_key(derive_agent_ikm(self._ikm, key_id), session_id)):
+            return False
+        with read_cursor(self._store) as cur:
+            table = SqlAgents(cur, self._store._q)
+            return table.key(key_id) is not None and not table.key_active(key_id)
 
     def forget(self, key_id: str) -> None:
         """Drop ``key_id`` from the cache (its revocation was seen in a transaction)."""

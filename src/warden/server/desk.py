@@ -76,6 +76,7 @@ from warden.approvals.desk import MAX_REASON_CHARS, DeskError, TaskNotFound
 from warden.approvals.display import Layout, shown
 from warden.approvals.group_check import empty_group_warning
 from warden.approvals.tasks import ApprovalState, Task
+from warden.core.media import repeated_params_problem
 from warden.errors import CouldNotDecide, failure_log_level
 from warden.identity.api_keys import Identity, Role
 from warden.identity.credentials import cookies_named, header_lines
@@ -604,7 +605,9 @@ class _Desk:
         wire = (params.get("wire") or "").strip()
         filters = {"state": state, "group": group, "wire": wire}
         error = None
-        if state not in STATE_FILTERS:
+        if twice := repeated_params_problem(params.multi_items(), ("state", "group", "wire")):
+            error = twice[0].upper() + twice[1:] + "."
+        elif state not in STATE_FILTERS:
             error = f"Unknown state {state!r}; choose one of: {', '.join(STATE_FILTERS)}."
         elif len(group) > MAX_FILTER_CHARS or len(wire) > MAX_FILTER_CHARS:
             error = f"The group and wire filters are at most {MAX_FILTER_CHARS} characters."

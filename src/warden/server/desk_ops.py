@@ -40,6 +40,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
+from warden.core.media import repeated_params_problem
 from warden.errors import IntegrityError
 from warden.identity.api_keys import Identity, Role
 from warden.server import ops_view, svg_charts
@@ -94,6 +95,8 @@ class OpsPages:
         params = request.query_params
         session = (params.get("session") or "").strip()
         try:
+            if twice := repeated_params_problem(params.multi_items(), ops_view.QUERY_FIELDS):
+                raise FilterError(twice[0].upper() + twice[1:] + ".")
             filters = ops_view.parse_filters(params)
             before = ops_view.parse_cursor(params)
             limit = ops_view.parse_limit(params)

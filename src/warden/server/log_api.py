@@ -28,6 +28,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
+from warden.core.media import repeated_params_problem
 from warden.tlog.merkle import ProofError
 from warden.tlog.note import NoteError
 from warden.tlog.service import LogForked, TransparencyLog
@@ -76,6 +77,8 @@ def log_router(tlog: TransparencyLog) -> APIRouter:
     @router.get("/key", summary="The checkpoint verifier key (C2SP vkey)")
     async def key(request: Request) -> Response:
         # ?alg=ml-dsa-65: the ML-DSA-65 vkey of the checkpoints' second line (issue 21).
+        if problem := repeated_params_problem(request.query_params.multi_items(), ("alg",)):
+            return _refuse("log:invalid_params", 400, problem)
         if request.query_params.get("alg") == "ml-dsa-65":
             if tlog.pq_signer is None:
                 return _refuse("log:not_found", 404, "checkpoints are not signed with ML-DSA-65")

@@ -47,6 +47,8 @@ CHART_SCAN = 20000
 UNREADABLE = "unreadable"
 #: The activity form's fields (query parameters).
 FILTER_FIELDS = ("agent", "tool", "decision", "rule", "wire", "since", "until", "session")
+#: Every query parameter of the activity page: each takes one value (decision 1035).
+QUERY_FIELDS = (*FILTER_FIELDS, "limit", "before_at", "before_session", "before_seq")
 
 
 def entry_href(prefix: str, session_id: str, seq: int) -> str:

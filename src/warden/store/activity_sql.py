@@ -216,6 +216,16 @@ def recent_sessions(
     ]
 
 
+def sessions_spelled(store: SqlStore, uuid_key: str, *, limit: int = 5) -> list[str]:
+    """The stored session ids that are ``uuid_key`` (a lowercase UUID) in any case, at
+    most ``limit``, in id order: an ACS session keeps the id as its agent wrote it
+    (it is the HKDF ``info`` of the session key), so an upper-case one is stored so."""
+    sql = "SELECT session_id FROM sessions WHERE lower(session_id) = ? ORDER BY session_id LIMIT ?"
+    with read_cursor(store) as cur:
+        cur.execute(store._q(sql), (uuid_key, limit))  # noqa: SLF001
+        return [str(r[0]) for r in cur.fetchall()]
+
+
 _SESSION_COLUMNS = (
     "session_id",
     "agent_id",

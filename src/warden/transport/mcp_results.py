@@ -21,6 +21,8 @@ from mcp_types import methods
 from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter
 
+from warden.crypto.canonical import integer_outside_jcs_at
+
 #: version → the adapter of its ``tools/call`` surface result.
 _ADAPTERS: dict[str, TypeAdapter[Any]] = {}
 
@@ -64,3 +66,16 @@ def request_line(rid: str, params: dict[str, Any]) -> bytes:
         {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params},
         inf_nan_mode="null",  # as a model's default ``ser_json_inf_nan``
     )
+
+
+def refused_answer(response: dict[str, Any], why: str) -> dict[str, Any]:
+    """The error answer (-32603, as for an answer that is not strict JSON) that takes the
+    place of an MCP server's ``response`` outside RFC 8785 (decision 1037): it names the
+    first integer beyond ±(2^53−1) that no double spells, which JSON does not carry
+    exactly (I-JSON, RFC 7493 §2.2; the audit chain's RFC 8785 cannot sign it), else
+    says ``why``."""
+    at = integer_outside_jcs_at(response.get("result", response.get("error")), "/result")
+    if at is not None:
+        why = f"the integer at {at} is beyond ±(2^53−1), which JSON does not carry exactly"
+    text = f"the MCP server's answer was refused: {why}"
+    return {"jsonrpc": "2.0", "id": response.get("id"), "error": {"code": -32603, "message": text}}

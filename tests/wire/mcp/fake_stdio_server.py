@@ -3,10 +3,11 @@
 Tools: ``echo`` (answers its arguments as text), ``die`` (the process exits before
 answering) and ``slow`` (never answered); unlisted, ``big`` (a 2 MiB text result) and
 ``bad`` (a result that is no ``CallToolResult``), ``nan`` (``NaN`` and ``Infinity`` in its
-``structuredContent``) and ``dup`` (a duplicate key in it): not strict JSON. With
+``structuredContent``) and ``dup`` (a duplicate key in it): not strict JSON; ``bigint``
+(2**64 in its ``structuredContent``: beyond what JSON interop carries exactly). With
 ``stubborn`` on the command line it ignores the end of its stdin and waits to be
 signalled; with ``chatty`` it writes 1 MiB to stdout when its stdin ends (the proxy must
-drain it for the server to exit)."""
+drain it for the server to exit); with ``biglist`` its ``tools/list`` holds 2**64."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ def main() -> None:
                     {"name": n, "inputSchema": {"type": "object"}} for n in ("echo", "die", "slow")
                 ]
             }
+            if "biglist" in sys.argv:
+                result["tools"][0]["inputSchema"]["maximum"] = 2**64  # type: ignore[index]
         elif method == "tools/call" and msg["params"]["name"] == "die":
             os._exit(3)
         elif method == "tools/call" and msg["params"]["name"] == "slow":
@@ -48,6 +51,8 @@ def main() -> None:
             result = {"content": [{"type": "text", "text": "x" * (2 << 20)}], "isError": False}
         elif method == "tools/call" and msg["params"]["name"] == "bad":
             result = {"content": "not a list", "isError": False}
+        elif method == "tools/call" and msg["params"]["name"] == "bigint":
+            result = {"content": [], "structuredContent": {"n": 2**64}, "isError": False}
         elif method == "tools/call" and msg["params"]["name"] in ("nan", "dup"):
             dup = msg["params"]["name"] == "dup"
             body = '{"n":1,"n":2}' if dup else '{"n":NaN,"m":-Infinity}'

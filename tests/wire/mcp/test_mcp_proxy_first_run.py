@@ -1,14 +1,19 @@
 """`warden mcp-proxy` on a data directory that was never served (no demo agent yet):
 one line that says how to get an agent key, exit status 2, and nothing created. A fresh
-user got only "agent key file … does not exist"."""
+user got only "agent key file … does not exist". And an upstream that fails at start
+answers the client's pending ``initialize`` before the exit."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from mcp_helpers import ROOT
+import pytest
+from conftest import free_port
+from mcp_helpers import INIT, INITIALIZED, ROOT, agent_key_file, allow_all_bundle
 
 
 def test_a_fresh_data_dir_says_how_to_get_an_agent_key(tmp_path: Path) -> None:
@@ -25,3 +30,48 @@ def test_a_fresh_data_dir_says_how_to_get_an_agent_key(tmp_path: Path) -> None:
     assert f"warden serve --data-dir {data}" in said
     assert done.stdout == ""  # the MCP channel stays clean
     assert not data.exists()
+
+
+@pytest.mark.parametrize("where", ["url", "command"])
+def test_an_upstream_that_fails_at_start_answers_the_pending_initialize(
+    tmp_path: Path, where: str
+) -> None:
+    """Decision 1038: the proxy exited 2 and the client's `initialize` waited for an
+    answer that never came. Now it is answered -32603 naming the upstream's failure
+    first, while the client still holds stdin open, and nothing else is written."""
+    data = tmp_path / "d"
+    policy = tmp_path / "bundle.yaml"
+    policy.write_text(allow_all_bundle("first-run"))
+    upstream = (
+        ["--upstream", f"http://127.0.0.1:{free_port()}/mcp"]
+        if where == "url"
+        else ["--", sys.executable, "-c", "pass"]
+    )
+    command = [
+        sys.executable, "-m", "warden", "mcp-proxy", "--data-dir", str(data), "--policy",
+        str(policy), "--agent-key", str(agent_key_file(data)), *upstream,
+    ]  # fmt: skip
+    with subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=str(ROOT), env=dict(os.environ),
+    ) as proc:  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        try:
+            proc.stdin.write(json.dumps(INIT).encode() + b"\n")
+            proc.stdin.write(json.dumps(INITIALIZED).encode() + b"\n")  # not answered
+            proc.stdin.flush()
+            # stdin stays open, as a client's does while it waits.
+            assert proc.wait(timeout=90) == 2
+            out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
+        finally:
+            proc.kill()
+    lines = out.splitlines()
+    assert len(lines) == 1, out
+    answer = json.loads(lines[0])
+    assert answer["id"] == INIT["id"] and "result" not in answer, answer
+    assert answer["error"]["code"] == -32603
+    message = answer["error"]["message"]
+    assert message.startswith("the upstream MCP server ") and " failed: " in message, message
+    assert message.endswith("; warden mcp-proxy is exiting")
+    assert (upstream[1] if where == "url" else "-c pass") in message
+    assert "Traceback" not in err and " failed: " in err, err

@@ -33,8 +33,11 @@ def _call(rid: int, name: str, arguments: dict[str, Any] | None = None) -> bytes
     return _line({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params})
 
 
-def _run(tmp_path: Path, lines: list[bytes]) -> tuple[dict[Any, Any], Path]:
-    """Every answer by id (a list of them under ``None``) and the data directory."""
+def _run(
+    tmp_path: Path, lines: list[bytes], *, stderr: list[str] | None = None
+) -> tuple[dict[Any, Any], Path]:
+    """Every answer by id (a list of them under ``None``) and the data directory
+    (``stderr``: the proxy's log is appended to it)."""
     data = tmp_path / "d"
     policy = tmp_path / "bundle.yaml"
     policy.write_text(allow_all_bundle("fresh-user"))
@@ -48,6 +51,8 @@ def _run(tmp_path: Path, lines: list[bytes]) -> tuple[dict[Any, Any], Path]:
         env=dict(os.environ), timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr.decode()
+    if stderr is not None:
+        stderr.append(done.stderr.decode())
     answers: dict[Any, Any] = {None: []}
     for raw in done.stdout.decode().splitlines():
         answer = json.loads(raw)
@@ -139,6 +144,57 @@ def test_an_answer_that_is_not_strict_json_is_refused_not_changed(tmp_path: Path
     stored = _stored_tool_calls(data)
     assert len(stored) == 6
     assert verify(data).returncode == 0
+
+
+def test_an_integer_json_does_not_carry_exactly_is_a_clean_refusal(tmp_path: Path) -> None:
+    """Decision 1037: 2**64 in an answer was a traceback in the log and a
+    ``gateway_error`` tool result; now it is refused as a non-strict answer is (-32603,
+    the answer's step chained as that error), in one warning line."""
+    logs: list[str] = []
+    lines = [_line(INIT), _line(INITIALIZED), _call(1, "bigint"), _call(2, "echo")]
+    answers, data = _run(tmp_path, lines, stderr=logs)
+    error = answers[1]["error"]
+    assert error["code"] == -32603, error
+    assert error["message"] == (
+        "the MCP server's answer was refused: the integer at /result/structuredContent/n "
+        "is beyond ±(2^53−1), which JSON does not carry exactly"
+    )
+    assert error["data"]["warden"]["result"]["decision"] == "allow"
+    assert isinstance(error["data"]["warden"]["result"]["chain_hash"], str)
+    assert answers[2]["result"]["isError"] is False
+    assert "Traceback" not in logs[0] and "gateway_error" not in logs[0], logs[0]
+    said = [line for line in logs[0].splitlines() if "answer was refused" in line]
+    assert len(said) == 1 and " WARNING " in said[0], logs[0]
+    stored = _stored_tool_calls(data)
+    assert len(stored) == 4 and "/result/structuredContent/n is beyond" in "\n".join(stored)
+    assert verify(data).returncode == 0
+
+
+def test_a_listing_json_does_not_carry_exactly_is_refused_too(tmp_path: Path) -> None:
+    """The other forwarded answers (here ``tools/list``) take the same path (1037)."""
+    import anyio
+    from mcp.shared.exceptions import MCPError
+    from mcp_helpers import proxied
+
+    policy = tmp_path / "bundle.yaml"
+    policy.write_text(allow_all_bundle("fresh-user"))
+
+    async def main() -> None:
+        async with proxied(tmp_path / "d", policy, [*SERVER, "biglist"]) as mcp:
+            with pytest.raises(MCPError) as refused:
+                await mcp.list_tools()
+            assert refused.value.error.code == -32603
+            assert refused.value.error.message == (
+                "the MCP server's answer was refused: the integer at "
+                "/result/tools/0/inputSchema/maximum is beyond ±(2^53−1), which JSON does not "
+                "carry exactly"
+            )
+            # (The SDK client lists tools before a call to validate its result: not here.)
+            with pytest.raises(MCPError):
+                await mcp.list_tools()
+
+    anyio.run(main)
+    assert verify(tmp_path / "d").returncode == 0
 
 
 def test_the_channel_refuses_each_over_long_line_and_reads_on() -> None:

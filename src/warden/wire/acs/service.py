@@ -285,6 +285,9 @@ class AcsService:
                 return error_response(rid, exc)
         if method == PING:
             return self._ping(msg, caller if authentic else None)
+        if caller is None and key_id and (agents := self.callers.registry) is not None:  # noqa: SIM102
+            if agents.revoked_signer(key_id, sid, partial(verify_request, jcs_msg, within=jcs)):
+                return error_response(rid, KeyRevoked(f"agent key {key_id} is revoked"))  # 1039
         if not authentic or caller is None:
             return error_response(
                 rid,

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from warden.errors import SessionRefused
+from warden.errors import InvalidRequest, SessionRefused
 from warden.ids import uuid4_text
+from warden.transport.mcp_results import refused_answer
 from warden.wire.acs.client import AcsClient, Transport
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,9 @@ class Ruling:
     decision: str
     request_id: str
     result: dict[str, Any] = field(default_factory=dict)
+    #: The error answer Warden chained and sends in place of an upstream answer it
+    #: refused (one outside the RFC 8785 domain, decision 1037), or None.
+    replaced: dict[str, Any] | None = None
 
     @property
     def forwards(self) -> bool:
@@ -172,7 +176,10 @@ class Gateway:
         Never raises: a protocol error, an unsigned or malformed answer or any
         failure is a deny (reason ``gateway_error`` or the error's reason)."""
         method = str(message.get("method", ""))
-        return self._step(f"protocols/MCP/{method}", message)
+        ruling = self._step(f"protocols/MCP/{method}", message)
+        if "jcs_domain" in ruling.reason_codes:
+            log.warning("refused the MCP request %s: %s", method, ruling.reasoning)
+        return ruling
 
     def record(
         self,
@@ -190,6 +197,10 @@ class Gateway:
         the client; a modify may carry redactions (pointers into the response)."""
         method = str(request.get("method", ""))
         answer = self._step(f"protocols/MCP/{method}", response)
+        if "jcs_domain" in answer.reason_codes:  # refused, not changed; the refusal chained
+            response, failed = refused_answer(response, answer.reasoning), True  # (1037)
+            log.warning("%s (%s, id %r)", response["error"]["message"], method, response["id"])
+            answer = replace(self._step(f"protocols/MCP/{method}", response), replaced=response)
         if not isinstance(answer.result.get("chain_hash"), str):
             # The answer could not be chained (over the body limit, outside RFC 8785, …):
             # chain that it was withheld, so the audit shows the call ran and its answer
@@ -235,7 +246,9 @@ class Gateway:
         request_id = uuid4_text()
         try:
             response = self.client.call(method, payload, request_id=request_id)
-        except Exception:  # noqa: BLE001 - fail closed: no verdict, no forwarding
+        except Exception as exc:  # noqa: BLE001 - fail closed: no verdict, no forwarding
+            if isinstance(exc, InvalidRequest) and exc.reason == "jcs_domain":  # unsignable:
+                return refusal("jcs_domain", exc.message, request_id)  # said by the caller
             log.exception("the ACS step %s failed", method)
             return refusal(
                 "gateway_error", "Warden could not decide this call, so it is denied.", request_id

@@ -274,6 +274,7 @@ class Proxy:
             }
             failed = True
         answer = await self.record(sent, response, ruling, failed)
+        response = answer.replaced or response  # refused and chained as an error (1037)
         if not answer.forwards:
             return withheld_tool_result(answer, name)
         if answer.decision == "modify":
@@ -331,6 +332,10 @@ class Proxy:
                     refusal_text(answer, f"the result of {what}"),
                     {"warden": answer.meta()},
                 )
+            if answer.replaced is not None:  # refused and chained as an error (1037)
+                err = answer.replaced["error"]
+                warden = ruling.meta() | {"result": answer.meta()}
+                raise MCPError(int(err["code"]), str(err["message"]), {"warden": warden})
             if answer.decision == "modify":
                 try:
                     response = modify_message(response, answer.result.get("modifications") or {})

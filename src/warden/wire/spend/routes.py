@@ -9,10 +9,12 @@ configured size. The operations themselves are in :mod:`.operations`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
-from typing import Annotated, Any
+from collections.abc import Callable, Coroutine, Sequence
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from fastapi import APIRouter, Depends, Header, Request, Security
+from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
@@ -22,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from warden.approvals.desk import ApprovalDesk
 from warden.core.guardian import Guardian
+from warden.core.media import query_pairs, repeated_params_problem
 from warden.crypto.canonical import parse_request_json
 from warden.identity.api_keys import ApiKeys, Role
 from warden.spend.engine import SpendEngine
@@ -157,12 +160,16 @@ def make_route_class(
             )
 
             remembered = getattr(self.endpoint, "checks_caller_in_transaction", False)
+            single = _single_query_params(self.dependant)
 
             async def guarded(request: Request) -> Response:
                 try:
                     auth.check(
                         request.headers.getlist("authorization"), need, remembered=remembered
                     )
+                    query = single and request.scope["query_string"]  # none: nothing to read
+                    if query and (problem := repeated_params_problem(query_pairs(query), single)):
+                        raise invalid(problem)
                     length = request.headers.get("content-length", "")
                     if length.isdigit() and int(length) > limit:
                         raise _too_large(limit)
@@ -183,6 +190,23 @@ def make_route_class(
             return guarded
 
     return _Route
+
+
+def _single_query_params(dependant: Dependant) -> frozenset[str]:
+    """The query parameters of a route (and its dependencies) that take one value: a
+    repeat of one is refused 400 (decision 1035), not silently the last value."""
+
+    def many(annotation: Any) -> bool:
+        if get_origin(annotation) in (list, tuple, set, frozenset, Sequence):
+            return True
+        return get_origin(annotation) in (Union, UnionType) and any(
+            many(arg) for arg in get_args(annotation)
+        )
+
+    names = {f.alias for f in dependant.query_params if not many(f.field_info.annotation)}
+    for sub in dependant.dependencies:
+        names |= _single_query_params(sub)
+    return frozenset(names)
 
 
 async def strict_body(request: Request) -> Any:
