@@ -250,6 +250,15 @@ def main() -> None:
         metavar="CPU",
         help="run every worker on this one CPU (they take turns anyway): no migrations",
     )
+    ap.add_argument(
+        "--keep-answers",
+        action="append",
+        default=[],
+        metavar="LABEL",
+        help="the Warden of this label keeps every answer until its chunk ends, as this "
+        "harness did before issue 16's ninth session (for comparing; the survivors set off "
+        "generation-0 collections in Warden's timed calls)",
+    )
     ap.add_argument("--json", type=Path, help="also write the results here")
     ns = ap.parse_args()
 
@@ -257,6 +266,8 @@ def main() -> None:
     labels = ns.label or default_labels(len(srcs))
     if len(labels) != len(srcs) or len(set(labels)) != len(labels):
         raise SystemExit("give one distinct --label per --warden-src")
+    if unknown := set(ns.keep_answers) - set(labels):
+        raise SystemExit(f"--keep-answers names no --label: {', '.join(sorted(unknown))}")
     for src in srcs:
         if not (src / "warden" / "__init__.py").is_file():
             raise SystemExit(f"{src} holds no warden package (give a checkout's src folder)")
@@ -279,6 +290,8 @@ def main() -> None:
                 env = {**os.environ, **common, "PYTHONPATH": f"{src}{os.pathsep}{HERE}"}
                 args = [*base, "--case", "warden", "--workdir", str(work / label),
                         "--bundle", str(BUNDLE_PATH), "--sync", ns.sync]  # fmt: skip
+                if label in ns.keep_answers:
+                    args.append("--keep-answers")
                 title = f"Warden full ACS ask, SQLite {ns.sync} ({src})"
                 workers.append(spawn(f"warden:{label}", title, ns.warden_python, args, env, work))
             peer_env = {

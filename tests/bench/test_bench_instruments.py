@@ -140,3 +140,42 @@ def test_the_store_append_instrument_commits_every_copy_and_reads_the_wal(
     assert result["user_us"] >= 0 and result["sys_us"] >= 0
     # Every copy committed (a refused one raises) and grew the WAL by some pages.
     assert result["frames"] >= 1
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_side_by_side_warden_case_checks_every_answer_and_keeps_no_containers(
+    tmp_path: Path, keep: bool
+) -> None:
+    """The timed Warden case keeps only each answer's decision (no object the cyclic GC
+    tracks, so the harness sets off no collection in Warden's timed calls) unless told to
+    keep the answers; either way ``check`` refuses an answer that is not the ask."""
+    import gc
+    from types import SimpleNamespace
+
+    from side_by_side_worker import WardenCase
+
+    scenario = SimpleNamespace(
+        REQUEST=REQUEST,
+        PROBES=[p for p, _e, _r in PROBES],
+        reference_decide=lambda r: next((e, rule) for p, e, rule in PROBES if p == r),
+    )
+    case = WardenCase(scenario, tmp_path, BUNDLE_PATH, "NORMAL", keep_answers=keep)
+    try:
+        assert all(p["ok"] for p in case.probes)
+        case.prepare(3)
+        for _ in range(3):
+            case.call()
+        case.check()
+        assert len(case._answers) == 3
+        assert any(gc.is_tracked(a) for a in case._answers) is keep
+        wrong = {"jsonrpc": "2.0", "id": 1, "result": {"decision": "allow"}}
+        case._answers.append(wrong if keep else "allow")
+        with pytest.raises(RuntimeError, match="not answered ask"):
+            case.check()
+        case.prepare(1)
+        case.warden.handle = lambda _body: {"jsonrpc": "2.0", "id": 1, "error": {"code": -1}}
+        case.call()
+        with pytest.raises(RuntimeError, match="not answered ask"):
+            case.check()
+    finally:
+        case.close()
