@@ -1,0 +1,48 @@
+"""The SQLite WAL stays bounded under back-to-back commits (decision 311)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from warden.store.sql import _Checkpointer, _engine_for, parse_database_url
+
+PAGE = 4096
+
+
+def _largest_wal(path: Path, restart_frames: int, seconds: float = 1.5) -> int:
+    """Commit one page-sized row after another for ``seconds`` with a checkpointer
+    beside the writer, as the store runs them; the WAL's largest size in bytes."""
+    engine = _engine_for(parse_database_url(f"sqlite:///{path}"), "NORMAL")
+    writer = engine.raw_connection()
+    cur = writer.cursor()
+    cur.execute("PRAGMA wal_autocheckpoint=0")  # as SqlStore: checkpoints are the thread's
+    cur.execute("CREATE TABLE t (b BLOB)")
+    lock = threading.RLock()  # the store's write lock
+    checkpointer = _Checkpointer(engine, lock, interval=0.02, restart_frames=restart_frames)
+    wal = Path(f"{path}-wal")
+    largest = 0
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for _ in range(20):
+                with lock:
+                    cur.execute("BEGIN IMMEDIATE")
+                    cur.execute("INSERT INTO t VALUES (zeroblob(?))", (PAGE,))
+                    cur.execute("COMMIT")
+            largest = max(largest, wal.stat().st_size)
+    finally:
+        checkpointer.stop()
+        writer.close()
+        engine.dispose()
+    return largest
+
+
+def test_back_to_back_commits_restart_the_wal(tmp_path: Path) -> None:
+    bounded = _largest_wal(tmp_path / "bounded.db", restart_frames=64)
+    unbounded = _largest_wal(tmp_path / "passive.db", restart_frames=1 << 30)
+    # PASSIVE checkpoints alone never let SQLite start the WAL over while commits keep
+    # coming, so it grows with every commit (tens of MB here); a RESTART once it holds 64
+    # frames starts it over again and again.
+    assert unbounded > 4 * bounded, (unbounded, bounded)
