@@ -16,11 +16,9 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import quote
 
-import httpx
 import typer
 from rich.markup import escape
 
-from warden.approvals.display import visible
 from warden.cli_options import (
     EXIT_BAD_INPUT,
     EXIT_FAILURE_FOUND,
@@ -63,6 +61,8 @@ def _call(method: str, url: str, token: str, path: str, **kw: Any) -> dict[str, 
     if not token:
         err_console.print("[red]error:[/red] an API key is required (--token or WARDEN_TOKEN)")
         raise typer.Exit(EXIT_BAD_INPUT)
+    import httpx
+
     try:
         with httpx.Client(base_url=url.rstrip("/"), timeout=30) as client:
             r = client.request(method, path, headers={"Authorization": f"Bearer {token}"}, **kw)
@@ -89,6 +89,8 @@ def _call(method: str, url: str, token: str, path: str, **kw: Any) -> dict[str, 
 
 def _safe(value: Any) -> str:
     """Agent-controlled text for the terminal: controls and bidi escaped, markup too."""
+    from warden.approvals.display import visible
+
     return escape(visible(str(value)))
 
 

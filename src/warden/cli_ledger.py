@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -38,7 +38,9 @@ from warden.cli_options import (
 )
 from warden.cli_output import print_json, print_line, print_table, table
 from warden.errors import ConfigError, IntegrityError, WardenError
-from warden.tlog.audit import LogProblem
+
+if TYPE_CHECKING:  # the log's auditor (cryptography) loads when a check runs
+    from warden.tlog.audit import LogProblem
 
 AsJson = Annotated[
     bool, typer.Option("--json", help="Print one JSON document (docs/cli-json.md) on stdout.")
@@ -158,6 +160,7 @@ def verify_chains(
     """
     from warden.crypto.keystore import load_ikm
     from warden.ledger.verify import read_jsonl, verify_records
+    from warden.tlog.audit import LogProblem
 
     ikm = None if no_signatures else load_ikm(key_file or data_dir / "ikm.key")
     trusted_keys = _trusted_public_keys(public_keys, data_dir, no_signatures)
@@ -290,7 +293,7 @@ def _check_log(
 ) -> dict[str, Any] | None:
     """The log part of verify.json (see :func:`verify_chains`); LogProblem at a fault."""
     from warden.store import tlog_sql
-    from warden.tlog.audit import check_log
+    from warden.tlog.audit import LogProblem, check_log
     from warden.tlog.export import check_export_log
 
     if exported is not None:

@@ -17,25 +17,31 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from warden.cli_options import EXIT_BAD_INPUT, _fail, console, err_console
 from warden.errors import WardenError
-from warden.kla.keys import KeyRegistry
-from warden.kla.records import RecordKind
-from warden.kla.verify import VerifyStatus, verify_bundle, verify_record
+from warden.kla.kinds import RecordKind
 
-EXIT_CODES: dict[VerifyStatus, int] = {
-    VerifyStatus.OK: 0,
-    VerifyStatus.SCHEMA_INVALID: 3,
-    VerifyStatus.RECORD_HASH_MISMATCH: 4,
-    VerifyStatus.SIGNATURE_INVALID: 5,
-    VerifyStatus.UNSUPPORTED_SCHEMA_VERSION: 6,
-    VerifyStatus.REFERENCE_MISMATCH: 7,
-}
+if TYPE_CHECKING:  # the verifier (cryptography, the schemas) loads when a command runs
+    from warden.kla.verify import VerifyStatus
+
+
+def _exit_code(status: VerifyStatus) -> int:
+    from warden.kla.verify import VerifyStatus
+
+    return {
+        VerifyStatus.OK: 0,
+        VerifyStatus.SCHEMA_INVALID: 3,
+        VerifyStatus.RECORD_HASH_MISMATCH: 4,
+        VerifyStatus.SIGNATURE_INVALID: 5,
+        VerifyStatus.UNSUPPORTED_SCHEMA_VERSION: 6,
+        VerifyStatus.REFERENCE_MISMATCH: 7,
+    }[status]
+
 
 AsJson = Annotated[bool, typer.Option("--json", help="Print the outcome as JSON on stdout.")]
 
@@ -84,6 +90,9 @@ def verify_record_cmd(
 ) -> None:
     """Verify one KLA record offline: strict JSON, schema_version, schema (with
     date-time formats), the recomputed sha256: digest and an optional signature."""
+    from warden.kla.keys import KeyRegistry
+    from warden.kla.verify import verify_record
+
     try:
         raw = file.read_bytes()
     except OSError as exc:
@@ -113,7 +122,7 @@ def verify_record_cmd(
         _err(f"[red]FAILED[/red] {outcome.status}{escape(at)}: {escape(outcome.message)}")
         if outcome.digest:
             _err(f"computed digest {outcome.digest}")
-    raise typer.Exit(EXIT_CODES[outcome.status])
+    raise typer.Exit(_exit_code(outcome.status))
 
 
 def verify_bundle_cmd(
@@ -137,6 +146,9 @@ def verify_bundle_cmd(
 ) -> None:
     """Verify an evidence bundle offline: every record, the manifest and the
     references between request, decision, approval and audit event."""
+    from warden.kla.keys import KeyRegistry
+    from warden.kla.verify import verify_bundle
+
     try:
         registry = KeyRegistry.load(trusted_keys) if trusted_keys is not None else None
         outcome = verify_bundle(
@@ -177,4 +189,4 @@ def verify_bundle_cmd(
             "[yellow]warning:[/yellow] signatures were checked against the bundle's own keys/; "
             "that shows the bundle is consistent, not who made it (pin keys with --trusted-keys)"
         )
-    raise typer.Exit(EXIT_CODES[outcome.status])
+    raise typer.Exit(_exit_code(outcome.status))

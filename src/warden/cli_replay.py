@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import httpx
 import typer
 from rich.markup import escape
 
@@ -184,6 +183,8 @@ def replay_agentdojo(
     """Replay AgentDojo v1.2 ground-truth tool calls as signed ACS sessions (or, with
     --efficacy, measure the provenance gates by AgentDojo's own security() and utility()
     checks on benign and attacked runs)."""
+    import httpx
+
     from warden.crypto.agent_key import AgentCredential, load_agent_key
     from warden.replay.agentdojo import replay
 

@@ -3,14 +3,15 @@ replica identity, TLS and trace export; and the uvicorn TLS arguments they becom
 
 from __future__ import annotations
 
-import ssl
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from warden.errors import ConfigError
-from warden.settings import Settings
+
+if TYPE_CHECKING:  # the settings model (pydantic-settings) loads when a command runs
+    from warden.settings import Settings
 
 ConfigFile = Annotated[
     Path | None,
@@ -99,6 +100,8 @@ def tls_options(settings: Settings) -> dict[str, Any]:
     """
     if settings.tls_cert is None or settings.tls_key is None:
         return {}
+    import ssl
+
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         context.load_cert_chain(str(settings.tls_cert), str(settings.tls_key))

@@ -38,6 +38,7 @@ from warden.kla.digest import (
     record_digest,
 )
 from warden.kla.keys import KeyRegistry, TrustedKey
+from warden.kla.kinds import RecordKind as RecordKind
 from warden.schemas import SchemaSet
 
 #: The schema_version of every v1 record Warden writes.
@@ -48,25 +49,6 @@ BUNDLE_VERSION = "1.0.0"
 RECORDS_FILE = "records.jsonl"
 MANIFEST_FILE = "manifest.json"
 KEYS_DIR = "keys"
-
-
-class RecordKind(StrEnum):
-    """Which of the four records a document is; the value names its id field."""
-
-    ACTION_REQUEST = "action_request"
-    POLICY_DECISION = "policy_decision"
-    APPROVAL_EVENT = "approval_event"
-    AUDIT_EVENT = "audit_event"
-
-    @property
-    def id_field(self) -> str:
-        """The id member: ``action_request_id``, ``policy_decision_id`` and so on."""
-        return f"{self.value}_id"
-
-    @property
-    def schema_path(self) -> str:
-        """The schema file under ``warden/schemas/kla/``."""
-        return self.value.replace("_", "-") + ".json"
 
 
 #: schema_version values each kind is processed under; anything else is kept for
