@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource
 
 from warden.errors import ConfigError
 from warden.settings import Settings
@@ -69,24 +68,11 @@ def load_settings(config: Path | None = None, **given: Any) -> Settings:
 
     Raises ConfigError for a bad file or any invalid value (every problem listed).
     """
-    file_values = read_config(config) if config is not None else {}
+    from_file = read_config(config) if config is not None else {}
     cli = {k: v for k, v in given.items() if v is not None}
 
     class _Layered(Settings):
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return (
-                init_settings,
-                env_settings,
-                InitSettingsSource(settings_cls, init_kwargs=file_values),
-            )
+        file_values = from_file
 
     try:
         layered = _Layered(**cli)

@@ -11,11 +11,16 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 DEFAULT_DATA_DIR = Path(".warden")
 
@@ -32,6 +37,9 @@ class Settings(BaseSettings):
     """Validated whole at start-up; every field may be set as ``WARDEN_<NAME>``."""
 
     model_config = SettingsConfigDict(env_prefix="WARDEN_", extra="forbid")
+    #: A config file's values, below the environment (``config_file.load_settings`` sets
+    #: them on a subclass of its own).
+    file_values: ClassVar[dict[str, Any]] = {}
 
     @classmethod
     def settings_customise_sources(
@@ -42,10 +50,12 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """What is given, then ``WARDEN_*`` variables: no ``.env`` file and no secrets
-        directory, as `warden serve` reads them (``config_file.load_settings``). Each of
-        those two sources cost a third of building a Settings while reading nothing."""
-        return (init_settings, env_settings)
+        """What is given, then ``WARDEN_*`` variables, then :attr:`file_values`: no
+        ``.env`` file and no secrets directory, which Warden never documented. Each of those
+        two sources cost a third of building a Settings while reading nothing."""
+        if not cls.file_values:
+            return (init_settings, env_settings)
+        return (init_settings, env_settings, InitSettingsSource(settings_cls, cls.file_values))
 
     host: str = "127.0.0.1"
     port: int = Field(8787, ge=0, le=65535)
