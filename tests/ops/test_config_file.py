@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from warden.config_file import load_settings
 from warden.errors import ConfigError
 from warden.settings import Settings
-from warden.settings_doc import _serve_params, generate
+from warden.settings_doc import _comments, _serve_params, generate
 
 
 def test_every_serve_option_is_a_settings_key() -> None:
@@ -219,3 +219,27 @@ def test_configuration_page_is_generated_from_the_model() -> None:
     assert page == generate(), "run: python -m warden.settings_doc --write docs/configuration.md"
     for name in Settings.model_fields:
         assert f"| `{name}` |" in page
+
+
+def test_the_lock_wait_range_and_who_honours_it_are_written_down() -> None:
+    """Decision 1062: the range the model enforces is the one `--help`, the reference page
+    and the settings comment state, and docs/operations.md names the setting and says
+    which commands use it."""
+    meta = Settings.model_fields["database_lock_timeout_ms"].metadata
+    low = next(m.ge for m in meta if getattr(m, "ge", None) is not None)
+    high = next(m.le for m in meta if getattr(m, "le", None) is not None)
+    stated = f"{low} to {high}"
+    assert stated == "1 to 600000"
+    assert stated in _serve_params()["database_lock_timeout_ms"].help
+    row = next(
+        line
+        for line in (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8").splitlines()
+        if line.startswith("| `database_lock_timeout_ms` |")
+    )
+    assert stated in row
+    assert f"in milliseconds, {stated}." in _comments()["database_lock_timeout_ms"]
+    ops = " ".join((ROOT / "docs" / "operations.md").read_text(encoding="utf-8").split())
+    durability = ops.split("## Durability", 1)[1].split("## ", 1)[0]
+    assert "waits up to 10 s" in durability and "`database_lock_timeout_ms`" in durability
+    assert "`warden mcp-proxy`, through `WARDEN_DATABASE_LOCK_TIMEOUT_MS`" in durability
+    assert "`warden agents add`" in durability and "wait the default" in durability
