@@ -142,8 +142,8 @@ def serve(
         typer.Option(
             envvar="WARDEN_DATABASE_LOCK_TIMEOUT_MS",
             help="How long a write waits for a lock another connection holds before the "
-            "request fails closed (503 or a signed deny), in ms (default: 10000 on SQLite, "
-            "5000 on PostgreSQL).",
+            "request fails closed (503 or a signed deny), in ms, 1 to 600000 (default: 10000 "
+            "on SQLite, 5000 on PostgreSQL).",
         ),
     ] = None,
     max_body_bytes: Annotated[

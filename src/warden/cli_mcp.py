@@ -12,7 +12,7 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -101,15 +101,12 @@ def mcp_proxy_cmd(
     resources/read and prompts/get decided by Warden's policy and chained."""
     import anyio
 
+    from warden.config_file import load_settings
     from warden.crypto.agent_key import load_agent_key
     from warden.runtime import Runtime
-    from warden.settings import Settings
     from warden.wire.mcp.gateway import Gateway
     from warden.wire.mcp.proxy import Upstream, serve_stdio
 
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     try:
         target = Upstream(
             command=tuple(command or ()),
@@ -124,17 +121,25 @@ def mcp_proxy_cmd(
         )
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     try:
-        options: dict[str, Any] = {
-            "data_dir": data_dir,
-            "database_url": database_url,
-            "policy": policy,
-            "key_file": key_file,
-            "public_url": public_url,
-        }
-        settings = Settings(**{k: v for k, v in options.items() if v is not None})
-    except Exception as exc:  # pydantic ValidationError: report every problem at once
-        err_console.print(f"[red]invalid settings:[/red] {escape(str(exc))}")
-        raise typer.Exit(EXIT_BAD_INPUT) from exc
+        # The same settings layers and one-line "invalid settings: key: message" as
+        # `warden serve` and `warden doctor` (decision 1061); no config file here.
+        settings = load_settings(
+            None,
+            data_dir=data_dir,
+            database_url=database_url,
+            policy=policy,
+            key_file=key_file,
+            public_url=public_url,
+            log_level=log_level,  # checked here: `logging` raised a traceback for a bad one
+        )
+    except WardenError as exc:
+        failed = _fail(exc)
+        # The client's `initialize` is waiting: it gets the same line (decision 1038).
+        answer_pending(exc.message + "; warden mcp-proxy is exiting")
+        raise failed from exc
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         key_path = agent_key or data_dir / "agents" / "demo-agent.key"
         if agent_key is None and not key_path.exists():

@@ -6,16 +6,20 @@ Precedence, highest first: command-line options, ``WARDEN_*`` environment variab
 the config file, the defaults (decision 232). Relative paths in the file are relative
 to the file's own folder (decision 233). An unknown key, a value of the wrong type or
 a file that is not TOML is a :class:`~warden.errors.ConfigError` naming the file and
-the key; nothing starts.
+the key; nothing starts. The file's values are typed, so their types are checked
+strictly (decision 1060): ``port = true`` or ``port = "8787"`` is refused, where the
+same text in ``WARDEN_PORT`` (a string by nature) is parsed.
 """
 
 from __future__ import annotations
 
+import json
 import tomllib
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from warden.errors import ConfigError
 from warden.settings import Settings
@@ -32,10 +36,58 @@ def _path_fields() -> set[str]:
     return out
 
 
+@cache
+def _strict(name: str) -> TypeAdapter[Any]:
+    """The type of field ``name`` with its constraints, to check a file value against."""
+    field = Settings.model_fields[name]
+    hint: Any = Annotated[field.annotation, field]  # a runtime-built type for mypy
+    return TypeAdapter(hint)
+
+
+def _toml_kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "a TOML boolean"
+    if isinstance(value, int):
+        return "a TOML integer"
+    if isinstance(value, float):
+        return "a TOML float"
+    if isinstance(value, str):
+        return "a TOML string"
+    if isinstance(value, list):
+        return "a TOML array"
+    if isinstance(value, dict):
+        return "a TOML table"
+    return "a TOML date or time"
+
+
+def _type_errors(data: dict[str, Any]) -> list[str]:
+    """``key: message`` for each value in ``data`` whose TOML type is not its field's.
+
+    Each value is checked as JSON in pydantic's strict mode: a TOML boolean only for a
+    bool, an integer only for an int (a float also takes an integer), a string for a str,
+    a Path or a choice, an array for a tuple. Only type errors are kept: a value of the
+    right type but out of range or not one of the choices is left to the settings model,
+    whose own validators run (``log_level = "info"`` is upper-cased there)."""
+    out = []
+    for key, value in data.items():
+        # A TOML date or time has no JSON form: an object, which no field type accepts.
+        text = json.dumps(value, default=lambda _: {})
+        try:
+            _strict(key).validate_json(text, strict=True)
+        except ValidationError as exc:
+            for e in exc.errors():
+                if e["type"].endswith("_type"):
+                    where = ".".join([key, *(str(p) for p in e["loc"])])
+                    out.append(f"{where}: {e['msg']}, not {_toml_kind(value)}")
+    return out
+
+
 def read_config(path: Path) -> dict[str, Any]:
     """The settings in ``path`` (a TOML table of Settings field names to values).
 
-    Raises ConfigError for an unreadable file, bad TOML, or an unknown key (named).
+    Raises ConfigError for an unreadable file, bad TOML, an unknown key (named), or a
+    value whose TOML type is not the key's (every one named, in the same form as
+    :func:`load_settings`'s "invalid settings").
     """
     try:
         raw = path.read_bytes()
@@ -52,6 +104,9 @@ def read_config(path: Path) -> dict[str, Any]:
                 f"config file {path}: unknown key {key!r} (see docs/configuration.md for "
                 "the keys; they are the names of `warden serve`'s options with _ for -)"
             )
+    wrong = _type_errors(data)
+    if wrong:
+        raise ConfigError(f"invalid settings (config file {path}): {'; '.join(wrong)}")
     base = path.parent
     for key in _path_fields() & set(data):
         value = data[key]

@@ -72,8 +72,9 @@ class Settings(BaseSettings):
     database_pool_size: int = Field(4, ge=1, le=64)
     #: How long a write waits for a lock another connection holds (another replica, a
     #: `warden` command, a backup) before the request fails closed: a 503 or a signed deny,
-    #: in milliseconds. Unset: 10000 on SQLite (``busy_timeout``), 5000 on PostgreSQL
-    #: (``lock_timeout``; an ``options=-c lock_timeout=…`` in the URL wins).
+    #: in milliseconds, 1 to 600000. Unset: 10000 on SQLite (``busy_timeout``), 5000 on
+    #: PostgreSQL (``lock_timeout``; an ``options=-c lock_timeout=…`` in the URL wins).
+    #: ``warden serve`` and ``warden mcp-proxy`` use it; other commands wait the default.
     database_lock_timeout_ms: int | None = Field(None, ge=1, le=600_000)
     policy_requires_provenance: bool = False
     max_body_bytes: int = Field(1 << 20, ge=1024)

@@ -37,7 +37,10 @@ A test fails when this page and the generator disagree. -->
 
 The config file is TOML with the keys below at the top level (no tables). Relative paths
 in it are relative to the file's own folder. An unknown key, a value of the wrong type, or
-a file that is not TOML stops the start with an error that names the key:
+a file that is not TOML stops the start with an error that names the key. Types are TOML's
+own: an int key takes an integer (`port = "9000"`, `port = 9000.0` and `port = true` are
+refused), a bool key `true` or `false`, a path or a choice a string, a list an array; a
+float key also takes an integer. (Environment variables are text and are parsed.)
 
 ```toml
 # warden.toml

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from warden.config_file import load_settings
 from warden.errors import ConfigError
 from warden.settings import Settings
-from warden.settings_doc import _serve_params, generate
+from warden.settings_doc import _comments, _serve_params, generate
 
 
 def test_every_serve_option_is_a_settings_key() -> None:
@@ -66,6 +66,115 @@ def test_unknown_key_and_bad_values_are_refused_by_name(tmp_path: Path) -> None:
         load_settings(cfg)
 
 
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            "database_lock_timeout_ms = true",
+            "database_lock_timeout_ms: Input should be a valid integer, not a TOML boolean",
+        ),
+        ("port = true", "port: Input should be a valid integer, not a TOML boolean"),
+        (
+            'database_lock_timeout_ms = "100"',
+            "database_lock_timeout_ms: Input should be a valid integer, not a TOML string",
+        ),
+        ("port = 8787.0", "port: Input should be a valid integer, not a TOML float"),
+        (
+            'policy_requires_provenance = "true"',
+            "policy_requires_provenance: Input should be a valid boolean, not a TOML string",
+        ),
+        (
+            "adcp_test_controller = 1",
+            "adcp_test_controller: Input should be a valid boolean, not a TOML integer",
+        ),
+        ("host = 1", "host: Input should be a valid string, not a TOML integer"),
+        ("data_dir = false", "data_dir: Input should be a valid string, not a TOML boolean"),
+        (
+            'trace_sample_ratio = "0.5"',
+            "trace_sample_ratio: Input should be a valid number, not a TOML string",
+        ),
+        (
+            'evidence_signing_keys = "ed25519"',
+            "evidence_signing_keys: Input should be a valid array, not a TOML string",
+        ),
+        ("key_id = 1979-05-27", "key_id: Input should be a valid string, not a TOML date"),
+    ],
+)
+def test_a_file_value_of_the_wrong_toml_type_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, message: str
+) -> None:
+    """The file is typed: a boolean, a string or a float is not coerced into an int
+    (``true`` once became 1 ms, ``port = true`` port 1; decision 1060)."""
+    for name in list(os.environ):
+        if name.startswith("WARDEN_"):
+            monkeypatch.delenv(name)
+    cfg = tmp_path / "w.toml"
+    cfg.write_text(line + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(cfg)
+    assert caught.value.message.startswith(f"invalid settings (config file {cfg}): ")
+    assert message in caught.value.message
+
+
+def test_file_values_of_the_right_type_still_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Strict types, not strict spelling: an integer for a float, a string for a path or a
+    choice, an array for a tuple, and a lower-case log level (the model upper-cases it)."""
+    for name in list(os.environ):
+        if name.startswith("WARDEN_"):
+            monkeypatch.delenv(name)
+    cfg = tmp_path / "w.toml"
+    cfg.write_text(
+        "database_lock_timeout_ms = 100\ntrace_sample_ratio = 1\nport = 0\n"
+        'log_level = "debug"\nevidence_signing_keys = ["ed25519", "ml-dsa-65"]\n'
+        'data_dir = "d"\nadcp_test_controller = true\nsqlite_sync = "NORMAL"\n'
+    )
+    s = load_settings(cfg)
+    assert (s.database_lock_timeout_ms, s.trace_sample_ratio, s.port, s.log_level) == (
+        100,
+        1.0,
+        0,
+        "DEBUG",
+    )
+    assert s.evidence_signing_keys == ("ed25519", "ml-dsa-65") and s.data_dir == tmp_path / "d"
+    assert s.adcp_test_controller is True and s.sqlite_sync == "NORMAL"
+    # The environment stays text, parsed as before, and still wins over the file.
+    monkeypatch.setenv("WARDEN_DATABASE_LOCK_TIMEOUT_MS", "250")
+    monkeypatch.setenv("WARDEN_ADCP_TEST_CONTROLLER", "false")
+    s = load_settings(cfg)
+    assert (s.database_lock_timeout_ms, s.adcp_test_controller) == (250, False)
+
+
+def test_the_documented_example_file_loads(tmp_path: Path) -> None:
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    example = page.split("```toml\n", 1)[1].split("```", 1)[0]
+    cfg = tmp_path / "warden.toml"
+    cfg.write_text(example)
+    s = load_settings(cfg)
+    assert (s.host, s.port, s.metrics_access) == ("0.0.0.0", 8443, "key")
+    assert s.tls_cert == tmp_path / "tls" / "cert.pem"
+
+
+def test_serve_refuses_a_wrong_type_in_one_line_and_starts_nothing(tmp_path: Path) -> None:
+    cfg = tmp_path / "w.toml"
+    cfg.write_text("database_lock_timeout_ms = true\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "warden", "serve", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")},
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: invalid settings (config file {cfg}): database_lock_timeout_ms: Input "
+        "should be a valid integer, not a TOML boolean"
+    ]
+    assert not (tmp_path / ".warden").exists()  # nothing created
+
+
 def test_serve_refuses_an_unknown_key_and_starts_nothing(tmp_path: Path) -> None:
     cfg = tmp_path / "warden.toml"
     cfg.write_text("prot = 9000\n")
@@ -110,3 +219,27 @@ def test_configuration_page_is_generated_from_the_model() -> None:
     assert page == generate(), "run: python -m warden.settings_doc --write docs/configuration.md"
     for name in Settings.model_fields:
         assert f"| `{name}` |" in page
+
+
+def test_the_lock_wait_range_and_who_honours_it_are_written_down() -> None:
+    """Decision 1062: the range the model enforces is the one `--help`, the reference page
+    and the settings comment state, and docs/operations.md names the setting and says
+    which commands use it."""
+    meta = Settings.model_fields["database_lock_timeout_ms"].metadata
+    low = next(m.ge for m in meta if getattr(m, "ge", None) is not None)
+    high = next(m.le for m in meta if getattr(m, "le", None) is not None)
+    stated = f"{low} to {high}"
+    assert stated == "1 to 600000"
+    assert stated in _serve_params()["database_lock_timeout_ms"].help
+    row = next(
+        line
+        for line in (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8").splitlines()
+        if line.startswith("| `database_lock_timeout_ms` |")
+    )
+    assert stated in row
+    assert f"in milliseconds, {stated}." in _comments()["database_lock_timeout_ms"]
+    ops = " ".join((ROOT / "docs" / "operations.md").read_text(encoding="utf-8").split())
+    durability = ops.split("## Durability", 1)[1].split("## ", 1)[0]
+    assert "waits up to 10 s" in durability and "`database_lock_timeout_ms`" in durability
+    assert "`warden mcp-proxy`, through `WARDEN_DATABASE_LOCK_TIMEOUT_MS`" in durability
+    assert "`warden agents add`" in durability and "wait the default" in durability

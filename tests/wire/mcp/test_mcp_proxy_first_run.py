@@ -75,3 +75,41 @@ def test_an_upstream_that_fails_at_start_answers_the_pending_initialize(
     assert message.endswith("; warden mcp-proxy is exiting")
     assert (upstream[1] if where == "url" else "-c pass") in message
     assert "Traceback" not in err and " failed: " in err, err
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "problem"),
+    [
+        ("WARDEN_DATABASE_LOCK_TIMEOUT_MS", "abc", "database_lock_timeout_ms: Input should "
+         "be a valid integer, unable to parse string as an integer"),
+        ("WARDEN_DATABASE_LOCK_TIMEOUT_MS", "0", "database_lock_timeout_ms: Input should "
+         "be greater than or equal to 1"),
+        ("WARDEN_SQLITE_SYNC", "bogus", "sqlite_sync: Input should be 'FULL', 'NORMAL' or "
+         "'EXTRA'"),
+        ("WARDEN_LOG_LEVEL", "bogus", "log_level: Input should be 'DEBUG', 'INFO', "
+         "'WARNING', 'ERROR' or 'CRITICAL'"),
+    ],
+)  # fmt: skip
+def test_bad_settings_are_one_line_and_answer_the_pending_initialize(
+    tmp_path: Path, variable: str, value: str, problem: str
+) -> None:
+    """Decision 1061: pydantic's multi-line dump with its errors.pydantic.dev URL (and, for
+    a bad log level, a traceback from `logging`) became `warden serve`'s one line, and the
+    client's `initialize` is answered with it."""
+    data = tmp_path / "d"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")}
+    env[variable] = value
+    done = subprocess.run(
+        [sys.executable, "-m", "warden", "mcp-proxy", "--data-dir", str(data), "--",
+         sys.executable, "-c", "pass"],
+        input=json.dumps(INIT) + "\n", capture_output=True, text=True, cwd=str(ROOT),
+        timeout=60, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [f"error: invalid settings: {problem}"]
+    answer = json.loads(done.stdout)
+    assert answer["id"] == INIT["id"] and answer["error"]["code"] == -32603, answer
+    assert answer["error"]["message"] == (
+        f"invalid settings: {problem}; warden mcp-proxy is exiting"
+    )
+    assert not data.exists()
