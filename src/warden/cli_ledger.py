@@ -12,6 +12,7 @@ says ``"ok": false`` and names the first bad record); 2 bad input or configurati
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -509,6 +510,39 @@ def _stored_session(store: Any, session: str) -> str:
     raise typer.Exit(EXIT_FAILURE_FOUND)
 
 
+class _WriteFailed(Exception):
+    """Writing the export failed (a full disk, a closed pipe): its ``strerror``."""
+
+    def __init__(self, strerror: str | None) -> None:
+        super().__init__(strerror)
+        self.strerror = strerror or "write failed"
+
+
+def _write(fh: Any, text: str | None) -> None:
+    """Write ``text`` to ``fh`` (flush it when ``None``); an ``OSError`` is a
+    :class:`_WriteFailed`, told apart from the store's errors."""
+    try:
+        if text is None:
+            fh.flush()
+        else:
+            fh.write(text)
+    except OSError as exc:
+        raise _WriteFailed(exc.strerror) from exc
+
+
+def _drop_partial(fh: Any, out: Path | None) -> None:
+    """After a failed write, close ``out`` and remove it when it is a regular file (a
+    partial export is not kept, as an unwritable path leaves none); a device such as
+    /dev/full is left alone."""
+    if out is None:
+        return
+    with contextlib.suppress(OSError):
+        fh.close()
+    with contextlib.suppress(OSError):
+        if out.is_file():
+            out.unlink()
+
+
 def export_cmd(
     out: Annotated[
         Path | None,
@@ -562,9 +596,16 @@ def export_cmd(
         for rec in export_records(
             store, ikm, key_id=key_id, session_id=session, log_record=log_record
         ):
-            fh.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n")
+            _write(fh, json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n")
             counts["records"] += 1
             counts["sessions"] += rec["kind"] == "session"
+        if out:
+            _write(fh, None)  # a buffered write's failure (a full disk) shows at the flush
+    except _WriteFailed as exc:
+        _drop_partial(fh, out)
+        where = escape(str(out)) if out else "standard output"
+        print_line(err_console, f"[red]error:[/red] cannot write {where}: {exc.strerror}")
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
     except IntegrityError as exc:
         if as_json:
             print_json({"ok": False, "out": str(out), "failure": _failure(exc)})
