@@ -502,11 +502,11 @@ def _stored_session(store: Any, session: str) -> str:
     if found:
         print_line(
             err_console,
-            f"[red]error:[/red] session {escape(session)} is stored in several spellings "
+            f"[red]error:[/red] session {escape(repr(session))} is stored in several spellings "
             f"({escape(', '.join(found))}); give one of them exactly",
         )
         raise typer.Exit(EXIT_BAD_INPUT)
-    print_line(err_console, f"[red]error:[/red] no session {escape(session)} in the database")
+    print_line(err_console, f"[red]error:[/red] no session {escape(repr(session))} in the database")
     raise typer.Exit(EXIT_FAILURE_FOUND)
 
 
@@ -571,6 +571,10 @@ def export_cmd(
     from warden.ledger.export import export_records
     from warden.store import open_store
 
+    if session is not None and not session.strip():
+        # No session has an empty id: "no session in the database" (exit 1) misled.
+        print_line(err_console, f"[red]error:[/red] --session is empty ({escape(repr(session))})")
+        raise typer.Exit(EXIT_BAD_INPUT)
     if as_json and out is None:
         # stdout carries the export itself; a summary there would corrupt it.
         err_console.print("[red]error:[/red] --json needs --out (stdout carries the export)")

@@ -345,8 +345,27 @@ def test_an_unknown_session_is_exit_1_and_writes_nothing(runtime: Runtime, tmp_p
     for extra in ((), ("--json",)):
         proc = warden("export", "--data-dir", data, "--session", "no-such", "-o", out, *extra)
         assert (proc.returncode, proc.stdout) == (1, "")
-        assert proc.stderr == "error: no session no-such in the database\n"
+        assert proc.stderr == "error: no session 'no-such' in the database\n"
         assert not out.exists()
+
+
+def test_an_empty_session_id_is_a_usage_error(runtime: Runtime, tmp_path: Path) -> None:
+    """Before: `error: no session  in the database`, exit 1. An empty or blank id names
+    no session at all: exit 2, the id quoted so its spaces show, nothing written."""
+    produce_chain(runtime)
+    runtime.close()
+    out = tmp_path / "none.jsonl"
+    for sid in ("", "  "):
+        for extra in ((), ("--json",)):
+            proc = warden(
+                "export", "--data-dir", runtime.settings.data_dir, "--session", sid, "-o", out,
+                *extra,
+            )  # fmt: skip
+            assert (proc.returncode, proc.stdout) == (2, "")
+            assert proc.stderr == f"error: --session is empty ({sid!r})\n"
+            assert not out.exists()
+    proc = warden("export", "--data-dir", runtime.settings.data_dir, "--session", " x ", "-o", out)
+    assert (proc.returncode, proc.stderr) == (1, "error: no session ' x ' in the database\n")
 
 
 def test_a_session_uuid_is_found_in_any_case(runtime: Runtime, tmp_path: Path) -> None:
@@ -381,4 +400,4 @@ def test_a_session_uuid_is_found_in_any_case(runtime: Runtime, tmp_path: Path) -
     assert proc.stdout == "" and not out.exists()
     # Not a UUID: still only its exact spelling.
     proc = warden("export", "--data-dir", data, "--session", "NO-SUCH", "-o", out)
-    assert (proc.returncode, proc.stderr) == (1, "error: no session NO-SUCH in the database\n")
+    assert (proc.returncode, proc.stderr) == (1, "error: no session 'NO-SUCH' in the database\n")
