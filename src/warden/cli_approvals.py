@@ -174,6 +174,7 @@ def list_tasks(
         "left",
         title=f"{data['count']} approval task(s){'' if state == 'all' else ', ' + _safe(state)}"
         f"{more}",
+        whole=("task",),  # copied into `approvals approve <task>`: never folded
     )
     for task in data["tasks"]:
         approvals = _approvals(task)

@@ -31,7 +31,7 @@ from warden.cli_options import (
     err_console,
     existing_database_url,
 )
-from warden.cli_output import print_json
+from warden.cli_output import print_json, print_line
 from warden.errors import IntegrityError, WardenError
 
 AsJson = Annotated[
@@ -98,6 +98,11 @@ def export_evidence_cmd(
             )
             raise typer.Exit(EXIT_FAILURE_FOUND)
         evidence.write(out, signer, now_stamp())
+    except OSError as exc:  # --out not a directory it can create or write, a full disk
+        print_line(
+            err_console, f"[red]error:[/red] cannot write {escape(str(out))}: {exc.strerror}"
+        )
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
     except SeveralOwners as exc:
         err_console.print(f"[red]error:[/red] {escape(exc.message)} with --principal")
         raise typer.Exit(EXIT_BAD_INPUT) from exc

@@ -12,6 +12,7 @@ says ``"ok": false`` and names the first bad record); 2 bad input or configurati
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -501,12 +502,45 @@ def _stored_session(store: Any, session: str) -> str:
     if found:
         print_line(
             err_console,
-            f"[red]error:[/red] session {escape(session)} is stored in several spellings "
+            f"[red]error:[/red] session {escape(repr(session))} is stored in several spellings "
             f"({escape(', '.join(found))}); give one of them exactly",
         )
         raise typer.Exit(EXIT_BAD_INPUT)
-    print_line(err_console, f"[red]error:[/red] no session {escape(session)} in the database")
+    print_line(err_console, f"[red]error:[/red] no session {escape(repr(session))} in the database")
     raise typer.Exit(EXIT_FAILURE_FOUND)
+
+
+class _WriteFailed(Exception):
+    """Writing the export failed (a full disk, a closed pipe): its ``strerror``."""
+
+    def __init__(self, strerror: str | None) -> None:
+        super().__init__(strerror)
+        self.strerror = strerror or "write failed"
+
+
+def _write(fh: Any, text: str | None) -> None:
+    """Write ``text`` to ``fh`` (flush it when ``None``); an ``OSError`` is a
+    :class:`_WriteFailed`, told apart from the store's errors."""
+    try:
+        if text is None:
+            fh.flush()
+        else:
+            fh.write(text)
+    except OSError as exc:
+        raise _WriteFailed(exc.strerror) from exc
+
+
+def _drop_partial(fh: Any, out: Path | None) -> None:
+    """After a failed write, close ``out`` and remove it when it is a regular file (a
+    partial export is not kept, as an unwritable path leaves none); a device such as
+    /dev/full is left alone."""
+    if out is None:
+        return
+    with contextlib.suppress(OSError):
+        fh.close()
+    with contextlib.suppress(OSError):
+        if out.is_file():
+            out.unlink()
 
 
 def export_cmd(
@@ -537,6 +571,10 @@ def export_cmd(
     from warden.ledger.export import export_records
     from warden.store import open_store
 
+    if session is not None and not session.strip():
+        # No session has an empty id: "no session in the database" (exit 1) misled.
+        print_line(err_console, f"[red]error:[/red] --session is empty ({escape(repr(session))})")
+        raise typer.Exit(EXIT_BAD_INPUT)
     if as_json and out is None:
         # stdout carries the export itself; a summary there would corrupt it.
         err_console.print("[red]error:[/red] --json needs --out (stdout carries the export)")
@@ -562,9 +600,16 @@ def export_cmd(
         for rec in export_records(
             store, ikm, key_id=key_id, session_id=session, log_record=log_record
         ):
-            fh.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n")
+            _write(fh, json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n")
             counts["records"] += 1
             counts["sessions"] += rec["kind"] == "session"
+        if out:
+            _write(fh, None)  # a buffered write's failure (a full disk) shows at the flush
+    except _WriteFailed as exc:
+        _drop_partial(fh, out)
+        where = escape(str(out)) if out else "standard output"
+        print_line(err_console, f"[red]error:[/red] cannot write {where}: {exc.strerror}")
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
     except IntegrityError as exc:
         if as_json:
             print_json({"ok": False, "out": str(out), "failure": _failure(exc)})

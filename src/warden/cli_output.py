@@ -54,9 +54,12 @@ def print_line(console: Console, text: str) -> None:
     console.print(text, soft_wrap=True, highlight=False)
 
 
-def table(*headers: str, title: str | None = None) -> Table:
-    """A table whose cells fold rather than being cut, and whose headers keep their width."""
-    columns = [Column(h, overflow="fold", min_width=len(h)) for h in headers]
+def table(*headers: str, title: str | None = None, whole: tuple[str, ...] = ()) -> Table:
+    """A table whose cells fold rather than being cut, and whose headers keep their width.
+
+    The columns named in ``whole`` never fold (an id to copy into the next command): they
+    are as wide as their widest cell and the other columns fold instead."""
+    columns = [Column(h, overflow="fold", min_width=len(h), no_wrap=h in whole) for h in headers]
     return Table(*columns, title=title)
 
 
@@ -66,9 +69,10 @@ def _fixed_widths(console: Console, t: Table) -> int:
     Rich shrinks every wrappable column alike when a table is too wide, which pushes a
     short header below its width and crops the last columns. Instead each column keeps
     at least its header's width (and a column whose cells are all short, at most
-    ``_SHORT`` characters, keeps their width) and the remaining room is shared in proportion to what
-    each column's widest cell wants beyond that; cells fold. When even the headers do
-    not fit, the table is as wide as they need (wider than the console).
+    ``_SHORT`` characters, or that is kept whole, keeps their width) and the remaining
+    room is shared in proportion to what each column's widest cell wants beyond that;
+    cells fold. When even these minimums do not fit, the table is as wide as they need
+    (wider than the console).
     """
     unbounded = console.options.update_width(_UNBOUNDED)
     bare = Table(
@@ -85,7 +89,11 @@ def _fixed_widths(console: Console, t: Table) -> int:
         for low, c in zip(heads, t.columns, strict=True)
     ]
     # A short value (a role, a status, a count) is never folded: it keeps its width too.
-    mins = [max(h, min(n, _SHORT)) for h, n in zip(heads, natural, strict=True)]
+    # A column kept whole (``table(whole=…)``) is as wide as its widest cell.
+    mins = [
+        n if c.no_wrap else max(h, min(n, _SHORT))
+        for h, n, c in zip(heads, natural, t.columns, strict=True)
+    ]
     room = console.width - extra
     if sum(natural) <= room:
         return console.width

@@ -12,6 +12,7 @@ goes to :func:`warden.cli.main`, which mounts the same group apps.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 #: ``warden GROUP`` → (module, Typer app): groups :mod:`warden.cli` mounts by these names
@@ -27,7 +28,26 @@ GROUPS: dict[str, tuple[str, str]] = {
 }
 
 
+def _refuse_non_utf8_argv() -> None:
+    """Exit 2 when an argument is not valid UTF-8, before any command runs.
+
+    Python decodes such bytes to lone surrogates (``surrogateescape``); every command
+    that stores, prints or sends them would fail later with a ``UnicodeEncodeError``
+    (a traceback, or a "store error" from the database driver). Refusing them here, the
+    one place every command passes, is a usage error with stdout left empty (a
+    ``--json`` run prints no document, as docs/cli-json.md says errors do).
+    """
+    for number, arg in enumerate(sys.argv[1:], start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raw = os.fsencode(arg)
+            sys.stderr.write(f"error: argument {number} is not valid UTF-8: {raw!r}\n")
+            raise SystemExit(2) from None
+
+
 def main() -> None:
+    _refuse_non_utf8_argv()
     if sys.argv[1:2] == ["hook"]:
         from warden.cli_hook import hook_app
 

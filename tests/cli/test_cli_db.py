@@ -130,3 +130,27 @@ def test_malformed_urls_never_echo_the_password(tmp_path: Path, url: str, says: 
         assert got.exit_code == 2, got.output
         assert says in got.output
         assert "S3cretPw" not in got.output and "Traceback" not in got.output
+
+
+def test_a_locked_database_is_called_locked_not_unreachable(tmp_path: Path) -> None:
+    """Another process holding the write lock (``BEGIN IMMEDIATE``) past the lock timeout:
+    before, "cannot connect to the database … (OperationalError: database is locked)"."""
+    import sqlite3
+
+    from warden.errors import StoreUnavailable
+    from warden.store import open_store
+
+    path = tmp_path / "warden.db"
+    url = f"sqlite:///{path}"
+    open_store(url).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreUnavailable) as caught:
+            open_store(url, migrate=False, lock_timeout_ms=200).close()
+    finally:
+        holder.close()
+    message = str(caught.value)
+    assert message.startswith(f"the database {url} is locked by another process"), message
+    assert "cannot connect" not in message
+    open_store(url, migrate=False).close()  # released: it opens again

@@ -435,8 +435,9 @@ def test_keys_and_approvals_list_json_and_narrow_tables(server: Server) -> None:
     assert table.returncode == 0, table.stderr
     assert_headers_whole(table.stdout, "task", "state", "action", "requester", "group",
                          "approvals", "left")  # fmt: skip
-    # The task id folds over lines at this width but loses no character.
+    # The task id is never folded (it is copied into `approvals approve`): one line whole.
     assert column_text(table.stdout, 0) == r["ask_details"]["task_id"]
+    assert any(r["ask_details"]["task_id"] in line for line in table.stdout.splitlines())
 
 
 # -- human output does not depend on the width --------------------------------------------
@@ -486,6 +487,34 @@ def test_table_wider_than_the_console_keeps_its_headers() -> None:
     assert_headers_whole(out, "task", "state", "requester", "approvals", "left")
     assert column_text(out, 0) == "task_0123456789abcdef"
     assert max(len(line) for line in out.splitlines()) > 20
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_a_column_kept_whole_never_folds_the_others_do(width: int) -> None:
+    """``approvals list`` at 80 columns folded its 38-character task id over two lines,
+    which then could not be copied into ``approvals approve``."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from warden.cli_output import print_table, table
+
+    tid = "task_01JF3K2M9Q8R7S6T5V4W3X2Y1Z0ABCDEFG"[:38]
+    console = Console(file=StringIO(), width=width)
+    t = table("task", "state", "action", "requester", "group", "approvals", "left",
+              whole=("task",))  # fmt: skip
+    t.add_row(tid, "pending", "delete_file_recursively", "agent-with-a-long-name",
+              "operators-and-friends", "0/1", "59 min")  # fmt: skip
+    print_table(console, t)
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert any(tid in line for line in out.splitlines()), out
+    assert_headers_whole(out, "task", "state", "action", "requester", "group", "approvals",
+                         "left")  # fmt: skip
+    assert column_text(out, 2) == "delete_file_recursively"
+    assert column_text(out, 3) == "agent-with-a-long-name"
+    # Short values keep their rule (never folded); only when even that does not fit is
+    # the table wider than the console.
+    assert "│ pending │" in out and "│ 59 min │" in out, out
 
 
 # -- replay -------------------------------------------------------------------------------------

@@ -55,3 +55,42 @@ def test_a_bad_command_in_a_group_is_the_same_usage_error() -> None:
     strip = [line for line in fast.stderr.splitlines() if not line.startswith("full CLI")]
     assert strip == [line for line in full.stderr.splitlines() if not line.startswith("full CLI")]
     assert "No such command 'bogus'" in fast.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (b"export", b"--session", b"\xff\xfe", b"--out", b"z.jsonl", b"--json"),
+        (b"agents", b"show", b"\xff"),
+        (b"hook", b"claude-code", b"\xc3"),
+    ],
+)
+def test_an_argument_that_is_not_utf8_is_a_usage_error(
+    args: tuple[bytes, ...], tmp_path: Path
+) -> None:
+    """Before: a traceback or "store error: UnicodeEncodeError" (the driver cannot
+    encode the surrogate escapes). Now: one usage error, exit 2, nothing written."""
+    env = {**os.environ, "PYTHONPATH": str(SRC), "COLUMNS": "100", "TERM": "dumb"}
+    done = subprocess.run(
+        [sys.executable.encode(), b"-m", b"warden", *args],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    bad = next(i for i, a in enumerate(args, start=1) if not _is_utf8(a))
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == b""
+    assert done.stderr.decode().strip() == (
+        f"error: argument {bad} is not valid UTF-8: {args[bad - 1]!r}"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

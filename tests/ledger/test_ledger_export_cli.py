@@ -279,6 +279,63 @@ def test_export_to_a_path_it_cannot_write_is_bad_input(runtime: Runtime, tmp_pat
             assert proc.stdout == ""
 
 
+def test_export_to_a_full_device_is_bad_input(runtime: Runtime) -> None:
+    """Before: a traceback (OSError ENOSPC at the write). Now the unwritable path's
+    one-line error, exit 2, nothing on stdout; /dev/full itself is left alone."""
+    produce_chain(runtime)
+    runtime.close()
+    for extra in ((), ("--json",)):
+        proc = warden("export", "--data-dir", runtime.settings.data_dir, "-o", "/dev/full", *extra)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr == "error: cannot write /dev/full: No space left on device\n"
+        assert proc.stdout == ""
+    assert Path("/dev/full").exists()
+
+
+def test_a_failed_write_removes_the_partial_export(
+    runtime: Runtime, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A disk that fills up after some records: exit 2 and no partial file left behind."""
+    import errno
+
+    from typer.testing import CliRunner
+
+    from warden.cli import app
+
+    produce_chain(runtime)
+    runtime.close()
+    out = tmp_path / "x.jsonl"
+    real_open = Path.open
+
+    class Filling:
+        def __init__(self, fh: Any) -> None:
+            self.fh, self.writes = fh, 0
+
+        def write(self, text: str) -> int:
+            self.writes += 1
+            if self.writes > 2:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            n: int = self.fh.write(text)
+            self.fh.flush()
+            return n
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.fh, name)
+
+    def opening(self: Path, *args: Any, **kwargs: Any) -> Any:
+        fh = real_open(self, *args, **kwargs)
+        return Filling(fh) if self == out else fh
+
+    monkeypatch.setattr(Path, "open", opening)
+    result = CliRunner().invoke(
+        app, ["export", "--data-dir", str(runtime.settings.data_dir), "-o", str(out), "--json"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "cannot write" in result.stderr and "No space left on device" in result.stderr
+    assert result.stdout == ""
+    assert not out.exists()
+
+
 def test_an_unknown_session_is_exit_1_and_writes_nothing(runtime: Runtime, tmp_path: Path) -> None:
     """Decision 994: like every other unknown id, not an empty export that verifies."""
     produce_chain(runtime)
@@ -288,8 +345,27 @@ def test_an_unknown_session_is_exit_1_and_writes_nothing(runtime: Runtime, tmp_p
     for extra in ((), ("--json",)):
         proc = warden("export", "--data-dir", data, "--session", "no-such", "-o", out, *extra)
         assert (proc.returncode, proc.stdout) == (1, "")
-        assert proc.stderr == "error: no session no-such in the database\n"
+        assert proc.stderr == "error: no session 'no-such' in the database\n"
         assert not out.exists()
+
+
+def test_an_empty_session_id_is_a_usage_error(runtime: Runtime, tmp_path: Path) -> None:
+    """Before: `error: no session  in the database`, exit 1. An empty or blank id names
+    no session at all: exit 2, the id quoted so its spaces show, nothing written."""
+    produce_chain(runtime)
+    runtime.close()
+    out = tmp_path / "none.jsonl"
+    for sid in ("", "  "):
+        for extra in ((), ("--json",)):
+            proc = warden(
+                "export", "--data-dir", runtime.settings.data_dir, "--session", sid, "-o", out,
+                *extra,
+            )  # fmt: skip
+            assert (proc.returncode, proc.stdout) == (2, "")
+            assert proc.stderr == f"error: --session is empty ({sid!r})\n"
+            assert not out.exists()
+    proc = warden("export", "--data-dir", runtime.settings.data_dir, "--session", " x ", "-o", out)
+    assert (proc.returncode, proc.stderr) == (1, "error: no session ' x ' in the database\n")
 
 
 def test_a_session_uuid_is_found_in_any_case(runtime: Runtime, tmp_path: Path) -> None:
@@ -324,4 +400,4 @@ def test_a_session_uuid_is_found_in_any_case(runtime: Runtime, tmp_path: Path) -
     assert proc.stdout == "" and not out.exists()
     # Not a UUID: still only its exact spelling.
     proc = warden("export", "--data-dir", data, "--session", "NO-SUCH", "-o", out)
-    assert (proc.returncode, proc.stderr) == (1, "error: no session NO-SUCH in the database\n")
+    assert (proc.returncode, proc.stderr) == (1, "error: no session 'NO-SUCH' in the database\n")

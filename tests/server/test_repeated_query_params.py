@@ -85,6 +85,20 @@ def test_the_log_key_refuses_two_algs(runtime: Runtime, client: TestClient) -> N
     assert client.get("/v1/log/key").status_code == 200
 
 
+def test_the_log_key_refuses_an_unknown_alg(runtime: Runtime, client: TestClient) -> None:
+    """Before: ``alg=bogus`` answered 200 with the Ed25519 key, as if it were asked for."""
+    if runtime.tlog is None:
+        pytest.fail("the transparency log is on by default")
+    for query in ("alg=bogus", "alg=", "alg=ED25519"):
+        r = client.get(f"/v1/log/key?{query}")
+        assert r.status_code == 400, (query, r.text)
+        assert r.json()["blockedBy"] == "log:invalid_params"
+        assert "ed25519 or ml-dsa-65" in r.json()["message"]
+    plain = client.get("/v1/log/key")
+    assert plain.status_code == 200
+    assert client.get("/v1/log/key?alg=ed25519").text == plain.text
+
+
 def test_the_desk_pages_refuse_a_repeated_filter(runtime: Runtime, client: TestClient) -> None:
     ensure_agent(runtime, "ann", Role.ADMIN)
     _, token = runtime.api_keys.create("ann", Role.ADMIN, ())

@@ -36,6 +36,8 @@ from warden.wire.spend.render import Refusal, dump, json_response
 
 _MAX_NOTE_BYTES = 64 * 1024
 _NOTE_TYPE = "text/plain; charset=utf-8"
+#: The verifier keys ``GET /v1/log/key?alg=`` serves (no ``alg``: the Ed25519 key).
+_KEY_ALGS = ("ed25519", "ml-dsa-65")
 
 
 def _refuse(gate: str, status: int, message: str) -> Response:
@@ -79,7 +81,15 @@ def log_router(tlog: TransparencyLog) -> APIRouter:
         # ?alg=ml-dsa-65: the ML-DSA-65 vkey of the checkpoints' second line (issue 21).
         if problem := repeated_params_problem(request.query_params.multi_items(), ("alg",)):
             return _refuse("log:invalid_params", 400, problem)
-        if request.query_params.get("alg") == "ml-dsa-65":
+        alg = request.query_params.get("alg")
+        if alg not in (None, *_KEY_ALGS):
+            accepted = " or ".join(_KEY_ALGS)
+            return _refuse(
+                "log:invalid_params",
+                400,
+                f"the query parameter alg must be {accepted}, not {alg!r:.40}",
+            )
+        if alg == "ml-dsa-65":
             if tlog.pq_signer is None:
                 return _refuse("log:not_found", 404, "checkpoints are not signed with ML-DSA-65")
             return Response(tlog.pq_signer.vkey() + "\n", 200, media_type=_NOTE_TYPE)

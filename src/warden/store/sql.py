@@ -231,12 +231,23 @@ def parse_database_url(url: str) -> URL:
 def _open_failure(shown: str, detail: BaseException) -> StoreUnavailable:
     """What a database that cannot be opened is called: unreachable, refused, damaged."""
     name = type(detail).__name__
+    if name == "LockNotAvailable" or (name == "OperationalError" and _locked(detail)):
+        # Reached, not refused: another process holds the write lock past the lock timeout.
+        return StoreUnavailable(
+            f"the database {shown} is locked by another process (waited for it in vain: "
+            f"{name}: {detail}); try again once that process has finished"
+        )
     if name in {"OperationalError", "InsufficientPrivilege"} or "Operational" in name:
         return StoreUnavailable(f"cannot connect to the database {shown} ({name}: {detail})")
     return StoreUnavailable(
         f"cannot open the database {shown} ({name}: {detail}); "
         "is it damaged or not a Warden database?"
     )
+
+
+def _locked(detail: BaseException) -> bool:
+    """SQLite's "database is locked" (``SQLITE_BUSY`` after ``busy_timeout``)."""
+    return str(detail).startswith(("database is locked", "database table is locked"))
 
 
 def _alembic_config() -> Config:

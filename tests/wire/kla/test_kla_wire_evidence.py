@@ -188,6 +188,21 @@ def test_export_evidence_offline_and_warden_verify_the_database(
          "--json"],
     )  # fmt: skip
     assert missing.exit_code == 1 and missing.stdout == ""
+    # An --out it cannot write (a file where the directory goes): before, a traceback.
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    for extra in ([], ["--json"]):
+        refused = runner.invoke(
+            cli_app,
+            ["export-evidence", EXECUTION, "--out", str(blocked / "b"), "--data-dir",
+             str(data_dir), *extra],
+        )  # fmt: skip
+        assert refused.exit_code == 2, refused.output
+        assert refused.exception is None or isinstance(refused.exception, SystemExit)
+        assert refused.stdout == ""
+        assert f"error: cannot write {blocked / 'b'}: Not a directory" in " ".join(
+            refused.stderr.split()
+        )
     # verify-record is registered on warden's CLI too.
     one = runner.invoke(cli_app, ["verify-record", str(BASIC)])
     assert one.exit_code == 0 and record_digest(load(BASIC)) in one.output
