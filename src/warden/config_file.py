@@ -44,20 +44,20 @@ def _strict(name: str) -> TypeAdapter[Any]:
     return TypeAdapter(hint)
 
 
+#: What tomllib returns, by the TOML name a message uses (bool before int: a bool is one).
+_TOML_KINDS: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "float"),
+    (str, "string"),
+    (list, "array"),
+    (dict, "table"),
+)
+
+
 def _toml_kind(value: object) -> str:
-    if isinstance(value, bool):
-        return "a TOML boolean"
-    if isinstance(value, int):
-        return "a TOML integer"
-    if isinstance(value, float):
-        return "a TOML float"
-    if isinstance(value, str):
-        return "a TOML string"
-    if isinstance(value, list):
-        return "a TOML array"
-    if isinstance(value, dict):
-        return "a TOML table"
-    return "a TOML date or time"
+    kind = next((name for t, name in _TOML_KINDS if isinstance(value, t)), "date or time")
+    return f"a TOML {kind}"
 
 
 def _type_errors(data: dict[str, Any]) -> list[str]:

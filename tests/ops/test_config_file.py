@@ -156,17 +156,22 @@ def test_the_documented_example_file_loads(tmp_path: Path) -> None:
     assert s.tls_cert == tmp_path / "tls" / "cert.pem"
 
 
-def test_serve_refuses_a_wrong_type_in_one_line_and_starts_nothing(tmp_path: Path) -> None:
-    cfg = tmp_path / "w.toml"
-    cfg.write_text("database_lock_timeout_ms = true\n")
-    done = subprocess.run(
+def _serve_with(cfg: Path) -> subprocess.CompletedProcess[str]:
+    """``warden serve --config cfg`` in cfg's folder, with no WARDEN_* variables."""
+    return subprocess.run(
         [sys.executable, "-m", "warden", "serve", "--config", str(cfg)],
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=tmp_path,
+        cwd=cfg.parent,
         env={k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")},
     )
+
+
+def test_serve_refuses_a_wrong_type_in_one_line_and_starts_nothing(tmp_path: Path) -> None:
+    cfg = tmp_path / "w.toml"
+    cfg.write_text("database_lock_timeout_ms = true\n")
+    done = _serve_with(cfg)
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [
         f"error: invalid settings (config file {cfg}): database_lock_timeout_ms: Input "
@@ -178,14 +183,7 @@ def test_serve_refuses_a_wrong_type_in_one_line_and_starts_nothing(tmp_path: Pat
 def test_serve_refuses_an_unknown_key_and_starts_nothing(tmp_path: Path) -> None:
     cfg = tmp_path / "warden.toml"
     cfg.write_text("prot = 9000\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "warden", "serve", "--config", str(cfg)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-        env={k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")},
-    )
+    done = _serve_with(cfg)
     assert done.returncode == 2
     assert "unknown key 'prot'" in done.stderr
     assert not (tmp_path / ".warden").exists()  # nothing created
