@@ -18,12 +18,18 @@ def _without_ids(answer: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in answer.items() if k != "id"}
 
 
+def _with_agent(make_runtime: Callable[..., Runtime], agent_id: str) -> tuple[Runtime, Any]:
+    """A runtime and the credential of ``agent_id``, registered to alice."""
+    rt = make_runtime()
+    assert rt.agents is not None
+    _, cred = rt.agents.add(agent_id, "alice")
+    return rt, cred
+
+
 def test_the_holder_of_a_revoked_key_is_told_and_nobody_else(
     make_runtime: Callable[..., Runtime],
 ) -> None:
-    rt = make_runtime()
-    assert rt.agents is not None
-    _, cred = rt.agents.add("bot-r", "alice")
+    rt, cred = _with_agent(make_runtime, "bot-r")
     agent = AcsClient.for_agent(rt.acs.handle, cred)
     assert "result" in agent.hello()
     rt.agents.revoke("bot-r")
@@ -54,9 +60,7 @@ def test_the_holder_of_a_revoked_key_is_told_and_nobody_else(
 def test_the_mcp_proxy_gateway_of_a_revoked_agent_says_key_revoked(
     make_runtime: Callable[..., Runtime],
 ) -> None:
-    rt = make_runtime()
-    assert rt.agents is not None
-    _, cred = rt.agents.add("bot-m", "alice")
+    rt, cred = _with_agent(make_runtime, "bot-m")
     gateway = Gateway.for_agent(rt.acs.handle, cred, in_process=True)
     gateway.open()
     listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
