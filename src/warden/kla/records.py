@@ -39,7 +39,7 @@ from warden.kla.digest import (
 )
 from warden.kla.keys import KeyRegistry, TrustedKey
 from warden.kla.kinds import RecordKind as RecordKind
-from warden.schemas import SchemaSet
+from warden.schemas import SchemaSet, schema_set
 
 #: The schema_version of every v1 record Warden writes.
 SCHEMA_VERSION = "1.0.0"
@@ -141,7 +141,7 @@ def detect_kind(record: Mapping[str, Any]) -> RecordKind:
 @cache
 def kla_schemas() -> SchemaSet:
     """The compiled KLA schema set (``warden/schemas/kla``), loaded once."""
-    return SchemaSet("kla")
+    return schema_set("kla")
 
 
 def shape_error(record: Any, kind: RecordKind) -> tuple[str, str] | None:

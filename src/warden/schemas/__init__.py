@@ -1,7 +1,8 @@
 """JSON Schemas Warden validates against, shipped in the package (nothing fetched).
 
 ``acs/`` holds the ACS v0.1 set (see acs/README.md for provenance of each file).
-:func:`load_registry` loads a folder into a jsonschema-rs registry keyed by ``$id``;
+:func:`schema_set` is a folder's compiled validators, one per process, resolved through a
+jsonschema-rs registry keyed by ``$id``;
 a missing or unparsable schema stops start-up (ConfigError), never a request.
 """
 
@@ -92,3 +93,12 @@ class SchemaSet:
             )
             return pointer, err.message
         return "", "invalid"  # pragma: no cover - is_valid and iter_errors agree
+
+
+@cache
+def schema_set(folder: str) -> SchemaSet:
+    """The process's one :class:`SchemaSet` for ``schemas/<folder>``: compiled once and
+    shared by every service in the process (validators are immutable; compiling the ACS
+    set cost each runtime's start several milliseconds). Raises ConfigError as
+    :class:`SchemaSet` does."""
+    return SchemaSet(folder)

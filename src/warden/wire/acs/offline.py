@@ -14,11 +14,9 @@ from typing import Any
 
 from warden.crypto.canonical import canonical_bytes
 from warden.errors import InvalidParams, InvalidRequest
-from warden.schemas import SchemaSet
+from warden.schemas import schema_set
 from warden.wire.acs.mcp import check_wrapped
 from warden.wire.acs.methods import HANDSHAKE, PING, MethodInfo, route
-
-_SCHEMAS: SchemaSet | None = None
 
 
 class NotEvaluated(Exception):
@@ -30,13 +28,6 @@ class NotEvaluated(Exception):
         self.method = method
 
 
-def _schemas() -> SchemaSet:
-    global _SCHEMAS
-    if _SCHEMAS is None:
-        _SCHEMAS = SchemaSet("acs")
-    return _SCHEMAS
-
-
 def checked_message(msg: Any) -> tuple[MethodInfo, dict[str, Any]]:
     """The routed method and params of a parsed request envelope ``msg``.
 
@@ -44,7 +35,7 @@ def checked_message(msg: Any) -> tuple[MethodInfo, dict[str, Any]]:
     ``InvalidParams``, ``CapabilityNotNegotiated``) exactly as the server would answer,
     and :class:`NotEvaluated` for handshake and ping.
     """
-    schemas = _schemas()
+    schemas = schema_set("acs")
     if isinstance(msg, list):
         raise InvalidRequest(
             "batch requests are not supported by this Guardian", reason="batch_unsupported"

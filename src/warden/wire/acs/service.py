@@ -82,7 +82,7 @@ from warden.ledger.ledger import Ledger
 from warden.provenance.facts import view_for
 from warden.provenance.graph import SessionProvenance
 from warden.provenance.tracker import DEFAULT_CACHE_BYTES, ProvenanceTracker
-from warden.schemas import SchemaSet
+from warden.schemas import schema_set
 from warden.store.base import PendingAppend, ReplayKeys, SessionState, Store
 from warden.store.group_commit import GroupCommitter
 from warden.wire.acs.callers import Caller, CallerKeys, request_key_id
@@ -167,7 +167,7 @@ class AcsService:
         if response_signer is None and self.cfg.crypto_algorithms:
             self.cfg = replace(self.cfg, crypto_algorithms=())
         self.max_body_bytes = max_body_bytes
-        self.schemas = SchemaSet("acs")
+        self.schemas = schema_set("acs")
         self.ledger = Ledger(store, keys, key_id)
         self.pipeline = Pipeline(guardian)
         self.provenance = ProvenanceTracker(store, provenance_cache_bytes)

@@ -13,7 +13,7 @@ from functools import cache
 from typing import Any
 
 from warden.adcp.errors import AdcpError
-from warden.schemas import SchemaSet
+from warden.schemas import SchemaSet, schema_set
 
 #: task → (request schema or None, response schema).
 TASK_SCHEMAS: dict[str, tuple[str | None, str]] = {
@@ -54,7 +54,7 @@ ANY_OF_HINTS = {
 @cache
 def adcp_schemas() -> SchemaSet:
     """The compiled AdCP schema set (loaded once; a missing file stops start-up)."""
-    return SchemaSet("adcp")
+    return schema_set("adcp")
 
 
 def _keyword(kind: Any) -> str:
