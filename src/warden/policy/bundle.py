@@ -673,8 +673,17 @@ def _raw_rule_problems(exc: ValidationError, doc: dict[str, Any], source: str) -
 def parse_bundle(text: str, *, source: str = "<bundle>") -> Bundle:
     """Parse and compile a bundle from YAML text.
 
-    Raises :class:`ConfigError` listing every problem (``file: rule <id>: reason``).
+    Raises :class:`ConfigError` listing every problem (``file: rule <id>: reason``). The
+    same text and source parsed again in this process are answered from a small cache (a
+    :class:`Bundle` is immutable, its rules compiled once): a reload of an unchanged
+    file, and every runtime a process starts on one bundle, skip the YAML and CEL work.
+    A refused text is not cached.
     """
+    return _parse_bundle(text, source)
+
+
+@functools.lru_cache(maxsize=16)
+def _parse_bundle(text: str, source: str) -> Bundle:
     try:
         doc = strict_yaml.load(text)
     except yaml.YAMLError as exc:
