@@ -107,6 +107,129 @@ def migrated_sqlite(path: Path) -> None:
     shutil.copy2(_MIGRATED_SQLITE[0], path)  # with the mode Warden created it with (0600)
 
 
+_POSTGRES_TEMPLATE: list[str] = []
+#: Stands for the schema's name in the template's SQL.
+_SCHEMA_MARK = "wt_template_schema_mark"
+
+
+def _search_path_schema(url: str) -> str:
+    """The schema a URL from :func:`postgres_schema` points at (its ``search_path``)."""
+    options = make_url(url).query.get("options", "")
+    assert isinstance(options, str) and options.startswith("-csearch_path="), url
+    return options.removeprefix("-csearch_path=")
+
+
+def _libpq_url(url: str) -> str:
+    return (
+        make_url(url)
+        .set(drivername="postgresql")
+        .set(query={})
+        .render_as_string(hide_password=False)
+    )
+
+
+def postgres_template_sql() -> str:
+    """The SQL that puts Warden's schema head into an empty schema, with
+    :data:`_SCHEMA_MARK` for the schema's name: ``pg_dump`` of a schema this test process
+    migrated once with Alembic (tables, indexes, constraints, sequences and the rows the
+    migrations write), made once per process. ``tests/store/test_postgres_template.py``
+    checks that a schema made from it dumps exactly as a migrated one."""
+    if not _POSTGRES_TEMPLATE:
+        from warden.store import open_store
+
+        with postgres_schema() as url:
+            open_store(url).close()
+            name = _search_path_schema(url)
+            dump = subprocess.run(
+                [
+                    "pg_dump",
+                    "--schema",
+                    name,
+                    "--no-owner",
+                    "--no-privileges",
+                    "--inserts",
+                    "--dbname",
+                    _libpq_url(url),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout
+        lines = [
+            line
+            for line in dump.splitlines()
+            # psql's meta-commands (\restrict) and the schema's own CREATE: the schema
+            # exists already.
+            if not line.startswith("\\") and line != f"CREATE SCHEMA {name};"
+        ]
+        _POSTGRES_TEMPLATE.append("\n".join(lines).replace(name, _SCHEMA_MARK))
+    return _POSTGRES_TEMPLATE[0]
+
+
+def migrated_postgres(url: str) -> None:
+    """Put an empty store at Warden's schema head into the PostgreSQL schema ``url``
+    points at, unless it holds tables already: the template's SQL, one round trip, where
+    Alembic's migrations take about 0.6 s. The PostgreSQL counterpart of
+    :func:`migrated_sqlite`; migrating an empty schema stays tested where it is the
+    subject (tests/store, and every ``warden serve`` the suite starts on a new schema)."""
+    import psycopg
+
+    name = _search_path_schema(url)
+    with psycopg.connect(_libpq_url(url), autocommit=True) as conn:
+        present = conn.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s", (name,)
+        ).fetchone()
+        if present and present[0]:
+            return
+        sql = postgres_template_sql().replace(_SCHEMA_MARK, name)
+        with conn.transaction():
+            conn.execute(sql.encode())
+
+
+def migrated_store_url(url: str) -> None:
+    """:func:`migrated_sqlite` or :func:`migrated_postgres`, by ``url``'s backend."""
+    if url.startswith("sqlite:///"):
+        migrated_sqlite(Path(url.removeprefix("sqlite:///")))
+    elif url.startswith("postgresql"):
+        migrated_postgres(url)
+
+
+#: The secret files a runtime generates on its first start in a data directory.
+GENERATED_KEY_FILES = (
+    "api.token",
+    "signing.key",
+    "mldsa.key",
+    "checkpoint.key",
+    "governance-signing.key",
+    "request-signing.key",
+)
+_KEY_TEMPLATE: list[Path] = []
+
+
+def seeded_keys(data: Path) -> None:
+    """Give ``data`` (a data directory no runtime has started in) the key files a first
+    start generates, copied from a directory one runtime of this test process generated
+    them in. Each generation writes six files with an ``fsync`` each and derives an
+    ML-DSA key, a fifth of an in-process runtime's start; the in-process fixtures start
+    thousands. The runtime then loads them, as every start after a data directory's
+    first does; generating them is tested where it is the subject (tests/crypto,
+    tests/identity, and every ``warden serve`` the suite starts on a new data
+    directory). Runtimes of one test share these keys, as replicas sharing a data
+    directory would; a test that needs runtimes with keys of their own passes
+    ``fresh_keys=True`` to ``make_runtime``."""
+    if not _KEY_TEMPLATE:
+        template = Path(tempfile.mkdtemp(prefix="warden-keys-"))
+        key = write_key(template / "ikm.key")
+        migrated_sqlite(template / "warden.db")
+        Runtime.start(Settings(data_dir=template, policy=DEFAULT_POLICY, key_file=key)).close()
+        _KEY_TEMPLATE.append(template)
+    data.mkdir(parents=True, exist_ok=True)
+    for name in GENERATED_KEY_FILES:
+        if not (data / name).exists():
+            shutil.copy2(_KEY_TEMPLATE[0] / name, data / name)  # mode 0600 kept
+
+
 #: The two store backends; fixtures parametrized over these run every test on both.
 BACKEND_IDS = ("sqlite", "postgresql")
 
@@ -139,12 +262,14 @@ def make_runtime(tmp_path: Path) -> Iterator[Callable[..., Runtime]]:
     """Build in-process runtimes on a SQLite file under tmp_path."""
     made: list[Runtime] = []
 
-    def make(policy: Path = DEFAULT_POLICY, **overrides: Any) -> Runtime:
+    def make(policy: Path = DEFAULT_POLICY, fresh_keys: bool = False, **overrides: Any) -> Runtime:
         data = tmp_path / f"data{len(made)}"
         key = write_key(data / "ikm.key")
         settings = Settings(data_dir=data, policy=policy, key_file=key, **overrides)
         if settings.database_url is None:
             migrated_sqlite(data / "warden.db")
+        if not fresh_keys:
+            seeded_keys(data)
         rt = Runtime.start(settings)
         made.append(rt)
         return rt
@@ -161,14 +286,14 @@ def make_backend_runtime(tmp_path: Path, database_url: str) -> Iterator[Callable
     guarantee on both backends overrides ``make_runtime`` with this."""
     made: list[Runtime] = []
 
-    def make(policy: Path = DEFAULT_POLICY, **overrides: Any) -> Runtime:
+    def make(policy: Path = DEFAULT_POLICY, fresh_keys: bool = False, **overrides: Any) -> Runtime:
         data = tmp_path / f"data{len(made)}"
         key = write_key(data / "ikm.key")
+        if not fresh_keys:
+            seeded_keys(data)
         overrides.setdefault("database_url", database_url)
         settings = Settings(data_dir=data, policy=policy, key_file=key, **overrides)
-        url = settings.resolved_database_url()
-        if url.startswith("sqlite:///"):
-            migrated_sqlite(Path(url.removeprefix("sqlite:///")))
+        migrated_store_url(settings.resolved_database_url())
         rt = Runtime.start(settings)
         made.append(rt)
         return rt

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import TEST_IKM
+from conftest import TEST_IKM, migrated_store_url
 from sqlalchemy import inspect, text
 
 from warden.crypto.canonical import canonical_bytes
@@ -40,10 +40,20 @@ CREATED_AT = "2026-11-29T12:00:00+00:00"
 NEGOTIATED = {"server_hello": {"methods_evaluated": ["steps/toolCallRequest"]}}
 
 
+#: The tests whose subject is migrating an empty database: every other test starts on
+#: conftest's migrated template (the same schema, tests/store/test_postgres_template.py).
+FROM_EMPTY = {
+    "test_migrations_create_the_schema_from_empty",
+    "test_migrating_twice_changes_nothing",
+}
+
+
 @pytest.fixture
-def open_handle(database_url: str) -> Iterator[Callable[[], Any]]:
+def open_handle(database_url: str, request: pytest.FixtureRequest) -> Iterator[Callable[[], Any]]:
     """Open another handle on this test's database; every handle is closed at teardown."""
     handles: list[Any] = []
+    if request.node.originalname not in FROM_EMPTY:
+        migrated_store_url(database_url)
 
     def open_() -> Any:
         handle = open_store(database_url)
