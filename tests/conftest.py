@@ -471,7 +471,19 @@ class Server:
 
 
 def start_server(data_dir: Path, policy: Path = DEFAULT_POLICY, *extra: str) -> Server:
+    """``warden serve`` on ``data_dir`` over loopback. A new data directory on SQLite gets
+    the migrated store and the seeded keys first (:func:`migrated_sqlite`,
+    :func:`seeded_keys`), so the server starts as on any day after its first. A first
+    start (migrating, generating keys, then serving) is run by the tests that start
+    ``warden serve`` themselves: tests/ops/test_tls.py, tests/ops/test_config_file.py,
+    and ``mcp-proxy``'s in tests/wire/mcp/test_mcp_proxy_first_run.py."""
     write_key(data_dir / "ikm.key") if not (data_dir / "ikm.key").exists() else None
+    if (
+        not any(arg.startswith("--database-url") for arg in extra)
+        and not (data_dir / "warden.db").exists()
+    ):
+        migrated_sqlite(data_dir / "warden.db")
+        seeded_keys(data_dir)
     port = free_port()
     log = data_dir / f"serve-{port}.log"
     with log.open("wb") as fh:  # the child keeps its own descriptor

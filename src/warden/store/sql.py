@@ -277,8 +277,15 @@ def stored_revision(conn: Connection) -> str | None:
     return str(rows[0][0]) if len(rows) == 1 else None
 
 
-#: The PostgreSQL advisory lock key that serialises migrations ("warden" in ASCII).
-_MIGRATION_LOCK = 0x77617264656E
+#: The first half of the PostgreSQL advisory lock that serialises migrations ("ward" in
+#: ASCII); the second half is the schema's name hashed, so that Wardens in other schemas
+#: of one database do not wait for each other.
+_MIGRATION_LOCK = 0x77617264
+#: How long a replica waits for another replica's migration (``lock_timeout`` inside the
+#: migration's transaction): a migration can take far longer than a row lock should.
+MIGRATION_LOCK_TIMEOUT_MS = 300_000
+#: Taken at the start of a migration's transaction, on the schema being migrated.
+MIGRATION_LOCK_SQL = f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK}, hashtext(current_schema()))"
 
 
 def upgrade(engine: Engine) -> None:
@@ -301,9 +308,12 @@ def upgrade(engine: Engine) -> None:
     try:
         with engine.begin() as conn:
             if engine.dialect.name == "postgresql":
-                # Replicas starting together migrate one at a time; the others then find
-                # the schema at head and do nothing. Released when this transaction ends.
-                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
+                # Replicas starting together migrate one at a time; the others wait for it
+                # (longer than a row lock: a migration is slow on a loaded server), then
+                # find the schema at head and do nothing. Released when this transaction
+                # ends.
+                conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{MIGRATION_LOCK_TIMEOUT_MS}ms'")
+                conn.exec_driver_sql(MIGRATION_LOCK_SQL)
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
     except CommandError as exc:
