@@ -11,9 +11,12 @@ from warden.store.sql import _Checkpointer, _engine_for, parse_database_url
 PAGE = 4096
 
 
-def _largest_wal(path: Path, restart_frames: int, seconds: float = 1.5) -> int:
-    """Commit one page-sized row after another for ``seconds`` with a checkpointer
-    beside the writer, as the store runs them; the WAL's largest size in bytes."""
+def _largest_wal(path: Path, restart_frames: int, batches: int = 100) -> int:
+    """Commit ``batches`` × 20 page-sized rows back to back with a checkpointer beside
+    the writer, as the store runs them; the WAL's largest size in bytes. The writer
+    pauses 5 ms between batches, so that the checkpointer's thread gets its turns even
+    on a loaded machine (a count of commits, not a time: the run does the same work
+    however fast the machine is)."""
     engine = _engine_for(parse_database_url(f"sqlite:///{path}"), "NORMAL")
     writer = engine.raw_connection()
     cur = writer.cursor()
@@ -24,14 +27,14 @@ def _largest_wal(path: Path, restart_frames: int, seconds: float = 1.5) -> int:
     wal = Path(f"{path}-wal")
     largest = 0
     try:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        for _ in range(batches):
             for _ in range(20):
                 with lock:
                     cur.execute("BEGIN IMMEDIATE")
                     cur.execute("INSERT INTO t VALUES (zeroblob(?))", (PAGE,))
                     cur.execute("COMMIT")
             largest = max(largest, wal.stat().st_size)
+            time.sleep(0.005)
     finally:
         checkpointer.stop()
         writer.close()
