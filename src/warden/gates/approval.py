@@ -88,8 +88,7 @@ class ApprovalGate:
             "state": task.state.value,
             "approver_group": task.approver_group,
             "approvals": [
-                {"principal": v.principal, "at": v.at, "reason": v.reason}
-                for v in task.approvals()
+                {"principal": v.principal, "at": v.at, "reason": v.reason} for v in task.approvals()
             ],
             "approvals_required": task.approvals_required,
             "action_hash": task.action_hash,
