@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from warden.transport.call_tasks import CallCancel, Calls
 from warden.transport.mcp_results import answer_line
-from warden.transport.stdio_channel import StdioChannel, TooLong
+from warden.transport.stdio_channel import Ahead, StdioChannel, TooLong
 from warden.wire.mcp.bad_input import Rejection, parse_line, too_long
 
 if TYPE_CHECKING:
@@ -47,9 +47,23 @@ async def serve_channel(proxy: Proxy, server: Server[Any], channel: StdioChannel
     in_flight: dict[Any, CallCancel] = {}
     calls = Calls()
 
+    ahead: Ahead[types.JSONRPCMessage | Rejection] = Ahead()
+
+    def take(line: bytes) -> bool:
+        """In the loop's reader callback: a blank line, or a message the fast path takes,
+        dealt with at once (its call's task started); anything else is left to ``read``,
+        in order (decision 1110)."""
+        if not line.strip():
+            return True
+        message = parse_line(line)
+        if not isinstance(message, Rejection) and _take(proxy, message, calls, channel, in_flight):
+            return True
+        ahead.keep(line, message)
+        return False
+
     async def read() -> None:
         async with to_server:
-            async for line in channel.lines():
+            async for line in channel.lines(take):
                 if isinstance(line, TooLong):
                     rejection = too_long(line.size, line.limit)
                     log.warning("refused a client line: %s", rejection.reason)
@@ -57,7 +71,8 @@ async def serve_channel(proxy: Proxy, server: Server[Any], channel: StdioChannel
                     continue
                 if not line.strip():
                     continue  # a blank line carries no message (decision 692)
-                message = parse_line(line)
+                parsed = ahead.get(line)
+                message = parse_line(line) if parsed is None else parsed
                 if isinstance(message, Rejection):
                     # Answered here: the SDK's server would drop it unanswered.
                     log.warning("refused a client line of %d bytes: %s", len(line), message.reason)
