@@ -145,8 +145,8 @@ Take = Callable[[bytes], bool]
 
 
 class Ahead(Generic[T]):
-    """What a ``take`` made of the line it did not take (its parse), so that the reader
-    it is yielded to does not make it again."""
+    """What a ``take`` made of the last line it was offered (its parse), so that the
+    reader the line is yielded to, if it was not taken, does not make it again."""
 
     __slots__ = ("line", "item")
 
@@ -154,14 +154,17 @@ class Ahead(Generic[T]):
         self.line: bytes | None = None
         self.item: T | None = None
 
-    def keep(self, line: bytes, item: T) -> None:
+    def keep(self, line: bytes, item: T) -> T:
+        """Keep ``item`` for ``line``; returns ``item``."""
         self.line, self.item = line, item
+        return item
 
-    def get(self, line: bytes) -> T | None:
-        """The item kept for this very line (the same object), or None; forgotten."""
+    def get(self, line: bytes, make: Callable[[bytes], T]) -> T:
+        """The item kept for this very line (the same object), else ``make(line)``.
+        Either way nothing stays kept."""
         item = self.item if self.line is line else None
         self.line = self.item = None
-        return item
+        return make(line) if item is None else item
 
 
 class _Lines:

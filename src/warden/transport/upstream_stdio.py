@@ -170,11 +170,7 @@ async def _read(
         dealt with at once; anything else left to this task (decision 1110)."""
         if gone or not line.strip():
             return True
-        item = _parse(line)
-        if direct.deliver(item):
-            return True
-        ahead.keep(line, item)
-        return False
+        return direct.deliver(ahead.keep(line, _parse(line)))  # for the task, if not taken
 
     try:
         async with to_session:
@@ -187,8 +183,7 @@ async def _read(
                 elif gone or not line.strip():
                     continue
                 else:
-                    parsed = ahead.get(line)
-                    item = _parse(line) if parsed is None else parsed
+                    item = ahead.get(line, _parse)
                 if direct.deliver(item):
                     continue
                 try:

@@ -155,8 +155,8 @@ def test_a_taken_line_costs_the_waiting_reader_no_wake_up(monkeypatch: pytest.Mo
 def test_ahead_gives_back_only_what_was_kept_for_that_very_line() -> None:
     ahead: Ahead[str] = Ahead()
     line = b"x" * 3
-    ahead.keep(line, "parsed")
-    assert ahead.get(bytes(bytearray(line))) is None  # an equal line, not the same one
-    ahead.keep(line, "parsed")
-    assert ahead.get(line) == "parsed"
-    assert ahead.get(line) is None  # forgotten once given
+    assert ahead.keep(line, "kept") == "kept"
+    assert ahead.get(bytes(bytearray(line)), lambda _b: "made") == "made"  # equal, not same
+    ahead.keep(line, "kept")
+    assert ahead.get(line, lambda _b: "made") == "kept"
+    assert ahead.get(line, lambda _b: "made") == "made"  # forgotten once given

@@ -46,20 +46,15 @@ async def serve_channel(proxy: Proxy, server: Server[Any], channel: StdioChannel
     server_out, from_server = anyio.create_memory_object_stream[SessionMessage](0)
     in_flight: dict[Any, CallCancel] = {}
     calls = Calls()
-
     ahead: Ahead[types.JSONRPCMessage | Rejection] = Ahead()
 
-    def take(line: bytes) -> bool:
-        """In the loop's reader callback: a blank line, or a message the fast path takes,
-        dealt with at once (its call's task started); anything else is left to ``read``,
-        in order (decision 1110)."""
+    def take(line: bytes) -> bool:  # in the loop's reader callback (decision 1110)
         if not line.strip():
             return True
-        message = parse_line(line)
-        if not isinstance(message, Rejection) and _take(proxy, message, calls, channel, in_flight):
-            return True
-        ahead.keep(line, message)
-        return False
+        message = ahead.keep(line, parse_line(line))  # for `read`, if not taken here
+        return not isinstance(message, Rejection) and _take(
+            proxy, message, calls, channel, in_flight
+        )
 
     async def read() -> None:
         async with to_server:
@@ -71,8 +66,7 @@ async def serve_channel(proxy: Proxy, server: Server[Any], channel: StdioChannel
                     continue
                 if not line.strip():
                     continue  # a blank line carries no message (decision 692)
-                parsed = ahead.get(line)
-                message = parse_line(line) if parsed is None else parsed
+                message = ahead.get(line, parse_line)
                 if isinstance(message, Rejection):
                     # Answered here: the SDK's server would drop it unanswered.
                     log.warning("refused a client line of %d bytes: %s", len(line), message.reason)
