@@ -6,7 +6,8 @@ The same sessions as ``bench/mcp_proxy.py`` (its ``run``: a direct session to
 under this file's ``--wrap`` mode, which stamps ``time.perf_counter()`` at fixed
 points of each call before it starts ``warden mcp-proxy``:
 
-- ``line``: the client's line is read (``StdioChannel.lines``);
+- ``line``: the client's line is read (``StdioChannel.lines``, or offered to its
+  ``take`` in the loop's reader callback);
 - ``call0``: the fast path's task for it starts (``fast_path._call``);
 - ``check0``/``check1``: the request step (``Gateway.check``), of which ``append``
   is the entry's durable append (``Ledger.commit``: SQL and COMMIT);
@@ -108,14 +109,23 @@ def _install(out: Path) -> None:
     us.PipeWriter.__init__ = tagging_init  # type: ignore[method-assign]
     lines = sc.StdioChannel.lines
 
-    async def stamped_lines(self: Any) -> AsyncIterator[bytes]:
+    async def stamped_lines(self: Any, take: Any = None) -> AsyncIterator[bytes]:
         upstream = getattr(self, "upstream", False)
-        async for line in lines(self):
+
+        def stamp() -> None:
             if upstream:
                 cur["ans"] = now()
             else:
                 cur.clear()
                 cur["line"] = now()
+
+        def stamped_take(line: bytes) -> bool:
+            # A line the reader callback takes is never yielded (decision 1110).
+            stamp()
+            return bool(take(line))
+
+        async for line in lines(self, stamped_take if take is not None else None):
+            stamp()
             yield line
 
     sc.StdioChannel.lines = stamped_lines  # type: ignore[method-assign]

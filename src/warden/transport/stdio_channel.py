@@ -20,11 +20,15 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from collections.abc import AsyncIterator, Iterator
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import anyio
+
+T = TypeVar("T")
 
 #: Bytes read per ``read(2)``.
 _CHUNK = 1 << 16
@@ -70,54 +74,37 @@ class StdioChannel:
         # anyio's ``Lock(fast_acquire=True)`` (decision 855).
         self._write_lock = asyncio.Lock()
 
-    async def lines(self) -> AsyncIterator[bytes | TooLong]:
+    async def lines(self, take: Take | None = None) -> AsyncIterator[bytes | TooLong]:
         """Each line (without its newline) until end of input; a last unterminated
-        line is yielded too. A line longer than ``max_line`` is a :class:`TooLong`."""
-        limit = self.max_line
-        buf = bytearray()
-        drained = False
-        skipped: _Skipped | None = None  # the over-long line being dropped
-        readable = _Readable(self.rfd)
+        line is yielded too. A line longer than ``max_line`` is a :class:`TooLong`.
+
+        ``take``: while the reader waits for input, the loop's reader callback reads the
+        pipe itself and offers each complete line to ``take`` in order; a line it takes
+        (True) is done and never yielded, so a reader that takes what arrives is not
+        woken at all (one event-loop pass fewer per line, decision 1110). The first line
+        it does not take (False, having done nothing), an over-long line, the end of
+        input, and every line after them are yielded as without ``take``, in order; an
+        exception ``take`` raises is raised here. Without a callback-capable loop every
+        line is yielded."""
+        state = _Lines(self.rfd, self.max_line, take)
+        readable = _Readable(self.rfd, state.on_ready if take is not None else None)
+        queue = state.queue
         try:
             while True:
-                if drained:
-                    # The last read took less than was asked for: the pipe was empty
-                    # then, so wait for it rather than pay a read that fails (and its
-                    # exception).
-                    await readable.wait()
-                try:
-                    chunk = os.read(self.rfd, _CHUNK)
-                except BlockingIOError:
-                    drained = True
+                if state.error is not None:
+                    raise state.error
+                if queue:
+                    yield queue.popleft()
                     continue
-                drained = len(chunk) < _CHUNK
-                if not chunk:
-                    if skipped is not None:
-                        yield skipped.done(limit)
-                    elif buf:
-                        yield bytes(buf) if len(buf) <= limit else _whole(buf, limit)
+                if state.eof:
                     return
-                if skipped is not None:
-                    end = chunk.find(b"\n")
-                    skipped.add(chunk if end < 0 else chunk[:end])
-                    if end < 0:
-                        continue
-                    yield skipped.done(limit)
-                    skipped = None
-                    chunk = chunk[end + 1 :]
-                buf += chunk
-                start = 0
-                while (end := buf.find(b"\n", start)) >= 0:
-                    if end - start > limit:
-                        yield _whole(buf[start:end], limit)
-                    else:
-                        yield bytes(buf[start:end])
-                    start = end + 1
-                del buf[:start]
-                if len(buf) > limit:
-                    skipped = _Skipped(bytes(buf[:_KEEP]))
-                    skipped.add(buf)
-                    buf.clear()
+                # The last read took less than was asked for: the pipe was empty then, so
+                # wait for it rather than pay a read that fails (and its exception). The
+                # callback may read (and take) meanwhile; it wakes this reader only with
+                # something left for it.
+                if state.drained and await readable.wait():
+                    continue
+                state.fill()
         finally:
             readable.close()
 
@@ -152,6 +139,110 @@ def _whole(line: bytes | bytearray, limit: int) -> TooLong:
     return TooLong(len(line), limit, bytes(line[:_KEEP]), bytes(line[-_KEEP:]))
 
 
+#: Offered each complete line by the loop's reader callback (:meth:`StdioChannel.lines`):
+#: True when it handled the line, False (having done nothing) to have it yielded.
+Take = Callable[[bytes], bool]
+
+
+class Ahead(Generic[T]):
+    """What a ``take`` made of the last line it was offered (its parse), so that the
+    reader the line is yielded to, if it was not taken, does not make it again."""
+
+    __slots__ = ("line", "item")
+
+    def __init__(self) -> None:
+        self.line: bytes | None = None
+        self.item: T | None = None
+
+    def keep(self, line: bytes, item: T) -> T:
+        """Keep ``item`` for ``line``; returns ``item``."""
+        self.line, self.item = line, item
+        return item
+
+    def get(self, line: bytes, make: Callable[[bytes], T]) -> T:
+        """The item kept for this very line (the same object), else ``make(line)``.
+        Either way nothing stays kept."""
+        item = self.item if self.line is line else None
+        self.line = self.item = None
+        return make(line) if item is None else item
+
+
+class _Lines:
+    """What one :meth:`StdioChannel.lines` has read: the partial line, the complete lines
+    not yet yielded, the over-long line being dropped, and whether input ended."""
+
+    def __init__(self, rfd: int, limit: int, take: Take | None) -> None:
+        self.rfd = rfd
+        self.limit = limit
+        self.take = take
+        self.buf = bytearray()
+        self.queue: deque[bytes | TooLong] = deque()
+        self.skipped: _Skipped | None = None
+        self.drained = False
+        self.eof = False
+        self.error: BaseException | None = None
+
+    def fill(self) -> bool:
+        """One ``read(2)``: its complete lines queued. False when the pipe was empty."""
+        try:
+            chunk = os.read(self.rfd, _CHUNK)
+        except BlockingIOError:
+            self.drained = True
+            return False
+        self.drained = len(chunk) < _CHUNK
+        limit, buf, queue = self.limit, self.buf, self.queue
+        if not chunk:
+            self.eof = True
+            if self.skipped is not None:
+                queue.append(self.skipped.done(limit))
+                self.skipped = None
+            elif buf:
+                queue.append(bytes(buf) if len(buf) <= limit else _whole(buf, limit))
+                buf.clear()
+            return True
+        if self.skipped is not None:
+            end = chunk.find(b"\n")
+            self.skipped.add(chunk if end < 0 else chunk[:end])
+            if end < 0:
+                return True
+            queue.append(self.skipped.done(limit))
+            self.skipped = None
+            chunk = chunk[end + 1 :]
+        buf += chunk
+        start = 0
+        while (end := buf.find(b"\n", start)) >= 0:
+            if end - start > limit:
+                queue.append(_whole(buf[start:end], limit))
+            else:
+                queue.append(bytes(buf[start:end]))
+            start = end + 1
+        del buf[:start]
+        if len(buf) > limit:
+            self.skipped = _Skipped(bytes(buf[:_KEEP]))
+            self.skipped.add(buf)
+            buf.clear()
+        return True
+
+    def on_ready(self) -> bool:
+        """The reader callback, while the reader waits with nothing queued: read, offer
+        each complete line to ``take`` in order; True to wake the reader (a line not
+        taken, an over-long one, the end of input, a failure, or more to read)."""
+        take, queue = self.take, self.queue
+        assert take is not None
+        try:
+            if not self.fill():
+                return False
+            while queue:
+                line = queue[0]
+                if not isinstance(line, bytes) or not take(line):
+                    return True
+                queue.popleft()
+        except Exception as exc:  # noqa: BLE001 - raised in the reader, where it belongs
+            self.error = exc
+            return True
+        return self.eof or not self.drained
+
+
 class _Readable:
     """Waits for ``fd`` to be readable, its event-loop registration kept between waits.
 
@@ -164,10 +255,12 @@ class _Readable:
     when the lines end. Where the loop cannot watch the descriptor itself (Windows'
     proactor), ``anyio.wait_readable`` is used (decision 855)."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, on_ready: Callable[[], bool] | None = None) -> None:
         self.fd = fd
+        #: Run by the callback while a reader waits: True to wake it (decision 1110).
+        self.on_ready = on_ready
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.waiter: asyncio.Future[None] | None = None
+        self.waiter: asyncio.Future[bool] | None = None
         self.registered = False
         self.native = True
 
@@ -175,18 +268,21 @@ class _Readable:
         waiter = self.waiter
         if waiter is None or waiter.done():
             self._unregister()
-        else:
-            waiter.set_result(None)
+        elif self.on_ready is None:
+            waiter.set_result(False)
+        elif self.on_ready():
+            waiter.set_result(True)
 
     def _unregister(self) -> None:
         if self.registered and self.loop is not None:
             self.registered = False
             self.loop.remove_reader(self.fd)
 
-    async def wait(self) -> None:
+    async def wait(self) -> bool:
+        """Wait until ``fd`` is readable; True when ``on_ready`` has read it meanwhile."""
         if not self.native:
             await anyio.wait_readable(self.fd)
-            return
+            return False
         if self.loop is None:
             self.loop = asyncio.get_running_loop()
         if not self.registered:
@@ -195,11 +291,11 @@ class _Readable:
             except NotImplementedError:
                 self.native = False
                 await anyio.wait_readable(self.fd)
-                return
+                return False
             self.registered = True
         self.waiter = self.loop.create_future()
         try:
-            await self.waiter
+            return await self.waiter
         finally:
             self.waiter = None
 

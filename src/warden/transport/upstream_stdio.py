@@ -46,7 +46,7 @@ from mcp.shared.message import SessionMessage
 from warden.crypto.canonical import parse_strict_json
 from warden.errors import ParseError
 from warden.transport.mcp_direct_calls import DirectCalls
-from warden.transport.stdio_channel import MAX_LINE, StdioChannel, TooLong
+from warden.transport.stdio_channel import MAX_LINE, Ahead, StdioChannel, TooLong
 
 log = logging.getLogger(__name__)
 
@@ -163,9 +163,18 @@ async def _read(
     An end the proxy did not cause (``stopping`` still ``[False]``) is logged: every
     call after it fails with ``Connection closed``."""
     gone = False
+    ahead: Ahead[SessionMessage | Exception] = Ahead()
+
+    def take(line: bytes) -> bool:
+        """In the loop's reader callback: a blank line, or an answer to a direct call,
+        dealt with at once; anything else left to this task (decision 1110)."""
+        if gone or not line.strip():
+            return True
+        return direct.deliver(ahead.keep(line, _parse(line)))  # for the task, if not taken
+
     try:
         async with to_session:
-            async for line in channel.lines():
+            async for line in channel.lines(take):
                 if isinstance(line, TooLong):
                     refused = _refused_answer(line)
                     if gone or refused is None:
@@ -174,7 +183,7 @@ async def _read(
                 elif gone or not line.strip():
                     continue
                 else:
-                    item = _parse(line)
+                    item = ahead.get(line, _parse)
                 if direct.deliver(item):
                     continue
                 try:

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from warden.transport.call_tasks import CallCancel, Calls
 from warden.transport.mcp_results import answer_line
-from warden.transport.stdio_channel import StdioChannel, TooLong
+from warden.transport.stdio_channel import Ahead, StdioChannel, TooLong
 from warden.wire.mcp.bad_input import Rejection, parse_line, too_long
 
 if TYPE_CHECKING:
@@ -46,10 +46,19 @@ async def serve_channel(proxy: Proxy, server: Server[Any], channel: StdioChannel
     server_out, from_server = anyio.create_memory_object_stream[SessionMessage](0)
     in_flight: dict[Any, CallCancel] = {}
     calls = Calls()
+    ahead: Ahead[types.JSONRPCMessage | Rejection] = Ahead()
+
+    def take(line: bytes) -> bool:  # in the loop's reader callback (decision 1110)
+        if not line.strip():
+            return True
+        message = ahead.keep(line, parse_line(line))  # for `read`, if not taken here
+        return not isinstance(message, Rejection) and _take(
+            proxy, message, calls, channel, in_flight
+        )
 
     async def read() -> None:
         async with to_server:
-            async for line in channel.lines():
+            async for line in channel.lines(take):
                 if isinstance(line, TooLong):
                     rejection = too_long(line.size, line.limit)
                     log.warning("refused a client line: %s", rejection.reason)
@@ -57,7 +66,7 @@ async def serve_channel(proxy: Proxy, server: Server[Any], channel: StdioChannel
                     continue
                 if not line.strip():
                     continue  # a blank line carries no message (decision 692)
-                message = parse_line(line)
+                message = ahead.get(line, parse_line)
                 if isinstance(message, Rejection):
                     # Answered here: the SDK's server would drop it unanswered.
                     log.warning("refused a client line of %d bytes: %s", len(line), message.reason)
