@@ -251,10 +251,6 @@ class ApprovalDesk:
         self._pending: dict[str, tuple[str, Task]] = {}
         #: (scope, action hash) → the pending task last read for it, with its updated_at.
         self._pending_by_action: dict[tuple[str, str], tuple[str, Task]] = {}
-        #: (scope, action hash) → the memory entry above and the pending answer built
-        #: from it, so a resubmission of a waiting action reuses the answer (its text,
-        #: guard and record are immutable) instead of building them again (decision 1120).
-        self._answers: dict[tuple[str, str], tuple[tuple[str, Task], Resolution]] = {}
         self._chain = WardenChain(
             ledger, "approval", clock, negotiated=lambda name: {"kind": "approval_desk"}
         )
@@ -299,20 +295,13 @@ class ApprovalDesk:
             return None
         if hit[1].expires_at <= self.now():
             return None
-        made = self._answers.get(key)
-        if made is not None and made[0] is hit:
-            return made[1]
         task = hit[1]
-        answer = Resolution(
+        return Resolution(
             Outcome.PENDING,
             task,
             self._pending_text(task),
             guard=TaskUnchanged(task.id, hit[0], *key),
         )
-        if len(self._answers) >= _PENDING_CACHE:
-            self._answers.clear()
-        self._answers[key] = (hit, answer)
-        return answer
 
     def peek(
         self,

@@ -42,7 +42,7 @@ from warden.approvals.desk import (
     with_reasoning,
 )
 from warden.approvals.redaction import shown_action
-from warden.approvals.tasks import Requester, Task, TaskKind
+from warden.approvals.tasks import Requester, TaskKind
 from warden.core.guardian import Guardian, fit_to_hook
 from warden.core.types import ActionRequest, Effect, Verdict
 from warden.errors import CouldNotDecide, StaleRead, StoreUnavailable
@@ -68,37 +68,9 @@ class ApprovalGate:
         self.desk = desk
         self.guardian = guardian
         self.wire = wire
-        #: The last task :meth:`task_info` described, with what it said.
-        self._info: tuple[Task, dict[str, Any]] | None = None
 
     def step(self, request_id: str) -> ApprovalStep:
         return ApprovalStep(self, request_id)
-
-    def task_info(self, task: Task) -> dict[str, Any]:
-        """What a verdict's ``policy_data.approval`` says of ``task`` (its id, state,
-        group, counted approvals, hash, expiry and desk URL). Built once per task object
-        (a :class:`Task` is immutable; each change is a new one) and kept for the next
-        step answered from the same task: a resubmitted ask re-reads the same pending
-        task (decision 1120). The caller copies it (and its ``approvals`` list)."""
-        last = self._info
-        if last is not None and last[0] is task:
-            return last[1]
-        info: dict[str, Any] = {
-            "task_id": task.id,
-            "state": task.state.value,
-            "approver_group": task.approver_group,
-            "approvals": [
-                {"principal": v.principal, "at": v.at, "reason": v.reason} for v in task.approvals()
-            ],
-            "approvals_required": task.approvals_required,
-            "action_hash": task.action_hash,
-            "expires_at": task.expires_at.isoformat(),
-        }
-        url = self.desk.task_url(task.id)
-        if url is not None:
-            info["task_url"] = url
-        self._info = (task, info)
-        return info
 
     def held_modifications(self, request: ActionRequest, verdict: Verdict) -> dict[str, Any] | None:
         """The merged modifications of the modify rules that fired beside the ask (ACS
@@ -351,8 +323,21 @@ class ApprovalStep:
         task = res.task
         info: dict[str, Any] = {"outcome": res.outcome.value}
         if task is not None:
-            info.update(self.gate.task_info(task))
-            info["approvals"] = [dict(vote) for vote in info["approvals"]]
+            info.update(
+                task_id=task.id,
+                state=task.state.value,
+                approver_group=task.approver_group,
+                approvals=[
+                    {"principal": v.principal, "at": v.at, "reason": v.reason}
+                    for v in task.approvals()
+                ],
+                approvals_required=task.approvals_required,
+                action_hash=task.action_hash,
+                expires_at=task.expires_at.isoformat(),
+            )
+            url = self.gate.desk.task_url(task.id)
+            if url is not None:
+                info["task_url"] = url
         policy_data = {**verdict.policy_data, "approval": info}
         codes = tuple(dict.fromkeys((*verdict.reason_codes, res.reason_code)))
         if res.outcome is Outcome.PENDING and task is not None:

@@ -90,9 +90,6 @@ _LOG_MAX = (
     "SELECT COALESCE(MAX(m), -1) + 1 FROM (SELECT MAX(log_index) AS m FROM entries "
     "UNION ALL SELECT MAX(log_index) FROM log_events)"
 )
-#: SQLite: what a transaction's first head move returns: the next leaf index
-#: (:data:`_LOG_MAX`), read in the same statement (decision 1121).
-_RETURNING_NEXT_LEAF = f" RETURNING ({_LOG_MAX})"
 #: SQLite: a head move's condition that a read guard's task is still as read
 #: (parameters: task id, updated_at as read), the SQLite spelling of ``_GUARD_HOLDS``.
 _GUARD_HOLDS_SQLITE = " AND " + _GUARD_HOLDS.replace("%s", "?")
@@ -1474,24 +1471,12 @@ class SqlStore:
         # not refused before: one statement checks all three (a revocation on any replica
         # stops the next write here, issue 15; decision 273).
         move, values = head_move_row(item, sqlite=self._qmark)
-        # SQLite, first append of the transaction: the head move also returns the next
-        # leaf index (one statement instead of two; decision 1121).
-        returning = fold and self._log_tx is None
         if fold:
             for guard in item.guards:
                 move += _GUARD_HOLDS_SQLITE
                 values = (*values, guard.task_id, guard.updated_at)
-            if returning:
-                move += _RETURNING_NEXT_LEAF
         cur.execute(self._q(move), values)
-        if returning:
-            rows = cur.fetchall()
-            moved = len(rows) == 1
-            if moved:
-                self._log_tx = self._log_start(rows[0])
-        else:
-            moved = cur.rowcount == 1
-        if not moved:
+        if cur.rowcount != 1:
             if fold:
                 self._check_guards(cur, item)
             if chained is not None:
