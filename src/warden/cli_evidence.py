@@ -92,7 +92,7 @@ def export_evidence_cmd(
         evidence = execution_evidence(store, execution_id, signer, registry, principal)
         if evidence is None:
             err_console.print(
-                f"[red]not found:[/red] no processed action request in execution "
+                f"[red]error:[/red] no processed action request in execution "
                 f"{escape(execution_id)}",
                 soft_wrap=True,
             )

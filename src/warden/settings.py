@@ -91,8 +91,8 @@ class Settings(BaseSettings):
     #: How long a stored Idempotency-Key response is replayed (AdCP recommends 86400).
     idempotency_ttl_seconds: int = Field(86_400, ge=1, le=604_800)
     #: How often expired spend holds are released in the background (s); 0 = only when
-    #: a reservation is made.
-    spend_expiry_interval_s: float = Field(30.0, ge=0)
+    #: a reservation is made. A finite number: ``inf`` would never release them.
+    spend_expiry_interval_s: float = Field(30.0, ge=0, allow_inf_nan=False)
 
     #: Warden's Ed25519 signing key (PKCS#8 PEM, 0600; created on first start): signs the
     #: KLA records Warden writes; default ``<data-dir>/signing.key``.

@@ -409,6 +409,37 @@ def test_write_bundle_refuses_to_overwrite(tmp_path: Path) -> None:
         build_clean_bundle(tmp_path / "b")
 
 
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_write_that_fails_partway_removes_what_it_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, existing: bool
+) -> None:
+    """A full disk at the keys (the last file) leaves no half bundle, so a re-run works
+    (decision 1066 left it: the files written made a re-run say "already holds"). Only what
+    this run wrote goes: a directory that was there, and a file in it, stay."""
+    import errno
+
+    from warden.kla.keys import KeyRegistry
+
+    out = tmp_path / "new" / "b"
+    if existing:
+        out.mkdir(parents=True)
+        (out / "notes.txt").write_text("mine")
+
+    def full(self: KeyRegistry) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(KeyRegistry, "to_jwks", full)
+        with pytest.raises(OSError, match="No space"):
+            build_clean_bundle(out)
+    if existing:
+        assert sorted(p.name for p in out.rglob("*")) == ["notes.txt"]
+        assert (out / "notes.txt").read_text() == "mine"
+    else:
+        assert list(tmp_path.iterdir()) == []  # the directories it made went too
+    assert verify_bundle(build_clean_bundle(out)).ok  # the re-run writes the whole bundle
+
+
 if __name__ == "__main__":  # regenerate tests/assets/kla/bundle_clean
     shutil.rmtree(CLEAN, ignore_errors=True)
     build_clean_bundle(CLEAN)

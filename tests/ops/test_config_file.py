@@ -116,6 +116,32 @@ def test_a_file_value_of_the_wrong_toml_type_is_refused(
     assert message in caught.value.message
 
 
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "-1", "1e400"])
+@pytest.mark.parametrize("source", ["file", "environment"])
+def test_spend_expiry_interval_must_be_a_finite_number_of_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, source: str
+) -> None:
+    """``inf`` was taken (holds then never released in the background); it is refused in
+    one line, as ``nan`` and negative values are. 0 keeps its meaning (only on reservation)."""
+    for name in list(os.environ):
+        if name.startswith("WARDEN_"):
+            monkeypatch.delenv(name)
+    cfg = tmp_path / "w.toml"
+    if source == "file":
+        cfg.write_text(f"spend_expiry_interval_s = {value}\n")
+    else:
+        cfg.write_text("")
+        monkeypatch.setenv("WARDEN_SPEND_EXPIRY_INTERVAL_S", value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(cfg)
+    message = caught.value.message
+    assert message.startswith(f"invalid settings (config file {cfg}): spend_expiry_interval_s: ")
+    assert "\n" not in message
+    monkeypatch.delenv("WARDEN_SPEND_EXPIRY_INTERVAL_S", raising=False)
+    cfg.write_text("spend_expiry_interval_s = 0\n")
+    assert load_settings(cfg).spend_expiry_interval_s == 0
+
+
 def test_file_values_of_the_right_type_still_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

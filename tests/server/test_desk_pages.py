@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from conftest import ensure_agent, service_client
@@ -23,6 +23,7 @@ import warden.server.desk as desk_module
 from warden.approvals.tasks import ApprovalState, Requester, Task, TaskKind
 from warden.runtime import Runtime
 from warden.server.app import create_app
+from warden.server.approvals_api import StateFilter
 from warden.server.desk import SESSION_COOKIE, time_left
 from warden.wire.acs.client import AcsClient
 from warden.wire.acs.signing import sign_request
@@ -506,6 +507,24 @@ def test_filters(runtime: Runtime, client: TestClient) -> None:
     assert "No tasks match" in client.get("/desk", params={"wire": "spend"}).text
     r = client.get("/desk", params={"state": "bogus<b>"})
     assert r.status_code == 400 and "bogus&lt;b&gt;" in r.text and "bogus<b>" not in r.text
+
+
+def test_the_state_filter_takes_every_task_state_and_says_so(
+    runtime: Runtime, client: TestClient
+) -> None:
+    """The unknown-state message lists exactly what the filter accepts: every state, ``all``."""
+    _, token = key(runtime, "alice", "admin")
+    login(client, token)
+    accepted = [s.value for s in ApprovalState] + ["all"]
+    r = client.get("/desk", params={"state": "bogus"})
+    assert r.status_code == 400
+    listed = re.search(r"choose one of: ([a-z, ]+)\.", r.text)
+    assert listed is not None, r.text
+    assert listed.group(1).split(", ") == accepted
+    for state in accepted:
+        assert client.get("/desk", params={"state": state}).status_code == 200, state
+    # The JSON API's filter (a Literal, for its OpenAPI schema) names the same states.
+    assert list(get_args(StateFilter)) == accepted
 
 
 def test_everything_is_escaped(runtime: Runtime, client: TestClient) -> None:

@@ -16,6 +16,7 @@ lives apart in :mod:`warden.kla.verify` and never signs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -311,19 +312,42 @@ def write_bundle(
         created_at=created_at,
         manifest_signer=manifest_signer,
     )
+    # What this run creates, so a failure partway can take it back (decision 1132).
+    made = [d for d in (directory, *directory.parents) if not d.exists()]
     directory.mkdir(parents=True, exist_ok=True)
     if (directory / MANIFEST_FILE).exists() or (directory / RECORDS_FILE).exists():
         raise ConfigError(f"{directory} already holds an evidence bundle")
-    with (directory / RECORDS_FILE).open("w", encoding="utf-8", newline="\n") as fh:
-        for s in sealed:
-            fh.write(_dump_line(s.to_line()) + "\n")
-    (directory / MANIFEST_FILE).write_text(
-        json.dumps(manifest, ensure_ascii=False, indent=2, sort_keys=True) + "\n", encoding="utf-8"
-    )
-    if public_keys:
-        (directory / KEYS_DIR).mkdir(exist_ok=True)
-        jwks = KeyRegistry(public_keys).to_jwks()
-        (directory / KEYS_DIR / "jwks.json").write_text(
-            json.dumps(jwks, indent=2) + "\n", encoding="utf-8"
+    written: list[Path] = []
+    try:
+        written.append(directory / RECORDS_FILE)
+        with written[-1].open("w", encoding="utf-8", newline="\n") as fh:
+            for s in sealed:
+                fh.write(_dump_line(s.to_line()) + "\n")
+        written.append(directory / MANIFEST_FILE)
+        written[-1].write_text(
+            json.dumps(manifest, ensure_ascii=False, indent=2, sort_keys=True) + "\n",
+            encoding="utf-8",
         )
+        if public_keys:
+            if not (directory / KEYS_DIR).exists():
+                made.insert(0, directory / KEYS_DIR)
+                (directory / KEYS_DIR).mkdir()
+            jwks = KeyRegistry(public_keys).to_jwks()
+            written.append(directory / KEYS_DIR / "jwks.json")
+            written[-1].write_text(json.dumps(jwks, indent=2) + "\n", encoding="utf-8")
+    except BaseException:
+        _take_back(written, made)
+        raise
     return directory
+
+
+def _take_back(files: list[Path], directories: list[Path]) -> None:
+    """Remove the ``files`` a failed :func:`write_bundle` wrote, then the ``directories``
+    it created (deepest first, each only if now empty), so a re-run is not refused as
+    "already holds an evidence bundle". Best effort: the original error is what is raised."""
+    for path in files:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+    for path in directories:
+        with contextlib.suppress(OSError):
+            path.rmdir()

@@ -17,7 +17,7 @@ Routes (none in the OpenAPI schema)::
     POST /desk/login                     log in: 303 to /desk, or the form again (401/403)
     POST /desk/logout                    log out (CSRF-protected)
     GET  /desk                           tasks: ?state=pending|approved|denied|expired|
-                                         consumed|all &group= &wire=
+                                         consumed|canceled|all &group= &wire=
     GET  /desk/tasks/{task_id}           one task in full (404 page if unknown)
     POST /desk/tasks/{task_id}/approve   reason required; 303 back with a flash message
     POST /desk/tasks/{task_id}/deny      reason required
@@ -101,8 +101,8 @@ MAX_TASK_ID_CHARS = 200
 LIST_LIMIT = 100
 PREVIEW_CHARS = 120
 
-#: The state filter of the task list; ``all`` is no filter.
-STATE_FILTERS = ("pending", "approved", "denied", "expired", "consumed", "all")
+#: The state filter of the task list: every task state, from the one enum; ``all`` is no filter.
+STATE_FILTERS = (*(s.value for s in ApprovalState), "all")
 
 #: Methods the catch-all 404 page answers (every method a browser or script may send).
 _ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]

@@ -212,6 +212,24 @@ def test_export_evidence_offline_and_warden_verify_the_database(
     assert json.loads(checked.stdout)["ok"] is True
 
 
+def test_export_evidence_of_an_unknown_execution_is_an_error_line(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    """It starts with ``error:`` as every other command's errors do; exit 1 (nothing found)."""
+    data_dir = runtime.settings.data_dir
+    for extra in ([], ["--json"]):
+        missing = runner.invoke(
+            cli_app,
+            ["export-evidence", "nope", "--out", str(tmp_path / "x"), "--data-dir",
+             str(data_dir), *extra],
+        )  # fmt: skip
+        assert missing.exit_code == 1 and missing.stdout == ""
+        assert " ".join(missing.stderr.split()) == (
+            "error: no processed action request in execution nope"
+        )
+        assert not (tmp_path / "x").exists()
+
+
 def test_the_flow_over_real_http(tmp_path: Path) -> None:
     data = tmp_path / "srv"
     srv = start_server(data)

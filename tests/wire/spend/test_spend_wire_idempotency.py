@@ -16,8 +16,10 @@ import pytest
 from conftest import Server, start_server
 from spend_wire_helpers import Api, Clock, Reply, assert_error, db_rows, open_api, server_api, tree
 
+from warden.adcp.errors import UNAVAILABLE_RETRY_AFTER_S as ADCP_RETRY_AFTER_S
 from warden.crypto.canonical import sha256_hex
 from warden.runtime import Runtime
+from warden.server.desk import UNAVAILABLE_RETRY_AFTER_S as DESK_RETRY_AFTER_S
 from warden.store.idempotency import Idempotency
 from warden.wire.spend.operations import SpendWire
 
@@ -235,6 +237,22 @@ def test_claim_and_effect_roll_back_together(
     ok = api.quote(bot, "7", key=KEY)
     assert ok.status == 200 and "replayed" not in ok.body
     assert reservations(runtime) == 1
+
+
+def test_store_unavailable_says_when_to_retry_as_the_other_wires_do(
+    runtime: Runtime, api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spend wire's 503 carries the ``Retry-After`` of AdCP's GOVERNANCE_UNAVAILABLE
+    and the desk's 503 page (decision 189, 191)."""
+    bot = tree(runtime)
+
+    def crash(self: SpendWire, tx: Any, eng: Any, body: Any) -> Any:
+        raise RuntimeError("the store failed")
+
+    monkeypatch.setattr(SpendWire, "quote", crash)
+    r = api.quote(bot, "7", key=KEY)
+    assert_error(r, "store:unavailable", 503, retryable=True, resolution="retry")
+    assert r.headers["retry-after"] == str(ADCP_RETRY_AFTER_S) == str(DESK_RETRY_AFTER_S)
 
 
 # -- concurrency over real HTTP -------------------------------------------------------------

@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 #: The spend wire is USD-denominated (its numbers are ``…Usd``); ACS may use any currency.
 CURRENCY: Final = "USD"
 PROVIDER = "warden"
+#: ``Retry-After`` (s) of the 503 ``store:unavailable``: AdCP's GOVERNANCE_UNAVAILABLE and
+#: the desk's 503 page ask for the same (decisions 189, 191, 1130).
+UNAVAILABLE_RETRY_AFTER_S: Final = 5
 
 
 class Refusal(WardenError):
@@ -259,6 +262,7 @@ def refusal_for(exc: BaseException) -> Refusal:
                 if unknown
                 else "retry shortly with the same Idempotency-Key and body"
             ),
+            headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},
         )
     log.error("spend wire: unexpected error", exc_info=exc)
     return Refusal("internal:error", 500, "internal error; the operator log has the detail")
