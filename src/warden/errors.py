@@ -173,6 +173,11 @@ class StoreUnavailable(CouldNotDecide):
     reason = "store_unavailable"
 
 
+#: Seconds every wire's ``503`` for a :class:`StoreUnavailable` tells the caller to wait
+#: before retrying (``Retry-After``; AdCP's ``retry_after``): one value for all (1130).
+UNAVAILABLE_RETRY_AFTER_S = 5
+
+
 def failure_log_level(exc: BaseException) -> int:
     """The :mod:`logging` level a request's failure is logged at: ``WARNING`` for a
     store that is unavailable (a locked SQLite file, an unreachable server: an outage

@@ -36,7 +36,9 @@ def default_policy_path() -> Path:
 class Settings(BaseSettings):
     """Validated whole at start-up; every field may be set as ``WARDEN_<NAME>``."""
 
-    model_config = SettingsConfigDict(env_prefix="WARDEN_", extra="forbid")
+    # Every number of seconds or ratio here is finite: ``inf`` for an interval meant a
+    # background job that never ran (decisions 1131, 319).
+    model_config = SettingsConfigDict(env_prefix="WARDEN_", extra="forbid", allow_inf_nan=False)
     #: A config file's values, below the environment (``config_file.load_settings`` sets
     #: them on a subclass of its own).
     file_values: ClassVar[dict[str, Any]] = {}
@@ -92,7 +94,7 @@ class Settings(BaseSettings):
     idempotency_ttl_seconds: int = Field(86_400, ge=1, le=604_800)
     #: How often expired spend holds are released in the background (s); 0 = only when
     #: a reservation is made. A finite number: ``inf`` would never release them.
-    spend_expiry_interval_s: float = Field(30.0, ge=0, allow_inf_nan=False)
+    spend_expiry_interval_s: float = Field(30.0, ge=0)
 
     #: Warden's Ed25519 signing key (PKCS#8 PEM, 0600; created on first start): signs the
     #: KLA records Warden writes; default ``<data-dir>/signing.key``.

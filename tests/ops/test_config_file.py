@@ -116,6 +116,22 @@ def test_a_file_value_of_the_wrong_toml_type_is_refused(
     assert message in caught.value.message
 
 
+@pytest.mark.parametrize("name", ["log_checkpoint_interval_s", "policy_poll_interval_s"])
+@pytest.mark.parametrize("value", ["inf", "nan", "1e400"])
+def test_every_interval_is_a_finite_number_of_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    """The other intervals took ``inf`` as the spend expiry's did (a job that never runs)."""
+    for env in list(os.environ):
+        if env.startswith("WARDEN_"):
+            monkeypatch.delenv(env)
+    cfg = tmp_path / "w.toml"
+    cfg.write_text(f"{name} = {value}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(cfg)
+    assert caught.value.message.startswith(f"invalid settings (config file {cfg}): {name}: ")
+
+
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "-1", "1e400"])
 @pytest.mark.parametrize("source", ["file", "environment"])
 def test_spend_expiry_interval_must_be_a_finite_number_of_seconds(

@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from warden.errors import WardenError
+from warden.errors import UNAVAILABLE_RETRY_AFTER_S, WardenError
 from warden.schemas import load_folder
 
 #: HTTP status of each error code on the REST binding (anything else: 400).
@@ -131,10 +131,6 @@ class AdcpError(WardenError):
         if self.retry_after is not None:
             out["retry_after"] = self.retry_after
         return out
-
-
-#: Seconds a caller is told to wait before retrying after a store failure.
-UNAVAILABLE_RETRY_AFTER_S = 5
 
 
 def unavailable() -> AdcpError:

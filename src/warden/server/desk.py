@@ -77,7 +77,7 @@ from warden.approvals.display import Layout, shown
 from warden.approvals.group_check import empty_group_warning
 from warden.approvals.tasks import ApprovalState, Task
 from warden.core.media import repeated_params_problem
-from warden.errors import CouldNotDecide, failure_log_level
+from warden.errors import UNAVAILABLE_RETRY_AFTER_S, CouldNotDecide, failure_log_level
 from warden.identity.api_keys import Identity, Role
 from warden.identity.credentials import cookies_named, header_lines
 from warden.identity.desk_sessions import DeskSessionStore
@@ -88,8 +88,6 @@ from warden.store.secrets_sql import server_secret
 log = logging.getLogger(__name__)
 
 PREFIX = "/desk"
-#: Seconds the desk's 503 page asks a browser (or a monitor) to wait.
-UNAVAILABLE_RETRY_AFTER_S = 5
 SESSION_COOKIE = "warden_desk"
 SESSION_INFO = "warden:desk-session"
 SESSION_MAX_AGE_S = 8 * 60 * 60

@@ -16,10 +16,9 @@ import pytest
 from conftest import Server, start_server
 from spend_wire_helpers import Api, Clock, Reply, assert_error, db_rows, open_api, server_api, tree
 
-from warden.adcp.errors import UNAVAILABLE_RETRY_AFTER_S as ADCP_RETRY_AFTER_S
 from warden.crypto.canonical import sha256_hex
+from warden.errors import UNAVAILABLE_RETRY_AFTER_S
 from warden.runtime import Runtime
-from warden.server.desk import UNAVAILABLE_RETRY_AFTER_S as DESK_RETRY_AFTER_S
 from warden.store.idempotency import Idempotency
 from warden.wire.spend.operations import SpendWire
 
@@ -252,7 +251,7 @@ def test_store_unavailable_says_when_to_retry_as_the_other_wires_do(
     monkeypatch.setattr(SpendWire, "quote", crash)
     r = api.quote(bot, "7", key=KEY)
     assert_error(r, "store:unavailable", 503, retryable=True, resolution="retry")
-    assert r.headers["retry-after"] == str(ADCP_RETRY_AFTER_S) == str(DESK_RETRY_AFTER_S)
+    assert r.headers["retry-after"] == str(UNAVAILABLE_RETRY_AFTER_S) == "5"
 
 
 # -- concurrency over real HTTP -------------------------------------------------------------

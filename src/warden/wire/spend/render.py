@@ -25,7 +25,13 @@ from pydantic import BaseModel
 
 from warden.approvals.desk import DeskError
 from warden.approvals.tasks import Task
-from warden.errors import CouldNotDecide, InvalidRequest, ParseError, WardenError
+from warden.errors import (
+    UNAVAILABLE_RETRY_AFTER_S,
+    CouldNotDecide,
+    InvalidRequest,
+    ParseError,
+    WardenError,
+)
 from warden.spend.budgets import Budget, BudgetError, period_end, period_key
 from warden.spend.errors import (
     AlreadyUndone,
@@ -63,9 +69,6 @@ log = logging.getLogger(__name__)
 #: The spend wire is USD-denominated (its numbers are ``…Usd``); ACS may use any currency.
 CURRENCY: Final = "USD"
 PROVIDER = "warden"
-#: ``Retry-After`` (s) of the 503 ``store:unavailable``: AdCP's GOVERNANCE_UNAVAILABLE and
-#: the desk's 503 page ask for the same (decisions 189, 191, 1130).
-UNAVAILABLE_RETRY_AFTER_S: Final = 5
 
 
 class Refusal(WardenError):
