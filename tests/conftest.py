@@ -128,6 +128,18 @@ def _libpq_url(url: str) -> str:
     )
 
 
+def dump_schema(url: str) -> list[str]:
+    """``pg_dump``'s SQL lines for the schema ``url`` points at (data as INSERTs, without
+    owners, privileges or psql's meta-commands such as ``\\restrict``, whose key is random
+    per dump)."""
+    out = subprocess.run(
+        ["pg_dump", "--schema", _search_path_schema(url), "--no-owner", "--no-privileges",
+         "--inserts", "--dbname", _libpq_url(url)],
+        check=True, capture_output=True, text=True, timeout=60,
+    ).stdout  # fmt: skip
+    return [line for line in out.splitlines() if not line.startswith("\\")]
+
+
 def postgres_template_sql() -> str:
     """The SQL that puts Warden's schema head into an empty schema, with
     :data:`_SCHEMA_MARK` for the schema's name: ``pg_dump`` of a schema this test process
@@ -140,29 +152,8 @@ def postgres_template_sql() -> str:
         with postgres_schema() as url:
             open_store(url).close()
             name = _search_path_schema(url)
-            dump = subprocess.run(
-                [
-                    "pg_dump",
-                    "--schema",
-                    name,
-                    "--no-owner",
-                    "--no-privileges",
-                    "--inserts",
-                    "--dbname",
-                    _libpq_url(url),
-                ],
-                check=True,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            ).stdout
-        lines = [
-            line
-            for line in dump.splitlines()
-            # psql's meta-commands (\restrict) and the schema's own CREATE: the schema
-            # exists already.
-            if not line.startswith("\\") and line != f"CREATE SCHEMA {name};"
-        ]
+            # The schema's own CREATE goes: the schema exists already.
+            lines = [line for line in dump_schema(url) if line != f"CREATE SCHEMA {name};"]
         _POSTGRES_TEMPLATE.append("\n".join(lines).replace(name, _SCHEMA_MARK))
     return _POSTGRES_TEMPLATE[0]
 

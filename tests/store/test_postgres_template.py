@@ -5,36 +5,14 @@ with the schema's name taken out."""
 
 from __future__ import annotations
 
-import subprocess
-
-from conftest import _libpq_url, _search_path_schema, migrated_postgres, postgres_schema
+from conftest import _search_path_schema, dump_schema, migrated_postgres, postgres_schema
 
 from warden.store import open_store
 from warden.store.sql import current_revision, head_revision
 
 
 def _dump(url: str) -> str:
-    name = _search_path_schema(url)
-    out = subprocess.run(
-        [
-            "pg_dump",
-            "--schema",
-            name,
-            "--no-owner",
-            "--no-privileges",
-            "--inserts",
-            "--dbname",
-            _libpq_url(url),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout
-    # \restrict carries a random key per dump.
-    return "\n".join(line for line in out.splitlines() if not line.startswith("\\")).replace(
-        name, "SCHEMA"
-    )
+    return "\n".join(dump_schema(url)).replace(_search_path_schema(url), "SCHEMA")
 
 
 def test_template_copy_dumps_as_a_migrated_schema() -> None:
