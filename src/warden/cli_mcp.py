@@ -133,10 +133,7 @@ def mcp_proxy_cmd(
             log_level=log_level,  # checked here: `logging` raised a traceback for a bad one
         )
     except WardenError as exc:
-        failed = _fail(exc)
-        # The client's `initialize` is waiting: it gets the same line (decision 1038).
-        answer_pending(exc.message + "; warden mcp-proxy is exiting")
-        raise failed from exc
+        raise _refuse(exc) from exc
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -155,17 +152,20 @@ def mcp_proxy_cmd(
         credential = load_agent_key(key_path)
         runtime = Runtime.start(settings)
     except WardenError as exc:
-        raise _fail(exc) from exc
-    try:
-        if runtime.agents is None or runtime.agents.resolve(credential.key_id) is None:
-            from warden.errors import ConfigError
-            from warden.identity.agents import REVOKED_HINT
+        raise _refuse(exc) from exc
+    if runtime.agents is None or runtime.agents.resolve(credential.key_id) is None:
+        from warden.errors import ConfigError
+        from warden.identity.agents import REVOKED_HINT
 
-            raise ConfigError(
+        runtime.close()
+        raise _refuse(
+            ConfigError(
                 f"agent key {credential.key_id} of {credential.agent_id} is not an active "
                 "registered key of this Warden (warden agents show ID: an active agent gets "
                 f"a new key with warden agents rotate ID; for a revoked one, {REVOKED_HINT})"
             )
+        )
+    try:
         gateway = Gateway.for_agent(runtime.acs.handle, credential, in_process=True)
         ref = runtime.bundle.ref
         err_console.print(
@@ -204,6 +204,14 @@ def mcp_proxy_cmd(
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     finally:
         runtime.close()
+
+
+def _refuse(exc: WardenError) -> typer.Exit:
+    """A failure before the proxy serves: its one line on stderr and, since the client's
+    `initialize` is waiting for an answer, as that answer's error (decisions 1061, 1140)."""
+    failed = _fail(exc)
+    answer_pending(exc.message + "; warden mcp-proxy is exiting")
+    return failed
 
 
 class _Terminated:

@@ -46,7 +46,7 @@ from warden.policy.engine import PolicyEngine
 from warden.settings import Settings
 from warden.spend.asks import budget_increase_effect
 from warden.spend.audit import SpendAuditor
-from warden.spend.config import apply_budgets, load_budgets
+from warden.spend.config import apply_budgets, check_budgets, load_budgets
 from warden.spend.engine import SpendEngine
 from warden.store.idempotency import Idempotency
 from warden.store.secrets_sql import bind_key_fingerprint
@@ -123,6 +123,10 @@ class Runtime:
         witnesses = _witness_keys(settings)
         kla_keys = KeyRegistry.load(settings.kla_keys) if settings.kla_keys is not None else None
         budgets = load_budgets(settings.budgets) if settings.budgets is not None else None
+        url = settings.resolved_database_url()
+        sqlite_file = Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
+        if budgets is not None and sqlite_file is not None and not sqlite_file.exists():
+            check_budgets(budgets, {})  # no database yet: parents come from the file
         hooks = load_webhooks(settings.webhooks) if settings.webhooks is not None else None
         if settings.otlp_endpoint is not None:
             check_exporting()

@@ -111,3 +111,26 @@ def test_the_desk_pages_refuse_a_repeated_filter(runtime: Runtime, client: TestC
     assert "agent is given more than once" in r.text
     assert client.get("/desk?state=all").status_code == 200
     assert client.get("/desk/ops?agent=a").status_code == 200
+
+
+def test_the_desk_login_and_session_filter_refuse_a_repeat(
+    runtime: Runtime, client: TestClient
+) -> None:
+    """Decision 1142: the login page's `next` (where to go after logging in) silently kept
+    the last of two, and this checks the activity page's `session` filter too; each is now
+    the desk's own 400 page, as the other desk filters are (decision 1035)."""
+    r = client.get("/desk/login?next=/desk/ops&next=/desk")
+    assert r.status_code == 400, r.text
+    assert r.headers["content-type"].startswith("text/html")
+    assert "next is given more than once" in r.text
+    assert client.get("/desk/login?next=/desk/ops").status_code == 200
+    ensure_agent(runtime, "ann", Role.ADMIN)
+    _, token = runtime.api_keys.create("ann", Role.ADMIN, ())
+    login(client, token)
+    r = client.get("/desk/login?next=/desk/ops&next=/desk")  # logged in: no redirect either
+    assert r.status_code == 400, r.text
+    r = client.get("/desk/ops?session=a&session=b")
+    assert r.status_code == 400, r.text
+    assert r.headers["content-type"].startswith("text/html")
+    assert "session is given more than once" in r.text
+    assert client.get("/desk/ops?session=a").status_code == 200

@@ -520,6 +520,12 @@ class _Desk:
     # -- handlers -------------------------------------------------------------------------
 
     async def login_form(self, request: Request) -> Response:
+        if twice := repeated_params_problem(request.query_params.multi_items(), ("next",)):
+            # Which destination counts would depend on order (decision 1142): the form,
+            # to the desk's front page, with why.
+            error = twice[0].upper() + twice[1:] + "."
+            title = "Log in to the approval desk"
+            return self.page(request, "desk/login.html", 400, title=title, next=PREFIX, error=error)
         back = _safe_next(request.query_params.get("next"))
         if request.session.get("key_id") is not None:
             viewer = await run_in_threadpool(self.viewer, request)

@@ -160,6 +160,19 @@ def apply_budgets(engine: SpendEngine, budgets: list[Budget]) -> list[str]:
     every conflict before changing anything.
     """
     stored = {b.id: b for b in engine.store.budgets()}
+    check_budgets(budgets, stored)
+    changed: list[str] = []
+    for b in budgets:
+        if stored.get(b.id) != b:
+            engine.define_budget(b)
+            changed.append(b.id)
+    return changed
+
+
+def check_budgets(budgets: list[Budget], stored: dict[str, Budget]) -> None:
+    """Raise :class:`ConfigError` listing every conflict of ``budgets`` with the ``stored``
+    ones (by id): a changed kind, parent or currency, a parent found in neither, or one
+    under an AdCP plan's budget. ``{}`` checks a file against a database not made yet."""
     mine = {b.id: b for b in budgets}
     problems: list[str] = []
     for b in budgets:
@@ -194,9 +207,3 @@ def apply_budgets(engine: SpendEngine, budgets: list[Budget]) -> list[str]:
             problems.append(exc.message)
     if problems:
         raise ConfigError("budgets file conflicts with the stored budgets\n" + "\n".join(problems))
-    changed: list[str] = []
-    for b in budgets:
-        if stored.get(b.id) != b:
-            engine.define_budget(b)
-            changed.append(b.id)
-    return changed

@@ -113,3 +113,38 @@ def test_bad_settings_are_one_line_and_answer_the_pending_initialize(
         f"invalid settings: {problem}; warden mcp-proxy is exiting"
     )
     assert not data.exists()
+
+
+@pytest.mark.parametrize("problem", ["missing", "unreadable", "unregistered"])
+def test_a_refused_agent_key_answers_the_pending_initialize(tmp_path: Path, problem: str) -> None:
+    """Decision 1140: a key file that is missing, not a key file, or the key of an agent
+    this Warden does not know ended the proxy with the client's `initialize` unanswered
+    (a closed pipe); it now gets the one-line reason, as bad settings do (decision 1061)."""
+    data = tmp_path / "d"
+    policy = tmp_path / "bundle.yaml"
+    policy.write_text(allow_all_bundle("first-run"))
+    key = tmp_path / "agent.key"
+    if problem == "unreadable":
+        key.write_text("not a key file\n")
+    elif problem == "unregistered":
+        # Registered in another data directory, so unknown to this one.
+        key = agent_key_file(tmp_path / "elsewhere", "stranger")
+        agent_key_file(data)  # this one exists and has its own agents
+    done = subprocess.run(
+        [sys.executable, "-m", "warden", "mcp-proxy", "--data-dir", str(data), "--policy",
+         str(policy), "--agent-key", str(key), "--", sys.executable, "-c", "pass"],
+        input=json.dumps(INIT) + "\n" + json.dumps(INITIALIZED) + "\n", capture_output=True,
+        text=True, cwd=str(ROOT), timeout=60, check=False, env=dict(os.environ),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    said = done.stderr[done.stderr.find("error: ") :]  # after the runtime's start log
+    assert said.startswith("error: agent key "), done.stderr
+    reason = said.removeprefix("error: ").rstrip("\n")
+    assert "\n" not in reason, said
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1, done.stdout  # the notification is not answered
+    answer = json.loads(lines[0])
+    assert answer["id"] == INIT["id"] and "result" not in answer, answer
+    assert answer["error"]["code"] == -32603
+    assert answer["error"]["message"] == f"{reason}; warden mcp-proxy is exiting"
+    assert "Traceback" not in done.stderr

@@ -266,6 +266,20 @@ def test_a_parent_missing_from_file_and_database_stops_the_start(tmp_path: Path)
     assert "team budget acme.ops needs an existing parent org budget" in text
 
 
+def test_a_parent_missing_from_file_and_new_database_is_refused_before_writing(
+    tmp_path: Path,
+) -> None:
+    """Decision 1141: the refusal came from the stored budgets' check, after the key files
+    and the database were made; with no database yet nothing can hold the parent, so the
+    start is refused before anything is written (decision 990)."""
+    data = tmp_path / "d"
+    done = _serve(data, asset("spend/budgets_missing_parent.yaml"))
+    assert done.returncode == 2
+    text = " ".join(done.stderr.split())
+    assert "team budget acme.ops needs an existing parent org budget" in text
+    assert sorted(p.name for p in data.iterdir()) == ["ikm.key"]  # only what _serve wrote
+
+
 def test_a_budgets_file_that_conflicts_with_stored_budgets_changes_nothing(
     tmp_path: Path,
 ) -> None:
