@@ -5,12 +5,14 @@ steps under the shipped default bundle and checks the Decision and the audit cha
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Server, agent_credential, free_port, start_server
+from conftest import DEFAULT_POLICY, Server, agent_credential, free_port, start_server
+from outage import hold_write_lock
 
 import warden
 from warden.approvals.tasks import ApprovalState
@@ -176,6 +178,34 @@ def test_an_unreachable_warden_raises_and_decides_nothing(runtime: Runtime) -> N
     url = f"http://127.0.0.1:{free_port()}"
     with warden.Client.connect(url, cred, timeout=2) as c, pytest.raises(warden.WardenUnavailable):
         c.tool_call_request("read_file", {"path": "/a"})
+
+
+def test_the_default_timeout_outlasts_the_servers_default_lock_waits() -> None:
+    """A client must wait longer than the server waits for a locked store, or it gives up
+    before the server's signed ``store_unavailable`` deny arrives (decision 1155)."""
+    from warden.client.sync import DEFAULT_TIMEOUT_S
+    from warden.store.sql import DEFAULT_LOCK_TIMEOUT_MS
+
+    longest_s = max(DEFAULT_LOCK_TIMEOUT_MS.values()) / 1000
+    assert longest_s + 10 <= DEFAULT_TIMEOUT_S
+    for connect in (warden.Client.connect, warden.AsyncClient.connect):
+        assert inspect.signature(connect).parameters["timeout"].default == DEFAULT_TIMEOUT_S
+
+
+def test_a_default_client_gets_the_signed_deny_from_a_locked_store(tmp_path: Path) -> None:
+    srv: Server = start_server(
+        tmp_path / "srv", DEFAULT_POLICY, "--database-lock-timeout-ms", "200"
+    )
+    try:
+        key = tmp_path / "agent.key"
+        agent_credential(srv.database_url, "locked-out").write(key)
+        with warden.Client.from_key_file(srv.url, key, session_id="locked") as c:
+            assert c.tool_call_request("read_file", {"path": "/a"}).allowed
+            with hold_write_lock(srv.database_url):
+                d = c.tool_call_request("read_file", {"path": "/b"})
+        assert d.denied and d.reason_codes == ("store_unavailable",)
+    finally:
+        srv.stop()
 
 
 def test_a_forged_answer_is_an_integrity_error(runtime: Runtime) -> None:

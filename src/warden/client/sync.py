@@ -45,7 +45,11 @@ if TYPE_CHECKING:
 #: Bytes in, parsed JSON-RPC response out.
 SyncTransport = Callable[[bytes], Any]
 
-DEFAULT_TIMEOUT_S = 10.0
+#: Seconds per HTTP request. Longer than the server's longest default lock wait
+#: (``DEFAULT_LOCK_TIMEOUT_MS``: 10 s on SQLite) plus margin, so a locked store reaches
+#: the client as the server's signed ``deny`` (``store_unavailable``), not a
+#: ``WardenUnavailable`` timeout (decision 1155).
+DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_APPROVAL_TIMEOUT_S = 300.0
 DEFAULT_POLL_S = 2.0
 
@@ -106,7 +110,11 @@ class Client:
         **kw: Any,
     ) -> Client:
         """A client over HTTP to Warden at ``url`` (base URL or ``…/acs``);
-        ``timeout`` in seconds per request."""
+        ``timeout`` in seconds per request, default 30: longer than the server's
+        default wait for a locked store (10 s on SQLite, 5 s on PostgreSQL), so a
+        locked store answers with its signed ``deny`` (``store_unavailable``) rather
+        than the client giving up with :class:`WardenUnavailable`. Raise it above
+        ``database_lock_timeout_ms`` if the server sets that longer."""
         http = httpx.Client(timeout=timeout)
         return cls(http_sender(acs_endpoint(url), http), credential, on_close=http.close, **kw)
 
