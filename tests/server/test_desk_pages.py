@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from html import unescape
 from types import SimpleNamespace
 from typing import Any, get_args
 
@@ -20,7 +21,7 @@ from conftest import ensure_agent, service_client
 from fastapi.testclient import TestClient
 
 import warden.server.desk as desk_module
-from warden.approvals.tasks import ApprovalState, Requester, Task, TaskKind
+from warden.approvals.tasks import TASK_WIRES, ApprovalState, Requester, Task, TaskKind
 from warden.runtime import Runtime
 from warden.server.app import create_app
 from warden.server.approvals_api import StateFilter
@@ -525,6 +526,26 @@ def test_the_state_filter_takes_every_task_state_and_says_so(
         assert client.get("/desk", params={"state": state}).status_code == 200, state
     # The JSON API's filter (a Literal, for its OpenAPI schema) names the same states.
     assert list(get_args(StateFilter)) == accepted
+
+
+def test_the_wire_filter_takes_the_task_wires_and_says_so(
+    runtime: Runtime, client: TestClient
+) -> None:
+    """An unknown wire is a 400 listing the wires a task can come from, as on /v1/approvals;
+    an empty wire is the form's "any wire"; an empty state is refused as on /v1/approvals
+    (the form's state is a select, never empty) (decision 1156)."""
+    _, token = key(runtime, "alice", "admin")
+    login(client, token)
+    r = client.get("/desk", params={"wire": "bogus"})
+    assert r.status_code == 400
+    listed = re.search(r"Unknown wire 'bogus'; choose one of: ([a-z, ]+)\.", unescape(r.text))
+    assert listed is not None, r.text
+    assert listed.group(1).split(", ") == list(TASK_WIRES)
+    for wire in (*TASK_WIRES, ""):
+        assert client.get("/desk", params={"wire": wire}).status_code == 200, wire
+    r = client.get("/desk", params={"state": ""})
+    assert r.status_code == 400 and "Unknown state ''" in unescape(r.text)
+    assert client.get("/desk", params={"group": "", "wire": ""}).status_code == 200
 
 
 def test_everything_is_escaped(runtime: Runtime, client: TestClient) -> None:

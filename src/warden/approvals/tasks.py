@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 
 class TaskStatus(StrEnum):
@@ -42,6 +42,14 @@ class TaskStatus(StrEnum):
     @property
     def terminal(self) -> bool:
         return self in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELED)
+
+
+#: The wires an approval task comes from (``Task.wire``): ACS steps, MCP's included
+#: (``gates/approval.py``), AdCP checks (``adcp/check_gates.py``), KLA (``kla/asks.py``)
+#: and the spend API (``spend/asks.py``). ``/v1/approvals`` and ``/desk`` filter on these
+#: and refuse any other (decision 1156).
+TaskWire = Literal["acs", "adcp", "kla", "spend"]
+TASK_WIRES: tuple[str, ...] = get_args(TaskWire)
 
 
 class ApprovalState(StrEnum):

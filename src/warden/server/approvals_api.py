@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
 
 from warden.approvals.desk import ApprovalDesk, TaskNotFound
 from warden.approvals.group_check import empty_group_warning
-from warden.approvals.tasks import ApprovalState, Task, TaskKind
+from warden.approvals.tasks import ApprovalState, Task, TaskKind, TaskWire
 from warden.identity.api_keys import ApiKeys, Role
 from warden.reasons import NO_REASON, says_something
 from warden.wire.spend.auth import KeyAuth, caller
@@ -155,7 +155,7 @@ def approvals_router(
     def list_approvals(
         state: StateFilter = "pending",
         group: Annotated[str | None, Query(max_length=64)] = None,
-        wire: Annotated[str | None, Query(max_length=16)] = None,
+        wire: TaskWire | None = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 100,
     ) -> Response:
         states = () if state == "all" else (ApprovalState(state),)

@@ -75,7 +75,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from warden.approvals.desk import MAX_REASON_CHARS, DeskError, TaskNotFound
 from warden.approvals.display import Layout, shown
 from warden.approvals.group_check import empty_group_warning
-from warden.approvals.tasks import ApprovalState, Task
+from warden.approvals.tasks import TASK_WIRES, ApprovalState, Task
 from warden.core.media import repeated_params_problem
 from warden.errors import UNAVAILABLE_RETRY_AFTER_S, CouldNotDecide, failure_log_level
 from warden.identity.api_keys import Identity, Role
@@ -604,7 +604,7 @@ class _Desk:
             back = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return self.to_login(request, back)
         params = request.query_params
-        state = params.get("state") or "pending"
+        state = params.get("state", "pending")  # the form's select never sends it empty
         group = (params.get("group") or "").strip()
         wire = (params.get("wire") or "").strip()
         filters = {"state": state, "group": group, "wire": wire}
@@ -613,8 +613,10 @@ class _Desk:
             error = twice[0].upper() + twice[1:] + "."
         elif state not in STATE_FILTERS:
             error = f"Unknown state {state!r}; choose one of: {', '.join(STATE_FILTERS)}."
-        elif len(group) > MAX_FILTER_CHARS or len(wire) > MAX_FILTER_CHARS:
-            error = f"The group and wire filters are at most {MAX_FILTER_CHARS} characters."
+        elif wire and wire not in TASK_WIRES:  # empty: the form's "any wire"
+            error = f"Unknown wire {wire!r}; choose one of: {', '.join(TASK_WIRES)}."
+        elif len(group) > MAX_FILTER_CHARS:
+            error = f"The group filter is at most {MAX_FILTER_CHARS} characters."
         if error is not None:
             return self.page(
                 request,

@@ -15,7 +15,7 @@ from conftest import ensure_agent
 from fastapi.testclient import TestClient
 from spend_wire_helpers import Reply, assert_error, check_envelope, db_rows, tree
 
-from warden.approvals.tasks import ApprovalState
+from warden.approvals.tasks import TASK_WIRES, ApprovalState
 from warden.identity.api_keys import Role
 from warden.runtime import Runtime
 from warden.server.app import create_app
@@ -189,6 +189,19 @@ def test_reroute_and_filters(runtime: Runtime, agent: Caller, fay: Caller) -> No
     assert_error(
         fay.call("GET", "/v1/approvals?state=bogus"), "input:invalid", 400, resolution="retry"
     )
+
+
+def test_an_unknown_or_empty_filter_is_refused_naming_the_valid_ones(fay: Caller) -> None:
+    """The wires a task can come from are a closed set: an unknown one is a 400 naming
+    them all, as an unknown state is, not an empty list (decision 1156)."""
+    assert fay.call("GET", "/v1/approvals?wire=spend&state=all").status == 200
+    for query in ("wire=bogus", "wire=", "state="):
+        body = assert_error(
+            fay.call("GET", f"/v1/approvals?{query}"), "input:invalid", 400, resolution="retry"
+        )
+        name = query.split("=")[0]
+        valid = TASK_WIRES if name == "wire" else [s.value for s in ApprovalState]
+        assert all(f"'{v}'" in body["message"] for v in valid), body
 
 
 def test_the_approval_routes_are_in_the_openapi_document(app_client: TestClient) -> None:
