@@ -86,8 +86,14 @@ def claude_code(
         ),
     ] = False,
     timeout: Annotated[
-        float, typer.Option("--timeout", min=0.1, help="Seconds per request to Warden.")
-    ] = 10.0,
+        float,
+        typer.Option(
+            "--timeout",
+            min=0.1,
+            help="Seconds per request to Warden; the default outlasts Warden's wait for a "
+            "locked store, so that answers as a deny. Keep it under the hook's timeout.",
+        ),
+    ] = 30.0,  # warden.client.sync.DEFAULT_TIMEOUT_S (not imported: the hook starts lean)
 ) -> None:
     """Claude Code hook: PreToolUse, PostToolUse, UserPromptSubmit, SessionStart and
     SessionEnd events on stdin → Warden → the hook's JSON answer on stdout."""

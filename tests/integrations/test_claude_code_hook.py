@@ -284,6 +284,18 @@ def test_fail_closed_without_warden_or_key_and_bad_input_blocks(
     assert audit(srv, sid) == []
 
 
+def test_the_hooks_default_timeout_is_the_clients() -> None:
+    """``warden hook claude-code --timeout`` defaults to the Python client's per-request
+    timeout, which outlasts the server's wait for a locked store, so a locked store
+    reaches the hook as Warden's signed deny, not an unreachable Warden (decision 1158)."""
+    import inspect
+
+    from warden.cli_hook import claude_code
+    from warden.client.sync import DEFAULT_TIMEOUT_S
+
+    assert inspect.signature(claude_code).parameters["timeout"].default == DEFAULT_TIMEOUT_S
+
+
 def test_the_hook_command_starts_without_the_store_or_policy_engine() -> None:
     """``warden hook`` is started once per Claude Code event: it must not load the
     store, Alembic or the policy engine (decision 307)."""
