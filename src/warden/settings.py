@@ -246,3 +246,6 @@ class Settings(BaseSettings):
 
     def resolved_checkpoint_key_file(self) -> Path:
         return self.checkpoint_key_file or self.data_dir / "checkpoint.key"
+
+    def resolved_webhook_signing_key_file(self) -> Path:
+        return self.webhook_signing_key_file or self.data_dir / "request-signing.key"
