@@ -1,5 +1,5 @@
-"""``warden approvals`` refuses a token or URL it cannot put in an HTTP request as bad
-input (one ``error:`` line on stderr, exit 2, nothing on stdout; docs/cli-json.md),
+"""``warden approvals`` (and ``warden witness`` and ``replay``) refuse a token or URL they cannot put in
+an HTTP request as bad input (one ``error:`` line on stderr, exit 2, nothing on stdout; docs/cli-json.md),
 never with a traceback. Nothing here needs a server: the input is refused before any
 request is sent."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -56,5 +57,40 @@ def test_a_token_that_cannot_be_a_header_is_bad_input(
 def test_a_url_httpx_cannot_parse_is_bad_input(url: str) -> None:
     out = warden_bytes(
         "approvals", "list", "--token", "x", "--json", env={b"WARDEN_URL": url.encode()}
+    )
+    assert_usage_error(out, "URL")
+
+
+def test_witness_refuses_a_url_httpx_cannot_parse(tmp_path: Path) -> None:
+    """``warden witness --url`` builds its own client (no token): the same bad URL is the
+    same usage error, before any key is generated or state written."""
+    from warden.crypto.ed25519_keys import load_or_create_signing_key
+    from warden.tlog.note import COSIGNATURE_V1, NoteSigner
+
+    private, _, _ = load_or_create_signing_key(tmp_path / "log.key")
+    vkey = NoteSigner("log.example/l", private, COSIGNATURE_V1).vkey()
+    out = warden_bytes(
+        "witness",
+        "--url",
+        "http://[::1",
+        "--log-key",
+        vkey,
+        "--key",
+        str(tmp_path / "w.key"),
+        "--name",
+        "witness.example/w1",
+        "--state",
+        str(tmp_path / "state"),
+        "--once",
+        env={},
+    )
+    assert_usage_error(out, "URL")
+    assert not (tmp_path / "w.key").exists()
+
+
+def test_replay_refuses_a_url_httpx_cannot_parse(tmp_path: Path) -> None:
+    """``warden replay agentdojo --url`` too, before it looks for the agent key."""
+    out = warden_bytes(
+        "replay", "agentdojo", "--url", "http://[::1", "--data-dir", str(tmp_path), env={}
     )
     assert_usage_error(out, "URL")
