@@ -1,7 +1,7 @@
-"""``warden approvals`` (and ``warden witness`` and ``replay``) refuse a token or URL they cannot put in
-an HTTP request as bad input (one ``error:`` line on stderr, exit 2, nothing on stdout; docs/cli-json.md),
-never with a traceback. Nothing here needs a server: the input is refused before any
-request is sent."""
+"""``warden approvals`` (and ``warden witness`` and ``replay agentdojo``) refuse a token
+or URL they cannot put in an HTTP request as bad input (one ``error:`` line on stderr,
+exit 2, nothing on stdout; docs/cli-json.md), never with a traceback. Nothing here needs
+a server: the input is refused before any request is sent."""
 
 from __future__ import annotations
 
