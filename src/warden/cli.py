@@ -118,7 +118,8 @@ def serve(
     skew_window_ms: Annotated[
         int | None,
         typer.Option(
-            envvar="WARDEN_SKEW_WINDOW_MS", help="Accepted clock skew of request timestamps."
+            envvar="WARDEN_SKEW_WINDOW_MS",
+            help="Accepted clock skew of request timestamps, in ms, 0 to 3600000 (one hour).",
         ),
     ] = None,
     sqlite_sync: Annotated[
@@ -150,7 +151,8 @@ def serve(
         int | None,
         typer.Option(
             envvar="WARDEN_MAX_BODY_BYTES",
-            help="Largest accepted request body; larger ones get -32600 unread (`/acs`: "
+            help="Largest accepted request body, 1024 to 67108864 bytes (64 MiB); larger "
+            "ones get -32600 unread (`/acs`: "
             "from a `Content-Length` over it, before reading; a body without one is read up "
             "to the cap, no further).",
         ),

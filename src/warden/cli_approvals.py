@@ -61,10 +61,25 @@ def _call(method: str, url: str, token: str, path: str, **kw: Any) -> dict[str, 
     if not token:
         err_console.print("[red]error:[/red] an API key is required (--token or WARDEN_TOKEN)")
         raise typer.Exit(EXIT_BAD_INPUT)
+    if not (token.isascii() and token.isprintable()):
+        # Not echoed: it is a secret. (An undecodable WARDEN_TOKEN arrives as surrogates.)
+        err_console.print(
+            "[red]error:[/red] the API key (--token or WARDEN_TOKEN) is not printable "
+            "ASCII, so it cannot be sent as an HTTP header"
+        )
+        raise typer.Exit(EXIT_BAD_INPUT)
     import httpx
 
     try:
-        with httpx.Client(base_url=url.rstrip("/"), timeout=30) as client:
+        base = httpx.URL(url.rstrip("/"))
+    except (httpx.InvalidURL, UnicodeError) as exc:
+        err_console.print(
+            f"[red]error:[/red] --url or WARDEN_URL is not a URL: {escape(repr(url))}: "
+            f"{escape(str(exc))}"
+        )
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
+    try:
+        with httpx.Client(base_url=base, timeout=30) as client:
             r = client.request(method, path, headers={"Authorization": f"Bearer {token}"}, **kw)
     except httpx.HTTPError as exc:
         err_console.print(f"[red]error:[/red] cannot reach Warden at {escape(url)}: {exc}")

@@ -396,6 +396,10 @@ def witness_cmd(
     from warden.tlog.witness import ForkDetected, WitnessError, witness_once
 
     try:
+        httpx.URL(url)
+    except (httpx.InvalidURL, UnicodeError) as exc:
+        raise _bad(f"--url is not a URL: {url!r}: {exc}") from exc
+    try:
         verifier = read_log_key(log_key)
         private, _, created = load_or_create_signing_key(key)
         signer = NoteSigner(name, private, COSIGNATURE_V1)

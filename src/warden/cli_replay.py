@@ -193,6 +193,11 @@ def replay_agentdojo(
             bundle, suite, paradigm, mode, user_tasks, injection_task, attacks, markdown, as_json
         )
         return
+    try:
+        httpx.URL(url)
+    except (httpx.InvalidURL, UnicodeError) as exc:
+        err_console.print(f"[red]error:[/red] --url is not a URL: {escape(repr(url))}: {exc}")
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
     key_file = key_file or data_dir / "ikm.key"
     try:
         credential = load_agent_key(agent_key or data_dir / "agents" / "demo-agent.key")

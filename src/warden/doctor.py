@@ -62,13 +62,18 @@ def _key_file(name: str, path: Path, *, created_on_start: bool) -> Check:
 
 
 def check_keys(s: Settings) -> list[Check]:
-    """The secret files: HMAC master secret, admin token, signing keys, the TLS key."""
+    """The secret files: HMAC master secret, admin token, signing keys (responses,
+    governance, ML-DSA, the log's checkpoints, RFC 9421 requests), the TLS key."""
     out = [
         _key_file("key:ikm", s.resolved_key_file(), created_on_start=True),
         _key_file("key:api_token", s.resolved_api_token_file(), created_on_start=True),
         _key_file("key:signing", s.resolved_signing_key_file(), created_on_start=True),
         _key_file("key:governance", s.data_dir / "governance-signing.key", created_on_start=True),
         _key_file("key:mldsa", s.resolved_mldsa_key_file(), created_on_start=True),
+        _key_file("key:checkpoint", s.resolved_checkpoint_key_file(), created_on_start=True),
+        _key_file(
+            "key:request_signing", s.resolved_webhook_signing_key_file(), created_on_start=True
+        ),
     ]
     if s.tls_key is not None:
         out.append(_key_file("key:tls", s.tls_key, created_on_start=False))

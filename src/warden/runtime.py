@@ -159,7 +159,9 @@ class Runtime:
             settings.resolved_checkpoint_key_file(), settings.log_origin
         )
         signer = load_governance_signer(settings.data_dir, settings.resolved_public_url())
-        webhook_signer = load_webhook_signer(settings.data_dir, settings.webhook_signing_key_file)
+        webhook_signer = load_webhook_signer(
+            settings.data_dir, settings.resolved_webhook_signing_key_file()
+        )
         store = open_store(
             settings.resolved_database_url(),
             sqlite_sync=settings.sqlite_sync,

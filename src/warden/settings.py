@@ -66,7 +66,9 @@ class Settings(BaseSettings):
     policy: Path | None = None
     key_file: Path | None = None
     key_id: str = "warden"
-    skew_window_ms: int = Field(300_000, ge=0)
+    #: Accepted clock skew of request timestamps, in milliseconds, 0 to 3600000 (one hour;
+    #: decision 1150): a larger window all but turns the freshness check off.
+    skew_window_ms: int = Field(300_000, ge=0, le=3_600_000)
     sqlite_sync: Literal["FULL", "NORMAL", "EXTRA"] = "FULL"
     #: PostgreSQL: connections kept for reads beside the store's one writing connection
     #: (a read on the decision path, such as a pending approval task, does not wait for a
@@ -79,7 +81,8 @@ class Settings(BaseSettings):
     #: ``warden serve`` and ``warden mcp-proxy`` use it; other commands wait the default.
     database_lock_timeout_ms: int | None = Field(None, ge=1, le=600_000)
     policy_requires_provenance: bool = False
-    max_body_bytes: int = Field(1 << 20, ge=1024)
+    #: Largest accepted request body, in bytes, 1024 to 67108864 (64 MiB; decision 1150).
+    max_body_bytes: int = Field(1 << 20, ge=1024, le=64 << 20)
     #: Byte budget of the per-process cache of session provenance graphs (decision 197).
     provenance_cache_bytes: int = Field(256 * 1024 * 1024, ge=0)
     #: The bootstrap admin API token (0600; created on first start); default
@@ -246,3 +249,6 @@ class Settings(BaseSettings):
 
     def resolved_checkpoint_key_file(self) -> Path:
         return self.checkpoint_key_file or self.data_dir / "checkpoint.key"
+
+    def resolved_webhook_signing_key_file(self) -> Path:
+        return self.webhook_signing_key_file or self.data_dir / "request-signing.key"

@@ -222,6 +222,41 @@ def test_serve_refuses_a_wrong_type_in_one_line_and_starts_nothing(tmp_path: Pat
     assert not (tmp_path / ".warden").exists()  # nothing created
 
 
+@pytest.mark.parametrize(
+    ("line", "bound"),
+    [
+        ("skew_window_ms = 99999999999999999", "3600000"),  # freshness check off, in effect
+        ("skew_window_ms = 3600001", "3600000"),
+        ("max_body_bytes = 99999999999999999999", "67108864"),
+        ("max_body_bytes = 67108865", "67108864"),
+    ],
+)
+def test_the_skew_window_and_body_cap_have_an_upper_bound(
+    tmp_path: Path, line: str, bound: str
+) -> None:
+    """Decision 1150: at most one hour of skew and 64 MiB of body; over it, serve says so
+    in the one "invalid settings" line and starts nothing."""
+    cfg = tmp_path / "w.toml"
+    cfg.write_text(line + "\n")
+    done = _serve_with(cfg)
+    assert done.returncode == 2, done.stderr
+    [message] = done.stderr.splitlines()
+    name = line.split(" = ")[0]
+    assert message.startswith(f"error: invalid settings (config file {cfg}): {name}: ")
+    assert bound in message
+    assert not (tmp_path / ".warden").exists()  # nothing created
+
+
+def test_the_upper_bounds_themselves_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for env in list(os.environ):
+        if env.startswith("WARDEN_"):
+            monkeypatch.delenv(env)
+    cfg = tmp_path / "w.toml"
+    cfg.write_text("skew_window_ms = 3600000\nmax_body_bytes = 67108864\n")
+    s = load_settings(cfg)
+    assert (s.skew_window_ms, s.max_body_bytes) == (3_600_000, 64 * 1024 * 1024)
+
+
 def test_serve_refuses_an_unknown_key_and_starts_nothing(tmp_path: Path) -> None:
     cfg = tmp_path / "warden.toml"
     cfg.write_text("prot = 9000\n")

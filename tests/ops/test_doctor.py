@@ -80,6 +80,26 @@ def test_key_readable_by_others_fails(deployment: tuple[Path, str]) -> None:
     assert ikm["status"] == "fail" and "chmod 600" in ikm["message"] and "0o644" in ikm["message"]
 
 
+@pytest.mark.parametrize(
+    ("file", "check"),
+    [("checkpoint.key", "key:checkpoint"), ("request-signing.key", "key:request_signing")],
+)
+def test_log_and_request_signing_keys_are_checked(
+    deployment: tuple[Path, str], file: str, check: str
+) -> None:
+    """The transparency log's checkpoint key and AdCP's RFC 9421 request-signing key are
+    key files like the others: not there yet is a warning, readable by others a failure."""
+    data, url = deployment
+    code, doc, _ = doctor(data, "--database-url", url)
+    assert code == 0 and by_name(doc)[check]["status"] == "warn", doc
+    (data / file).write_text("x" * 40)
+    (data / file).chmod(0o644)
+    code, doc, _ = doctor(data, "--database-url", url)
+    found = by_name(doc)[check]
+    assert code == 1 and found["status"] == "fail" and "chmod 600" in found["message"], doc
+    assert str(data / file) in found["message"]
+
+
 def test_old_migration_fails(deployment: tuple[Path, str]) -> None:
     data, url = deployment
     head = head_revision()
