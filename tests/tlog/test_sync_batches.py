@@ -26,6 +26,17 @@ def _runtime_with_leaves(make: Callable[..., Runtime], steps: int) -> Runtime:
     return rt
 
 
+@pytest.fixture
+def logged(
+    make_backend_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
+) -> Runtime:
+    """A runtime whose log holds more leaves than three batches of 4."""
+    monkeypatch.setattr(tlog_service, "_HASH_BATCH", 4)
+    rt = _runtime_with_leaves(make_backend_runtime, 9)
+    assert rt.tlog is not None
+    return rt
+
+
 def _stored(rt: Runtime) -> list[bytes]:
     with rt.store.engine.connect() as conn:
         rows = conn.execute(
@@ -37,11 +48,8 @@ def _stored(rt: Runtime) -> list[bytes]:
     return [r[1].encode() for r in rows]
 
 
-def test_a_sync_over_several_batches_builds_the_tree_of_every_leaf(
-    make_backend_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(tlog_service, "_HASH_BATCH", 4)
-    rt = _runtime_with_leaves(make_backend_runtime, 9)
+def test_a_sync_over_several_batches_builds_the_tree_of_every_leaf(logged: Runtime) -> None:
+    rt = logged
     assert rt.tlog is not None
     leaves = _stored(rt)
     assert len(leaves) > 3 * 4
@@ -52,11 +60,8 @@ def test_a_sync_over_several_batches_builds_the_tree_of_every_leaf(
         assert fresh.tree.root(size) == whole.root(size)
 
 
-def test_a_gap_in_a_later_batch_is_found_at_its_index(
-    make_backend_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(tlog_service, "_HASH_BATCH", 4)
-    rt = _runtime_with_leaves(make_backend_runtime, 9)
+def test_a_gap_in_a_later_batch_is_found_at_its_index(logged: Runtime) -> None:
+    rt = logged
     assert rt.tlog is not None
     with rt.store.engine.begin() as conn:
         victim = conn.execute(text("SELECT MAX(log_index) FROM entries")).scalar_one() - 2
