@@ -37,6 +37,11 @@ from warden.server.app import create_app
 from warden.settings import Settings
 from warden.wire.acs.client import AcsClient
 
+# Every Runtime.start would otherwise freeze this process's heap (gc.freeze(), decision
+# 320), keeping earlier tests' uncollected garbage for good; tests/ops/test_gc_freeze.py
+# checks the default in processes of their own.
+os.environ.setdefault("WARDEN_GC_FREEZE", "false")
+
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = Path(__file__).resolve().parent / "assets"
 SCHEMAS = ROOT / "src" / "warden" / "schemas" / "acs"

@@ -54,7 +54,6 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
     from warden.spend.budgets import Budget
-    from warden.store.spend_sql import SqlSpendTx
 from warden.store.agents_sql import SqlAgents
 from warden.store.append_sql import LEAF_AND_ENTRY
 from warden.store.base import (
@@ -65,7 +64,9 @@ from warden.store.base import (
     TaskUnchanged,
 )
 from warden.store.driver_errors import is_integrity
+from warden.store.pauses import WritePauses
 from warden.store.schema import SCHEMA_REVISION, entries, replay_keys, sessions
+from warden.store.spend_sql import SqlSpendTx
 from warden.store.tasks_sql import LATEST_OR_GRANT, grant_row
 
 SYNC_MODES = ("FULL", "NORMAL", "EXTRA")
@@ -773,6 +774,12 @@ class SqlStore:
     @property
     def engine(self) -> Engine:
         return self._engine
+
+    @property
+    def last_write_at(self) -> float:
+        """When this store's last write transaction committed (``time.monotonic()``
+        seconds; 0.0 before the first)."""
+        return self._last_write
 
     def _connect(self) -> Any:
         raw = self._engine.raw_connection()
@@ -1821,11 +1828,9 @@ class _Checkpointer:
         self._interval = interval
         self._restart_frames = restart_frames
         self._restart_wait_ms = restart_wait_ms
-        #: When this process last committed (``time.monotonic()``), or None: a tick that
-        #: falls less than ``quiet`` s after a commit waits for a pause in the writes, for
-        #: at most one more ``interval`` (decision 1123).
-        self._last_write = last_write
-        self._quiet = quiet
+        #: A tick that falls less than ``quiet`` s after a commit of this process waits
+        #: for a pause in the writes, for at most one more ``interval`` (decision 1123).
+        self._pauses = WritePauses(last_write, quiet) if last_write is not None else None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="warden-wal-checkpoint", daemon=True)
         self._thread.start()
@@ -1837,15 +1842,13 @@ class _Checkpointer:
             done = time.monotonic()
             while not self._stop.wait(wait):
                 wait = self._interval
-                if self._last_write is not None:
+                if self._pauses is not None:
                     # A checkpoint copies pages and syncs the database file on the other
                     # core while a request commits: it lengthened the asks it overlapped
-                    # (5-10 % of them under back-to-back asks, bench/RESULTS.md). Moved
-                    # into the next pause of 20 ms, unless one interval passed already.
-                    now = time.monotonic()
-                    since = now - self._last_write()
-                    if since < self._quiet and now - done < 2 * self._interval:
-                        wait = max(self._quiet - since, 0.001)
+                    # (5-10 % of them under back-to-back asks, bench/RESULTS.md).
+                    later = self._pauses.delay(done, self._interval)
+                    if later:
+                        wait = later
                         continue
                 try:
                     cur = conn.cursor()

@@ -19,6 +19,7 @@ import base64
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from warden.store import tlog_sql
+from warden.store.pauses import WritePauses
 from warden.store.tlog_sql import StoredCheckpoint, StoredCosignature
 from warden.tlog.merkle import MerkleTree, leaf_hash
 from warden.tlog.note import (
@@ -290,16 +292,33 @@ class TransparencyLog:
 class CheckpointWorker:
     """A daemon thread that signs due checkpoints; :meth:`stop` signs a last one."""
 
-    def __init__(self, tlog: TransparencyLog, tick_s: float | None = None) -> None:
+    def __init__(
+        self,
+        tlog: TransparencyLog,
+        tick_s: float | None = None,
+        last_write: Callable[[], float] | None = None,
+    ) -> None:
         self._log = tlog
         self._tick = tick_s if tick_s is not None else min(1.0, tlog.policy.interval_s)
+        #: ``last_write``: when this process last committed (``time.monotonic()``). A tick
+        #: reads and hashes the new leaves under the GIL: one that falls inside a burst of
+        #: commits waits for a pause, for at most one more tick (decision 321).
+        self._pauses = WritePauses(last_write) if last_write is not None else None
         self._alarm = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="warden-tlog", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(self._tick):
+        wait = self._tick
+        done = time.monotonic()
+        while not self._stop.wait(wait):
+            wait = self._tick
+            if self._pauses is not None:
+                later = self._pauses.delay(done, self._tick)
+                if later:
+                    wait = later
+                    continue
             try:
                 self._log.maybe_checkpoint()
             except LogForked as exc:
@@ -312,6 +331,7 @@ class CheckpointWorker:
                 log.info("transparency log: database busy or unreachable (%s)", exc.orig)
             except Exception:  # noqa: BLE001 - retried next tick
                 log.warning("transparency log: checkpoint failed", exc_info=True)
+            done = time.monotonic()
 
     def stop(self) -> None:
         """Stop the thread and sign the final checkpoint (errors are logged)."""
