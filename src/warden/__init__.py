@@ -11,7 +11,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from warden import native as _native
+
 __version__ = "0.1.0"
+
+# Before any other module of the package: a compiled module older than its source must
+# not run (decision 322).
+_native.install_guard()
 
 if TYPE_CHECKING:
     from warden.client import (
