@@ -72,7 +72,9 @@ def _extensions() -> list:
     # The build environment has mypy but not Warden's dependencies: their types are Any
     # here, which changes what mypyc checks at run time, not what the code does.
     config = Path(tempfile.mkdtemp()) / "mypyc.ini"
-    config.write_text("[mypy]\npython_version = 3.11\nignore_missing_imports = True\n")
+    config.write_text(
+        "[mypy]\npython_version = 3.11\nignore_missing_imports = True\nfollow_imports = silent\n"
+    )
     return mypycify(["--config-file", str(config), *(f"src/{p}" for p in paths)], opt_level="3", group_name="warden_native")
 
 
