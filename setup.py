@@ -1,8 +1,8 @@
 """Compiles the hot path's modules with mypyc at install time (decision 322).
 
 Everything else about the package is in pyproject.toml. The modules are listed in
-``src/warden/native_modules.txt``; the build also writes ``warden/native_build.json``
-(each compiled module and the SHA-256 of its source), which ``warden.native`` reads to
+``src/warden/native_modules.txt``; the build also writes ``warden/native_build.txt``
+(each compiled module and the SHA-256 of its source, one per line), which ``warden.native`` reads to
 fall back to the ``.py`` files when they changed after the build.
 
 ``WARDEN_PURE_PYTHON=1 pip install …`` skips compiling. A failed compile (no C
@@ -12,7 +12,6 @@ compiler, say) also leaves a working pure-Python install, with a warning.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sys
 import tempfile
@@ -56,8 +55,8 @@ class BuildNative(build_ext):
         digests = {
             _module(p): hashlib.sha256((SRC / p).read_bytes()).hexdigest() for p in _listed()
         }
-        (package / "native_build.json").write_text(
-            json.dumps({"modules": digests}, indent=1, sort_keys=True) + "\n"
+        (package / "native_build.txt").write_text(
+            "".join(f"{name} {digest}\n" for name, digest in sorted(digests.items()))
         )
 
 
@@ -75,7 +74,11 @@ def _extensions() -> list:
     config.write_text(
         "[mypy]\npython_version = 3.11\nignore_missing_imports = True\nfollow_imports = silent\n"
     )
-    return mypycify(["--config-file", str(config), *(f"src/{p}" for p in paths)], opt_level="3", group_name="warden_native")
+    return mypycify(
+        ["--config-file", str(config), *(f"src/{p}" for p in paths)],
+        opt_level="3",
+        group_name="warden_native",
+    )
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildNative})
