@@ -17,7 +17,6 @@ This module is never compiled itself, and imports nothing of Warden.
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,6 +58,8 @@ def module_name(path: str) -> str:
 
 def source_digest(path: Path) -> str:
     """SHA-256 (hex) of a source file's bytes."""
+    import hashlib  # only where something was compiled: OpenSSL's module takes ~2 ms
+
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
