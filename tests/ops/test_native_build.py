@@ -1,0 +1,111 @@
+"""The compiled modules' list and the guard against a stale build (decision 322).
+
+Each guard case runs in a process of its own on a copy of ``src/``: with the build's
+manifest when this checkout was compiled (then the listed modules must load compiled
+while their sources are unchanged), or with a manifest written here for a pure-Python
+checkout (what the guard does does not depend on the ``.so`` files being there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from warden import native
+
+SRC = ROOT / "src"
+
+PROBE = """
+import importlib, json, sys
+import warden, warden.native as n
+files = {name: importlib.import_module(name).__file__ for name in sys.argv[1:]}
+print(json.dumps({"state": n.state, "changed": n.changed, "files": files}))
+"""
+
+
+def test_the_list_names_existing_modules_and_never_the_guard_itself() -> None:
+    paths = native.listed_paths()
+    assert paths, "native_modules.txt lists no module"
+    for path in paths:
+        assert (SRC / path).is_file(), path
+    assert "warden/native.py" not in paths
+    assert "warden/__init__.py" not in paths
+    assert len(set(paths)) == len(paths)
+
+
+def test_the_list_reads_comments_and_package_modules() -> None:
+    text = "# a comment\nwarden/ids.py  # why\n\nwarden/schemas/__init__.py\n"
+    assert native.listed_paths(text) == ["warden/ids.py", "warden/schemas/__init__.py"]
+    assert [native.module_name(p) for p in native.listed_paths(text)] == [
+        "warden.ids",
+        "warden.schemas",
+    ]
+
+
+def test_a_compiled_checkout_runs_its_listed_modules_compiled() -> None:
+    if native.state == "python":
+        pytest.skip("this checkout was installed without compiling (WARDEN_PURE_PYTHON)")
+    assert native.state == "native", native.changed
+    for path in native.listed_paths():
+        module = __import__(native.module_name(path), fromlist=["_"])
+        assert module.__file__ is not None and module.__file__.endswith(".so"), path
+
+
+def _copy(tmp_path: Path) -> Path:
+    copy = tmp_path / "src"
+    shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    manifest = copy / "warden" / native.MANIFEST_FILE.name
+    if not manifest.exists():
+        manifest.write_text(
+            "".join(
+                f"{native.module_name(p)} {native.source_digest(copy / p)}\n"
+                for p in native.listed_paths()
+            )
+        )
+    return copy
+
+
+def _probe(copy: Path) -> tuple[dict, str]:
+    names = [native.module_name(p) for p in native.listed_paths()]
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *names],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=copy.parent,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), done.stderr
+
+
+def test_unchanged_sources_keep_the_build(tmp_path: Path) -> None:
+    copy = _copy(tmp_path)
+    seen, stderr = _probe(copy)
+    assert (seen["state"], seen["changed"], stderr) == ("native", [], "")
+    for name, file in seen["files"].items():
+        assert file.startswith(str(copy)), (name, file)
+        # Compiled where this checkout was compiled, the source where it was not.
+        assert file.endswith(".so") == (native.state == "native"), (name, file)
+
+
+def test_a_changed_source_sends_every_listed_module_back_to_python(tmp_path: Path) -> None:
+    copy = _copy(tmp_path)
+    edited = native.listed_paths()[-1]
+    with (copy / edited).open("a") as fh:
+        fh.write("\n# edited after the build\n")
+    seen, stderr = _probe(copy)
+    assert seen["state"] == "stale"
+    assert seen["changed"] == [native.module_name(edited)]
+    assert "changed since they were compiled" in stderr
+    assert "pip install -e ." in stderr
+    for name, file in seen["files"].items():
+        assert file.endswith(".py"), (name, file)
