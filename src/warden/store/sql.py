@@ -1827,8 +1827,10 @@ class _Checkpointer:
         self._last_write = last_write
         self._quiet = quiet
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="warden-wal-checkpoint", daemon=True)
-        self._thread.start()
+        # Not ``_thread``: mypyc names the C field after the attribute, and ``__thread``
+        # is a gcc keyword (decision 1160).
+        self._worker = threading.Thread(target=self._run, name="warden-wal-checkpoint", daemon=True)
+        self._worker.start()
 
     def _run(self) -> None:
         conn: Any = self._engine.raw_connection()
@@ -1872,7 +1874,7 @@ class _Checkpointer:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        self._worker.join(timeout=10)
 
 
 @dataclass(frozen=True)
