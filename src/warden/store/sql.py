@@ -687,11 +687,18 @@ def entry_row(item: PendingAppend, response: Any, log_index: int) -> tuple[Any, 
     )
 
 
+#: False were :mod:`warden.store.base` compiled by mypyc (it is not: decision 1161).
+_SESSION_STATE_HAS_DICT = SessionState.__dictoffset__ != 0
+
+
 def _moved_state(state: SessionState, seq: int, entry_hash: str, close: bool) -> SessionState:
     """``replace(state, head_seq=seq, head_hash=entry_hash, closed=state.closed or close)``
     without ``dataclasses.replace``'s field walk and frozen ``__init__`` (3.8 µs → 0.5 µs
     on every append, decision 871): the same fields copied, three of them changed.
-    :class:`SessionState` has no ``__post_init__`` to skip."""
+    :class:`SessionState` has no ``__post_init__`` to skip. ``replace`` itself when
+    :class:`SessionState` is a mypyc native class, which has no ``__dict__`` (decision 1161)."""
+    if not _SESSION_STATE_HAS_DICT:
+        return replace(state, head_seq=seq, head_hash=entry_hash, closed=state.closed or close)
     moved = object.__new__(SessionState)
     fields = moved.__dict__
     fields.update(state.__dict__)
