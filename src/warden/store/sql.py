@@ -652,11 +652,17 @@ def head_move_row(item: PendingAppend, *, sqlite: bool = False) -> tuple[str, tu
     flag as the integer SQLite stores for a boolean (the ``sqlite3`` module binds a
     ``bool`` only after failing to adapt it, ~4,500 instructions; decision 872)."""
     sql = HEAD_MOVE
+    # Not ``int(...) if sqlite else bool(...)``: mypy types that expression ``int`` (the
+    # join of the two), and compiled by mypyc a ``bool`` typed ``int`` becomes 0 or 1,
+    # which PostgreSQL refuses in ``closed OR ?`` (decision 1163).
+    close: object = bool(item.close)
+    if sqlite:
+        close = int(item.close)
     values: tuple[Any, ...] = (
         item.expected_seq + 1,
         item.entry["entry_hash"],
         _dumps(item.head_signature),
-        int(item.close) if sqlite else bool(item.close),
+        close,
         item.session_id,
         item.expected_seq,
     )
