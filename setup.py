@@ -1,4 +1,4 @@
-"""Compiles the hot path's modules with mypyc at install time (decision 322).
+"""Compiles the hot path's modules with mypyc at install time (decision 332).
 
 Everything else about the package is in pyproject.toml. The modules are listed in
 ``src/warden/native_modules.txt``; the build also writes ``warden/native_build.txt``

@@ -16,7 +16,7 @@ from warden import native as _native
 __version__ = "0.1.0"
 
 # Before any other module of the package: a compiled module older than its source must
-# not run (decision 322).
+# not run (decision 332).
 _native.install_guard()
 
 if TYPE_CHECKING:

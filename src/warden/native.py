@@ -1,5 +1,5 @@
 """Which of Warden's modules run compiled by mypyc, and the guard against a stale build
-(decision 322).
+(decision 332).
 
 The hot path's modules, listed in ``native_modules.txt`` (paths under ``src/``), are
 compiled by mypyc when Warden is installed (``setup.py``); the build writes

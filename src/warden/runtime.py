@@ -367,7 +367,7 @@ class Runtime:
             )
         if settings.gc_freeze:
             # The start-up heap lives as long as the process: a full collection walking it
-            # took ~50 ms and left the next decision ~4x slower on cold caches (decision 320).
+            # took ~50 ms and left the next decision ~4x slower on cold caches (decision 330).
             gc.freeze()
         return rt
 

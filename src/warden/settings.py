@@ -87,7 +87,7 @@ class Settings(BaseSettings):
     #: permanent generation (``gc.freeze()``), so a later full collection does not walk the
     #: start-up heap (modules, the bundle, validators: ~130,000 objects) and does not evict
     #: from the CPU caches what the next decisions use. Process-wide: turn it off when
-    #: embedding Warden in a process that manages its own collector (decision 320).
+    #: embedding Warden in a process that manages its own collector (decision 330).
     gc_freeze: bool = True
     #: Byte budget of the per-process cache of session provenance graphs (decision 197).
     provenance_cache_bytes: int = Field(256 * 1024 * 1024, ge=0)

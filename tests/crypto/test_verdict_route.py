@@ -15,7 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_jcs_fast import json_keys, json_values
 
-from warden.core.types import BundleRef, Effect, PolicyReference, Verdict
+from warden.core.types import ActionRequest, BundleRef, Effect, PolicyReference, Verdict
 from warden.crypto.canonical import _as_doubles, canonical_bytes
 from warden.crypto.jcs_fast import JcsRoute, jcs_route, parts_route
 from warden.errors import InvalidRequest
@@ -78,8 +78,18 @@ verdicts = st.builds(
 scalars = st.sampled_from(["id-1", 7, 1.5, 2500.0, 1e21, None, _Str("x"), math.nan, 2**60])
 
 
-class _Request:
-    method = "steps/toolCallRequest"
+#: The step an entry records (``entry_content`` reads its method).
+_REQUEST = ActionRequest(
+    method="steps/toolCallRequest",
+    payload={},
+    metadata={},
+    tool={},
+    args={},
+    raw_command="",
+    session={},
+)
+#: Compiled by mypyc, the frozen types are native classes that check their fields' types.
+_NATIVE = PolicyReference.__dictoffset__ == 0
 
 
 @settings(max_examples=400, deadline=None)
@@ -108,18 +118,20 @@ def test_the_entry_and_response_by_the_verdicts_route_are_rfc8785s(
         "jsonrpc": "2.0",
         "id": rid,
         "result": verdict_result(
-            verdict, acs_version="0.1.0", request_id=rid, chain_hash="ab" * 32, duration_ms=3
+            verdict, acs_version="0.1.0", request_id="", chain_hash="ab" * 32, duration_ms=3
         ),
     }
+    # Set afterwards: ``request_id`` is a str (compiled by mypyc, checked), ``rid`` any scalar.
+    response["result"]["request_id"] = rid
     entry = entry_content(
         entry_id="e",
         session_id="s",
-        request=_Request(),  # type: ignore[arg-type]
+        request=_REQUEST,
         params=params,
         request_hash="cd" * 32,
         verdict=verdict,
     )
-    head = (rid, "0.1.0", "s", _Request.method, timestamp)
+    head = (rid, "0.1.0", "s", _REQUEST.method, timestamp)
     route = verdict.jcs_route(*head, rid, timestamp)
     assert _bytes(entry, route) == _reference(entry)
     response["result"]["policy_data"] = {**verdict.policy_data, "log_index": leaf_index}
@@ -131,14 +143,23 @@ def test_the_entry_and_response_by_the_verdicts_route_are_rfc8785s(
 
 @pytest.mark.parametrize("odd", [_Str("sub"), _Int(3), _Color.RED, math.nan, 2**60, (1,)])
 def test_an_odd_value_anywhere_in_the_verdict_sends_it_to_the_walk(odd: Any) -> None:
-    for verdict in (
+    verdicts = [
         Verdict(decision=Effect.DENY, reasoning="", policy_data={"a": [odd]}),
         Verdict(decision=Effect.DENY, reasoning="", reason_codes=(odd,)),
-        Verdict(
-            decision=Effect.DENY, reasoning="", policy_references=(PolicyReference("p", odd, "r"),)
-        ),  # type: ignore[arg-type]  # fmt: skip
-        Verdict(decision=Effect.DENY, reasoning="", bundle=BundleRef("p", "1", odd)),
-    ):
+    ]
+    try:
+        references = (PolicyReference("p", odd, "r"),)
+        bundle = BundleRef("p", "1", odd)
+    except TypeError:
+        # Compiled by mypyc, the references refuse a field that is not a str: the odd
+        # value cannot get into them at all.
+        assert _NATIVE and not isinstance(odd, str)
+    else:
+        verdicts += [
+            Verdict(decision=Effect.DENY, reasoning="", policy_references=references),
+            Verdict(decision=Effect.DENY, reasoning="", bundle=bundle),
+        ]
+    for verdict in verdicts:
         assert verdict.jcs_route() is JcsRoute.UNSURE
     assert parts_route("a", odd) is JcsRoute.UNSURE
     assert parts_route("a", 1, True, None, 2**53 - 1) is JcsRoute.DIRECT

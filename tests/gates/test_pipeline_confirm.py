@@ -6,10 +6,11 @@ took."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
+from warden.core.guardian import Guardian
 from warden.core.pipeline import Pipeline
 from warden.core.types import ActionRequest, Effect, Verdict
+from warden.policy import PolicyEngine, parse_bundle
 
 REQUEST = ActionRequest(
     method="steps/toolCallRequest",
@@ -21,6 +22,10 @@ REQUEST = ActionRequest(
     session={"id": "s", "agent_id": "a", "step_count": 1},
 )
 ASK = Verdict(decision=Effect.ASK, reasoning="ask a human")
+BUNDLE = '{"warden_bundle": 1, "id": "t", "version": "1", "rules": [RULE]}'.replace(
+    "RULE", '{"id": "r", "tools": ["*"], "effect": "allow"}'
+)
+GUARDIAN = Guardian(PolicyEngine(parse_bundle(BUNDLE, source="t")))
 
 
 class Grant:
@@ -87,7 +92,9 @@ class Hold:
 
 
 def _run(grant: Grant, hold: Hold) -> Verdict:
-    pipeline = Pipeline(guardian=Any)  # type: ignore[arg-type]
+    # A Guardian that is never consulted (the step is preempted). A real one: compiled by
+    # mypyc, Pipeline checks its argument's type.
+    pipeline = Pipeline(guardian=GUARDIAN)
     return pipeline.run(None, REQUEST, gates=[grant, hold], preempt=ASK).verdict
 
 

@@ -35,17 +35,48 @@ def _fields(v: Verdict) -> dict[str, Any]:
     return {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
 
 
+def _new_values() -> dict[str, Any]:
+    """A new object for each field, of the field's type (compiled by mypyc, a Verdict
+    checks its fields' types: a bare ``object()`` is refused by ``replace`` too)."""
+    return {
+        "decision": Effect.DENY,
+        "reasoning": "".join(["n", "ew"]),
+        "reason_codes": ("new",),
+        "policy_references": (PolicyReference("q", "2", "r20", "m"),),
+        "bundle": BundleRef("q", "2", "sha256:1"),
+        "warn": False,
+        "modifications": {"m": 2},
+        "ask_details": {"question": "q2"},
+        "defer_details": {"reason": "d2"},
+        "policy_data": {},
+        "failure": "".join(["g", "2"]),
+        "spend": {"s": 2},
+        "cited_provenance_ids": ("p2",),
+        "provenance_summary": {"x": 2},
+        "intent_extension": {"y": 3},
+    }
+
+
+def test_new_values_cover_every_field() -> None:
+    assert set(_new_values()) == {f.name for f in dataclasses.fields(Verdict)}
+
+
+def _instance_dict(v: Verdict) -> dict[str, Any] | None:
+    # Compiled by mypyc, a Verdict is a native class: no instance ``__dict__``.
+    return vars(v) if Verdict.__dictoffset__ else None
+
+
 @pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(Verdict)])
 def test_but_is_replace_for_every_field(name: str) -> None:
     base = _full()
-    new = object()
+    new = _new_values()[name]
     got, want = base.but(**{name: new}), dataclasses.replace(base, **{name: new})
     assert type(got) is Verdict and got is not base
     got_fields, want_fields = _fields(got), _fields(want)
     assert got_fields.keys() == want_fields.keys()
     # The same objects, not copies: as replace keeps them.
     assert all(got_fields[k] is want_fields[k] for k in got_fields)
-    assert vars(got) == vars(want)
+    assert _instance_dict(got) == _instance_dict(want)
     assert getattr(base, name) is not new  # the original is unchanged
     with pytest.raises(dataclasses.FrozenInstanceError):
         got.reasoning = "x"  # type: ignore[misc]

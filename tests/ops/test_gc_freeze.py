@@ -1,4 +1,4 @@
-"""``gc_freeze`` (decision 320): a started runtime leaves the start-up heap in the
+"""``gc_freeze`` (decision 330): a started runtime leaves the start-up heap in the
 garbage collector's permanent generation, unless told not to. Each case runs in a
 process of its own, since freezing is process-wide."""
 

@@ -1,4 +1,4 @@
-"""The compiled modules' list and the guard against a stale build (decision 322).
+"""The compiled modules' list and the guard against a stale build (decision 332).
 
 Each guard case runs in a process of its own on a copy of ``src/``: with the build's
 manifest when this checkout was compiled (then the listed modules must load compiled

@@ -1,5 +1,5 @@
 """The transparency log's checkpoint worker reads and hashes new leaves in a pause of
-this process's writes, within a bound of one more tick (decisions 321 and 1123), as the
+this process's writes, within a bound of one more tick (decisions 331 and 1123), as the
 WAL checkpointer does (tests/store/test_checkpoint_pause.py)."""
 
 from __future__ import annotations

@@ -33,6 +33,10 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from warden.approvals.binding import action_hash
+from warden.approvals.errors import DeskError as DeskError
+from warden.approvals.errors import NotPermitted as NotPermitted
+from warden.approvals.errors import TaskConflict as TaskConflict
+from warden.approvals.errors import TaskNotFound as TaskNotFound
 from warden.approvals.tasks import (
     ApprovalState,
     Event,
@@ -42,7 +46,7 @@ from warden.approvals.tasks import (
     TaskStore,
     Vote,
 )
-from warden.errors import StaleRead, WardenError
+from warden.errors import StaleRead
 from warden.ledger.ledger import Ledger
 from warden.ledger.warden_chain import AuditTx, WardenChain, chain_session_id
 from warden.reasons import NO_REASON, says_something
@@ -55,32 +59,6 @@ MAX_REASON_CHARS = 2000
 def desk_session_id() -> str:
     """The audit-chain session holding every approval transition."""
     return chain_session_id("approval", DESK_CHAIN)
-
-
-class DeskError(WardenError):
-    """An approver's request the desk refuses; ``status`` is the HTTP status."""
-
-    reason = "desk_error"
-    status = 400
-
-
-class TaskNotFound(DeskError):
-    reason = "task_not_found"
-    status = 404
-
-
-class NotPermitted(DeskError):
-    """Maker-checker or group membership forbids this approver."""
-
-    reason = "not_permitted"
-    status = 403
-
-
-class TaskConflict(DeskError):
-    """The task is no longer pending, or this approver already voted."""
-
-    reason = "task_conflict"
-    status = 409
 
 
 class Approver(Protocol):

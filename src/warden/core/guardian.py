@@ -15,7 +15,7 @@ import logging
 import traceback
 
 from warden.core.observe import DecisionObservers
-from warden.core.types import ActionRequest, Effect, Verdict
+from warden.core.types import ActionRequest, BundleRef, Effect, Verdict
 from warden.errors import CouldNotDecide
 from warden.policy.engine import Evaluation, PolicyEngine
 
@@ -33,7 +33,7 @@ class Guardian:
         self.observers = DecisionObservers({r.id: r.effect.value for r in engine.bundle.rules})
 
     @property
-    def bundle_ref(self):  # type: ignore[no-untyped-def]
+    def bundle_ref(self) -> BundleRef:
         return self.engine.bundle.ref
 
     def decide(self, request: ActionRequest) -> Verdict:

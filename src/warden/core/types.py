@@ -7,6 +7,7 @@ decision vocabulary is the ACS five (spec §6) plus a ``warn`` flag on allow.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -245,6 +246,10 @@ class Verdict:
         if not _VERDICT_FIELDS.issuperset(changes):
             unknown = sorted(set(changes) - _VERDICT_FIELDS)
             raise TypeError(f"Verdict has no field(s) {unknown}")
+        if not _VERDICT_HAS_DICT:
+            # Compiled by mypyc: a native class keeps its fields in C slots, not in a
+            # ``__dict__``, and refuses ``object.__new__`` (decision 1161).
+            return dataclasses.replace(self, **changes)
         out = object.__new__(Verdict)
         fields = out.__dict__
         fields.update(self.__dict__)
@@ -253,3 +258,5 @@ class Verdict:
 
 
 _VERDICT_FIELDS = frozenset(Verdict.__dataclass_fields__)
+#: False when this module is compiled by mypyc (a native class: no instance ``__dict__``).
+_VERDICT_HAS_DICT = Verdict.__dictoffset__ != 0

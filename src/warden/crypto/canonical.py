@@ -50,7 +50,8 @@ _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 # A \uD800–\uDFFF escape: the only way a JSON text can carry a surrogate code point.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
+# Built with chr(): mypyc refuses a lone surrogate in a string literal (decision 1160).
+_SURROGATE = re.compile("[" + chr(0xD800) + "-" + chr(0xDFFF) + "]")
 
 
 def nesting_exceeds(raw: bytes, limit: int) -> bool:

@@ -10,6 +10,7 @@ turns that into a signed deny (``evaluation_failed``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,9 @@ class Evaluation:
     default_applied: bool = False
     trace: tuple[RuleTrace, ...] = field(default=())
 
+
+#: False when this module is compiled by mypyc (a native class: no instance ``__dict__``).
+_EVALUATION_HAS_DICT = Evaluation.__dictoffset__ != 0
 
 _FACTS: dict[str, Any] = {
     "method": lambda r: r.method,
@@ -247,6 +251,13 @@ class PolicyEngine:
         shared, ask_text, defer_text = cached
         if ask_text is None and defer_text is None:
             return shared
+        if not _EVALUATION_HAS_DICT:
+            # Compiled by mypyc: no instance ``__dict__`` to copy (decision 1161).
+            return dataclasses.replace(
+                shared,
+                ask_details=orjson.loads(ask_text) if ask_text is not None else None,
+                defer_details=orjson.loads(defer_text) if defer_text is not None else None,
+            )
         # A copy of the frozen instance with its own details: no ``__init__`` (one
         # ``object.__setattr__`` per field) and no ``dataclasses.replace``.
         own = object.__new__(Evaluation)

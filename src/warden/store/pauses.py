@@ -1,5 +1,5 @@
 """When background work may touch the database: in a pause between this process's
-commits (decisions 1123, 321).
+commits (decisions 1123, 331).
 
 A WAL checkpoint or a transparency-log sync that runs while requests commit competes
 with them for the disk, the other core and the GIL: it lengthened the requests it

@@ -653,11 +653,17 @@ def head_move_row(item: PendingAppend, *, sqlite: bool = False) -> tuple[str, tu
     flag as the integer SQLite stores for a boolean (the ``sqlite3`` module binds a
     ``bool`` only after failing to adapt it, ~4,500 instructions; decision 872)."""
     sql = HEAD_MOVE
+    # Not ``int(...) if sqlite else bool(...)``: mypy types that expression ``int`` (the
+    # join of the two), and compiled by mypyc a ``bool`` typed ``int`` becomes 0 or 1,
+    # which PostgreSQL refuses in ``closed OR ?`` (decision 1163).
+    close: object = bool(item.close)
+    if sqlite:
+        close = int(item.close)
     values: tuple[Any, ...] = (
         item.expected_seq + 1,
         item.entry["entry_hash"],
         _dumps(item.head_signature),
-        int(item.close) if sqlite else bool(item.close),
+        close,
         item.session_id,
         item.expected_seq,
     )
@@ -688,11 +694,18 @@ def entry_row(item: PendingAppend, response: Any, log_index: int) -> tuple[Any, 
     )
 
 
+#: False were :mod:`warden.store.base` compiled by mypyc (it is not: decision 1161).
+_SESSION_STATE_HAS_DICT = SessionState.__dictoffset__ != 0
+
+
 def _moved_state(state: SessionState, seq: int, entry_hash: str, close: bool) -> SessionState:
     """``replace(state, head_seq=seq, head_hash=entry_hash, closed=state.closed or close)``
     without ``dataclasses.replace``'s field walk and frozen ``__init__`` (3.8 µs → 0.5 µs
     on every append, decision 871): the same fields copied, three of them changed.
-    :class:`SessionState` has no ``__post_init__`` to skip."""
+    :class:`SessionState` has no ``__post_init__`` to skip. ``replace`` itself when
+    :class:`SessionState` is a mypyc native class, which has no ``__dict__`` (decision 1161)."""
+    if not _SESSION_STATE_HAS_DICT:
+        return replace(state, head_seq=seq, head_hash=entry_hash, closed=state.closed or close)
     moved = object.__new__(SessionState)
     fields = moved.__dict__
     fields.update(state.__dict__)
@@ -1574,7 +1587,9 @@ class SqlStore:
                     str(sid),
                 )
             yield self._session_record(s)
-            rows = conn.execute(
+            # Any: mypy types each Row of a typed select as a tuple, which mypyc would check
+            # it is (decision 1162).
+            rows: Any = conn.execute(
                 select(
                     entries.c.seq,
                     entries.c.entry_hash,
@@ -1607,7 +1622,10 @@ class SqlStore:
         )
         if session_id is not None:
             q = q.where(entries.c.session_id == session_id)
-        row = conn.execute(q).first()
+        # Any: mypy types a Row of a typed select as a tuple, which mypyc would check it is
+        # (decision 1162).
+        result: Any = conn.execute(q)
+        row = result.first()
         if row is not None:
             raise _integrity(
                 IntegrityReason.CHAIN_MISMATCH,
@@ -1832,8 +1850,10 @@ class _Checkpointer:
         #: for a pause in the writes, for at most one more ``interval`` (decision 1123).
         self._pauses = WritePauses(last_write, quiet) if last_write is not None else None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="warden-wal-checkpoint", daemon=True)
-        self._thread.start()
+        # Not ``_thread``: mypyc names the C field after the attribute, and ``__thread``
+        # is a gcc keyword (decision 1160).
+        self._worker = threading.Thread(target=self._run, name="warden-wal-checkpoint", daemon=True)
+        self._worker.start()
 
     def _run(self) -> None:
         conn: Any = self._engine.raw_connection()
@@ -1875,7 +1895,7 @@ class _Checkpointer:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        self._worker.join(timeout=10)
 
 
 @dataclass(frozen=True)

@@ -302,7 +302,7 @@ class CheckpointWorker:
         self._tick = tick_s if tick_s is not None else min(1.0, tlog.policy.interval_s)
         #: ``last_write``: when this process last committed (``time.monotonic()``). A tick
         #: reads and hashes the new leaves under the GIL: one that falls inside a burst of
-        #: commits waits for a pause, for at most one more tick (decision 321).
+        #: commits waits for a pause, for at most one more tick (decision 331).
         self._pauses = WritePauses(last_write) if last_write is not None else None
         self._alarm = ""
         self._stop = threading.Event()
