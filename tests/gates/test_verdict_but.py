@@ -95,3 +95,18 @@ def test_verdict_keeps_what_but_relies_on() -> None:
     assert not hasattr(Verdict, "__post_init__")
     assert all(f._field_type is dataclasses._FIELD for f in Verdict.__dataclass_fields__.values())  # type: ignore[attr-defined]
     assert Verdict.__dataclass_params__.frozen  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(Verdict)])
+def test_the_compiled_path_is_replace_for_every_field(name: str) -> None:
+    # `but` takes `_native_but` only where the module is compiled; called here directly,
+    # so a field it forgot fails as Python too (decision 333).
+    from warden.core.types import _native_but
+
+    base = _full()
+    new = _new_values()[name]
+    got, want = _native_but(base, {name: new}), dataclasses.replace(base, **{name: new})
+    assert type(got) is Verdict and got is not base
+    got_fields, want_fields = _fields(got), _fields(want)
+    assert all(got_fields[k] is want_fields[k] for k in want_fields)
+    assert got_fields == want_fields
