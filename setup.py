@@ -35,6 +35,27 @@ def _module(path: str) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _pure_requested() -> bool:
+    return os.environ.get("WARDEN_PURE_PYTHON", "").strip().lower() not in (
+        "",
+        "0",
+        "false",
+        "no",
+        "off",
+    )
+
+
+def _remove_earlier_build() -> None:
+    """Delete what an earlier in-place build left in ``src/`` (compiled modules, their
+    shared library, the manifest): a pure-Python install of an editable tree compiled
+    before is then pure, and a module taken off the list does not keep its old ``.so``."""
+    for built in (SRC / "warden").rglob("*.so"):
+        built.unlink()
+    for built in SRC.glob("warden_native__mypyc.*.so"):
+        built.unlink()
+    (SRC / "warden" / "native_build.txt").unlink(missing_ok=True)
+
+
 class BuildNative(build_ext):
     """build_ext that writes the manifest next to the compiled modules, and leaves a
     pure-Python install when the compiler fails."""
@@ -47,6 +68,8 @@ class BuildNative(build_ext):
                 f"warning: compiling Warden's native modules failed ({exc}); "
                 "Warden will run as pure Python\n"
             )
+            if self.inplace:
+                _remove_earlier_build()
             return
         first = next(e.name for e in self.extensions if e.name.startswith("warden."))
         package = Path(self.get_ext_fullpath(first)).parent
@@ -61,7 +84,8 @@ class BuildNative(build_ext):
 
 
 def _extensions() -> list:
-    if os.environ.get("WARDEN_PURE_PYTHON", "") not in ("", "0"):
+    _remove_earlier_build()
+    if _pure_requested():
         return []
     paths = _listed()
     if not paths:

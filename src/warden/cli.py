@@ -345,9 +345,10 @@ def serve(
     # Everything loaded so far (libraries, schemas, the bundle: ~130k objects) lives as
     # long as the process: take it out of the cyclic collector's full passes, which
     # otherwise stall every session ~0.3 s whenever one session allocates heavily
-    # (decision 198).
-    gc.collect()
-    gc.freeze()
+    # (decision 198). ``gc_freeze = false`` leaves the collector alone (decision 330).
+    if settings.gc_freeze:
+        gc.collect()
+        gc.freeze()
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the
     # handler it found: the default one would end the process before runtime.close()
     # signs the shutdown checkpoint and closes the store. This one ends it after, with

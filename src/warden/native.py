@@ -36,7 +36,8 @@ MANIFEST_FILE = PACKAGE_DIR / "native_build.txt"
 #: sources), ``"python"`` (nothing was compiled) or ``"stale"`` (sources changed since
 #: the build: every listed module runs from its ``.py``).
 state = "python"
-#: The modules whose source differs from what was compiled (``"stale"`` only).
+#: ``"stale"`` only: the compiled modules whose source differs from what was compiled, or
+#: all of them when the build's manifest is missing or damaged.
 changed: list[str] = []
 
 
@@ -95,31 +96,69 @@ class _SourceFirst:
         )
 
 
+def _compiled_here(names: list[str]) -> list[str]:
+    """The listed modules that have a compiled file beside their source."""
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    suffix = EXTENSION_SUFFIXES[0]  # mypyc builds with the full platform tag
+    found = []
+    for name in names:
+        source = _source_of(name)
+        stem = source.parent / "__init__" if source.name == "__init__.py" else source
+        if stem.with_name(stem.stem + suffix).exists():
+            found.append(name)
+    return found
+
+
+def _read_manifest() -> dict[str, str] | None:
+    """The build's ``{module: sha256}``; None when the file is missing, not UTF-8, or
+    holds a line that is not ``<module> <64 hex digits>``."""
+    try:
+        text = MANIFEST_FILE.read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return None
+    built = {}
+    for line in text.splitlines():
+        name, _, digest = line.partition(" ")
+        if not name.startswith("warden.") or len(digest) != 64 or digest.strip("0123456789abcdef"):
+            return None
+        built[name] = digest
+    return built
+
+
 def install_guard() -> None:
-    """Read the manifest; if a compiled module's source changed since the build, load
-    every listed module from source (see the module docstring). Never raises: a missing
-    or unreadable manifest means nothing was compiled here."""
+    """Decide :data:`state`; if compiled modules are here but their sources changed
+    since the build, or the build's manifest is missing or damaged, load every listed
+    module from source (see the module docstring). Never raises."""
     global state, changed
     try:
-        lines = MANIFEST_FILE.read_text(encoding="utf-8").split("\n")
+        listed = [module_name(p) for p in listed_paths()]
     except (OSError, ValueError):
         return
-    built = dict(line.split(" ", 1) for line in lines if line.count(" ") == 1)
-    stale = []
-    for name, digest in built.items():
-        try:
-            current = source_digest(_source_of(name))
-        except OSError:
-            current = ""
-        if current != digest:
-            stale.append(name)
-    if not stale:
-        state = "native"
+    compiled = _compiled_here(listed)
+    if not compiled:
         return
+    built = _read_manifest()
+    if built is None or not set(compiled) <= set(built):
+        reason = "the build's record of its sources (native_build.txt) is missing or damaged"
+        stale = compiled
+    else:
+        stale = []
+        for name in compiled:
+            try:
+                current = source_digest(_source_of(name))
+            except OSError:
+                current = ""
+            if current != built[name]:
+                stale.append(name)
+        if not stale:
+            state = "native"
+            return
+        shown = ", ".join(stale[:3]) + (", …" if len(stale) > 3 else "")
+        reason = f"{len(stale)} module(s) changed since they were compiled ({shown})"
     state, changed = "stale", stale
-    sys.meta_path.insert(0, _SourceFirst(set(built)))
+    sys.meta_path.insert(0, _SourceFirst(set(listed)))
     sys.stderr.write(
-        f"warden: {len(stale)} module(s) changed since they were compiled "
-        f"({', '.join(stale[:3])}{', …' if len(stale) > 3 else ''}); running the "
-        "compiled modules as Python. Rebuild them: pip install -e .\n"
+        f"warden: {reason}; running the compiled modules as Python. "
+        "Rebuild them: pip install -e .\n"
     )
