@@ -303,6 +303,8 @@ def test_serve_passes_the_budget_and_freezes_startup_objects(
 
     monkeypatch.setattr(app_module, "create_app", fake_create_app)
     monkeypatch.setattr(uvicorn, "run", fake_run)
+    # The default (tests/conftest.py turns freezing off for the suite's own processes).
+    monkeypatch.delenv("WARDEN_GC_FREEZE", raising=False)
     key = write_key(tmp_path / "ikm.key")
     bundle = write_bundle(tmp_path, gates=GATES)
     try:
@@ -325,5 +327,17 @@ def test_serve_passes_the_budget_and_freezes_startup_objects(
     assert r.exit_code == 0, r.output
     assert seen["tracker"].budget_bytes == 12345
     assert seen["frozen"] > 10_000
+    # gc_freeze = false: serve leaves the collector alone too (decision 334).
+    monkeypatch.setenv("WARDEN_GC_FREEZE", "false")
+    try:
+        off = CliRunner().invoke(
+            app,
+            ["serve", "--data-dir", str(tmp_path / "data-off"), "--key-file", str(key)]
+            + ["--policy", str(bundle)],
+        )
+    finally:
+        gc.unfreeze()
+    assert off.exit_code == 0, off.output
+    assert seen["frozen"] == 0
     bad = CliRunner().invoke(app, ["serve", "--provenance-cache-bytes", "-1"])
     assert bad.exit_code != 0 and "provenance-cache-bytes" in bad.output
