@@ -11,8 +11,9 @@ but never starve it.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 
 class WritePauses:
@@ -31,3 +32,22 @@ class WritePauses:
         if since < self._quiet and now - done < 2 * interval:
             return max(self._quiet - since, 0.001)
         return 0.0
+
+
+def paced(stop: threading.Event, interval: float, pauses: WritePauses | None) -> Iterator[None]:
+    """A background loop's turns: yields once per ``interval`` seconds until ``stop`` is
+    set. With ``pauses``, a turn that falls in a burst of this process's commits is put
+    off (:meth:`WritePauses.delay`), measured from when the previous turn's work ended
+    (the caller's body returning to this generator). The WAL checkpointer's and the
+    transparency log's loop."""
+    wait = interval
+    done = time.monotonic()
+    while not stop.wait(wait):
+        wait = interval
+        if pauses is not None:
+            later = pauses.delay(done, interval)
+            if later:
+                wait = later
+                continue
+        yield
+        done = time.monotonic()

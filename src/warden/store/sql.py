@@ -64,7 +64,7 @@ from warden.store.base import (
     TaskUnchanged,
 )
 from warden.store.driver_errors import is_integrity
-from warden.store.pauses import WritePauses
+from warden.store.pauses import WritePauses, paced
 from warden.store.schema import SCHEMA_REVISION, entries, replay_keys, sessions
 from warden.store.spend_sql import SqlSpendTx
 from warden.store.tasks_sql import LATEST_OR_GRANT, grant_row
@@ -1858,18 +1858,10 @@ class _Checkpointer:
     def _run(self) -> None:
         conn: Any = self._engine.raw_connection()
         try:
-            wait = self._interval
-            done = time.monotonic()
-            while not self._stop.wait(wait):
-                wait = self._interval
-                if self._pauses is not None:
-                    # A checkpoint copies pages and syncs the database file on the other
-                    # core while a request commits: it lengthened the asks it overlapped
-                    # (5-10 % of them under back-to-back asks, bench/RESULTS.md).
-                    later = self._pauses.delay(done, self._interval)
-                    if later:
-                        wait = later
-                        continue
+            # A checkpoint copies pages and syncs the database file on the other core
+            # while a request commits: it lengthened the asks it overlapped (5-10 % of
+            # them under back-to-back asks, bench/RESULTS.md), so it waits for a pause.
+            for _ in paced(self._stop, self._interval, self._pauses):
                 try:
                     cur = conn.cursor()
                     # (busy, frames in the WAL, frames copied); -1s when not in WAL mode.
@@ -1886,7 +1878,6 @@ class _Checkpointer:
                             cur.execute(f"PRAGMA busy_timeout={int(waits)}")
                 except Exception:  # noqa: BLE001 - a failed checkpoint is retried next tick
                     log.warning("WAL checkpoint failed", exc_info=True)
-                done = time.monotonic()
             conn.cursor().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except Exception:  # noqa: BLE001 - best effort at shutdown
             log.warning("final WAL checkpoint failed", exc_info=True)

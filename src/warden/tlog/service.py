@@ -28,7 +28,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from warden.store import tlog_sql
-from warden.store.pauses import WritePauses
+from warden.store.pauses import WritePauses, paced
 from warden.store.tlog_sql import StoredCheckpoint, StoredCosignature
 from warden.tlog.merkle import MerkleTree, leaf_hash
 from warden.tlog.note import (
@@ -310,15 +310,7 @@ class CheckpointWorker:
         self._thread.start()
 
     def _run(self) -> None:
-        wait = self._tick
-        done = time.monotonic()
-        while not self._stop.wait(wait):
-            wait = self._tick
-            if self._pauses is not None:
-                later = self._pauses.delay(done, self._tick)
-                if later:
-                    wait = later
-                    continue
+        for _ in paced(self._stop, self._tick, self._pauses):
             try:
                 self._log.maybe_checkpoint()
             except LogForked as exc:
@@ -331,7 +323,6 @@ class CheckpointWorker:
                 log.info("transparency log: database busy or unreachable (%s)", exc.orig)
             except Exception:  # noqa: BLE001 - retried next tick
                 log.warning("transparency log: checkpoint failed", exc_info=True)
-            done = time.monotonic()
 
     def stop(self) -> None:
         """Stop the thread and sign the final checkpoint (errors are logged)."""
