@@ -38,8 +38,8 @@ def doctor_cmd(
     ] = False,
 ) -> None:
     """Check a deployment: key files and their modes, the database and its schema revision,
-    the bundle, budgets and webhooks files, TLS, and clock skew against the database.
-    Exit 1 if any check fails."""
+    the bundle, budgets and webhooks files, TLS, clock skew against the database, and
+    whether the decision path runs compiled (native). Exit 1 if any check fails."""
     from warden.config_file import load_settings
     from warden.doctor import run_checks
 
