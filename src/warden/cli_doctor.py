@@ -23,6 +23,7 @@ _STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 
 
 def doctor_cmd(
+    ctx: typer.Context,
     data_dir: Annotated[
         Path | None,
         typer.Option(
@@ -44,7 +45,9 @@ def doctor_cmd(
     from warden.doctor import run_checks
 
     try:
-        settings = load_settings(config, data_dir=data_dir, database_url=database_url)
+        settings = load_settings(
+            config, ctx=ctx, data_dir=data_dir, database_url=database_url
+        )
     except WardenError as exc:
         raise _fail(exc) from exc
     checks = run_checks(settings)
