@@ -45,9 +45,7 @@ def doctor_cmd(
     from warden.doctor import run_checks
 
     try:
-        settings = load_settings(
-            config, ctx=ctx, data_dir=data_dir, database_url=database_url
-        )
+        settings = load_settings(config, ctx=ctx, data_dir=data_dir, database_url=database_url)
     except WardenError as exc:
         raise _fail(exc) from exc
     checks = run_checks(settings)

@@ -6,12 +6,14 @@ Precedence, highest first: command-line options, ``WARDEN_*`` environment variab
 the config file, the defaults (decision 232). Relative paths in the file are relative
 to the file's own folder (decision 233). An unknown key, a value of the wrong type or
 a file that is not TOML is a :class:`~warden.errors.ConfigError` naming the file and
-the key; nothing starts. An invalid value, wherever it was set, is one line that names the
-setting, pydantic's reason and where the value came from, as the user wrote it: the
-environment variable (``WARDEN_GC_FREEZE='maybe'``), the file and key
-(``port = 70000``) or the command-line option (``--port 70000``) (decision 1171). The file's values are typed, so their types are checked
+the key; nothing starts. The file's values are typed, so their types are checked
 strictly (decision 1060): ``port = true`` or ``port = "8787"`` is refused, where the
 same text in ``WARDEN_PORT`` (a string by nature) is parsed.
+
+An invalid value, wherever it was set, is one line naming the setting, pydantic's reason
+and where the value came from, as the user wrote it there: the environment variable
+(``WARDEN_GC_FREEZE='maybe'``), the file and key (``port = 70000``) or the command-line
+option (``--port 70000``) (decision 1171).
 """
 
 from __future__ import annotations
@@ -232,7 +234,9 @@ def load_settings(
         problems = []
         for e in exc.errors():
             name = str(e["loc"][0]) if e["loc"] else ""
-            origin = _origin(name, cli, from_file, config, ctx) if name in Settings.model_fields else ""
+            origin = (
+                _origin(name, cli, from_file, config, ctx) if name in Settings.model_fields else ""
+            )
             where = ".".join(str(p) for p in e["loc"]) or "settings"
             problems.append(f"{where}: {e['msg']}" + (f" ({origin})" if origin else ""))
         raise ConfigError(f"invalid settings: {'; '.join(problems)}") from exc

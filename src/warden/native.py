@@ -161,6 +161,5 @@ def install_guard() -> None:
     state, changed, reason = "stale", stale, why
     sys.meta_path.insert(0, _SourceFirst(set(listed)))
     sys.stderr.write(
-        f"warden: {why}; running the compiled modules as Python. "
-        "Rebuild them: pip install -e .\n"
+        f"warden: {why}; running the compiled modules as Python. Rebuild them: pip install -e .\n"
     )

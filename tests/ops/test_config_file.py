@@ -18,7 +18,6 @@ from warden.errors import ConfigError
 from warden.settings import Settings
 from warden.settings_doc import _comments, _serve_params, generate
 
-
 #: A TOML number as the error shows it once read: the value, not the text.
 TOML_READ = {"1e400": "inf"}
 

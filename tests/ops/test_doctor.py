@@ -195,8 +195,8 @@ def test_the_native_check_for_each_build_state(
 
     check = check_native(state, reason)
     assert (check.name, check.status) == ("native", status)
-    for text in says:
-        assert text in check.message, (text, check.message)
+    for said in says:
+        assert said in check.message, (said, check.message)
     if state != "python":
         assert "pure Python" not in check.message
 

@@ -91,7 +91,9 @@ def test_an_option_and_the_variable_it_reads_are_told_apart(tmp_path: Path) -> N
     """`--port` reads WARDEN_PORT itself (click), so the value reaches the settings as a
     given one: the command's parameter source tells which the user set."""
     typed = warden(tmp_path, "serve", "--data-dir", "data", "--port", "70000")
-    assert refused(typed, tmp_path) == f"error: invalid settings: {PORT_REASON} (option: --port 70000)"
+    assert (
+        refused(typed, tmp_path) == f"error: invalid settings: {PORT_REASON} (option: --port 70000)"
+    )
     from_env = warden(tmp_path, "serve", "--data-dir", "data", WARDEN_PORT="70000")
     assert refused(from_env, tmp_path) == (
         f"error: invalid settings: {PORT_REASON} (environment: WARDEN_PORT='70000')"
@@ -106,8 +108,8 @@ def test_a_list_variable_that_is_not_json_is_one_line(tmp_path: Path) -> None:
     when it was not: a traceback."""
     done = warden(tmp_path, "doctor", "--data-dir", "data", WARDEN_EVIDENCE_SIGNING_KEYS="ed25519")
     assert refused(done, tmp_path) == (
-        'error: invalid settings: evidence_signing_keys: not JSON: a variable sets it as JSON, '
-        'such as ["ed25519"] (environment: WARDEN_EVIDENCE_SIGNING_KEYS=\'ed25519\')'
+        "error: invalid settings: evidence_signing_keys: not JSON: a variable sets it as JSON, "
+        "such as [\"ed25519\"] (environment: WARDEN_EVIDENCE_SIGNING_KEYS='ed25519')"
     )
     fixed = warden(
         tmp_path, "doctor", "--data-dir", "data", "--json",
