@@ -87,6 +87,7 @@ def version(
 
 @app.command()
 def serve(
+    ctx: typer.Context,
     host: Annotated[
         str | None, typer.Option(envvar="WARDEN_HOST", help="Interface to bind [127.0.0.1].")
     ] = None,
@@ -283,6 +284,7 @@ def serve(
     try:
         settings = load_settings(
             config,
+            ctx=ctx,
             host=host,
             port=port,
             data_dir=data_dir,

@@ -23,6 +23,7 @@ _STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 
 
 def doctor_cmd(
+    ctx: typer.Context,
     data_dir: Annotated[
         Path | None,
         typer.Option(
@@ -38,13 +39,13 @@ def doctor_cmd(
     ] = False,
 ) -> None:
     """Check a deployment: key files and their modes, the database and its schema revision,
-    the bundle, budgets and webhooks files, TLS, and clock skew against the database.
-    Exit 1 if any check fails."""
+    the bundle, budgets and webhooks files, TLS, clock skew against the database, and
+    whether the decision path runs compiled (native). Exit 1 if any check fails."""
     from warden.config_file import load_settings
     from warden.doctor import run_checks
 
     try:
-        settings = load_settings(config, data_dir=data_dir, database_url=database_url)
+        settings = load_settings(config, ctx=ctx, data_dir=data_dir, database_url=database_url)
     except WardenError as exc:
         raise _fail(exc) from exc
     checks = run_checks(settings)

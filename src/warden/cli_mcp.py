@@ -22,6 +22,7 @@ from warden.errors import WardenError
 
 
 def mcp_proxy_cmd(
+    ctx: typer.Context,
     command: Annotated[
         list[str] | None,
         typer.Argument(
@@ -125,6 +126,7 @@ def mcp_proxy_cmd(
         # `warden serve` and `warden doctor` (decision 1061); no config file here.
         settings = load_settings(
             None,
+            ctx=ctx,
             data_dir=data_dir,
             database_url=database_url,
             policy=policy,

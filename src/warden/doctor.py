@@ -3,7 +3,8 @@
 :func:`run_checks` returns one :class:`Check` per aspect: key files (exist, mode 0600),
 the database (reachable, schema at this Warden's revision), the policy bundle, the
 budgets and webhooks files (the webhooks' destinations under their allow-list), TLS
-files, and the clock against the database server's. Each check is ``ok``, ``warn``,
+files, the clock against the database server's, and whether this install runs the
+decision path compiled (``native``: :mod:`warden.native`). Each check is ``ok``, ``warn``,
 ``fail`` or ``skip`` (not applicable or not configured: never counted as passed).
 Nothing is created or changed: a key file that ``serve`` would generate is a ``warn``,
 a missing SQLite database is a ``warn``, and the database is opened without migrating.
@@ -202,7 +203,37 @@ def check_files(s: Settings) -> list[Check]:
     return out
 
 
+def check_native(state: str, reason: str = "") -> Check:
+    """Whether the decision path runs compiled: ``state`` and ``reason`` are
+    :data:`warden.native.state` and :data:`warden.native.reason` (given, so that each
+    state can be checked without a build). ``python`` passes, it is a supported install;
+    ``stale`` warns, since the modules compiled for speed run as Python until rebuilt."""
+    if state == "native":
+        return Check(
+            "native", "ok", "the decision path runs compiled (mypyc), built from these sources"
+        )
+    if state == "python":
+        return Check(
+            "native",
+            "ok",
+            "no compiled modules: the decision path runs as pure Python (slower); to compile "
+            "it, run `pip install -e .` again with a C compiler and without WARDEN_PURE_PYTHON "
+            "(README, Two commands)",
+        )
+    if state == "stale":
+        why = reason or "the compiled modules' sources changed since the build"
+        return Check(
+            "native",
+            "warn",
+            f"stale build: {why}; the compiled modules run as Python (slower) until you "
+            "rebuild them: pip install -e .",
+        )
+    return Check("native", "warn", f"unknown build state {state!r} (warden.native.state)")
+
+
 def run_checks(s: Settings) -> list[Check]:
     """Every check, in a fixed order."""
+    from warden import native
+
     db, skew = check_database(s)
-    return [*check_keys(s), db, *check_files(s), skew]
+    return [*check_keys(s), db, *check_files(s), skew, check_native(native.state, native.reason)]

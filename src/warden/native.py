@@ -39,6 +39,8 @@ state = "python"
 #: ``"stale"`` only: the compiled modules whose source differs from what was compiled, or
 #: all of them when the build's manifest is missing or damaged.
 changed: list[str] = []
+#: ``"stale"`` only: why, as said on stderr (``warden doctor`` repeats it).
+reason = ""
 
 
 def listed_paths(text: str | None = None) -> list[str]:
@@ -130,7 +132,7 @@ def install_guard() -> None:
     """Decide :data:`state`; if compiled modules are here but their sources changed
     since the build, or the build's manifest is missing or damaged, load every listed
     module from source (see the module docstring). Never raises."""
-    global state, changed
+    global state, changed, reason
     try:
         listed = [module_name(p) for p in listed_paths()]
     except (OSError, ValueError):
@@ -140,7 +142,7 @@ def install_guard() -> None:
         return
     built = _read_manifest()
     if built is None or not set(compiled) <= set(built):
-        reason = "the build's record of its sources (native_build.txt) is missing or damaged"
+        why = "the build's record of its sources (native_build.txt) is missing or damaged"
         stale = compiled
     else:
         stale = []
@@ -155,10 +157,9 @@ def install_guard() -> None:
             state = "native"
             return
         shown = ", ".join(stale[:3]) + (", …" if len(stale) > 3 else "")
-        reason = f"{len(stale)} module(s) changed since they were compiled ({shown})"
-    state, changed = "stale", stale
+        why = f"{len(stale)} module(s) changed since they were compiled ({shown})"
+    state, changed, reason = "stale", stale, why
     sys.meta_path.insert(0, _SourceFirst(set(listed)))
     sys.stderr.write(
-        f"warden: {reason}; running the compiled modules as Python. "
-        "Rebuild them: pip install -e .\n"
+        f"warden: {why}; running the compiled modules as Python. Rebuild them: pip install -e .\n"
     )

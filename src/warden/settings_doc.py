@@ -40,7 +40,14 @@ in it are relative to the file's own folder. An unknown key, a value of the wron
 a file that is not TOML stops the start with an error that names the key. Types are TOML's
 own: an int key takes an integer (`port = "9000"`, `port = 9000.0` and `port = true` are
 refused), a bool key `true` or `false`, a path or a choice a string, a list an array; a
-float key also takes an integer. (Environment variables are text and are parsed.)
+float key also takes an integer. (Environment variables are text and are parsed; a list
+is JSON: `WARDEN_EVIDENCE_SIGNING_KEYS='["ed25519", "ml-dsa-65"]'`.)
+
+An invalid value stops the start (exit 2) with one line that names the setting, the
+reason and where the value came from, as it was written there:
+`error: invalid settings: gc_freeze: Input should be a valid boolean, unable to interpret
+input (environment: WARDEN_GC_FREEZE='maybe')`; from the file `(config file warden.toml:
+port = 70000)`, from the command line `(option: --port 70000)`.
 
 ```toml
 # warden.toml

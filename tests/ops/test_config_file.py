@@ -18,6 +18,9 @@ from warden.errors import ConfigError
 from warden.settings import Settings
 from warden.settings_doc import _comments, _serve_params, generate
 
+#: A TOML number as the error shows it once read: the value, not the text.
+TOML_READ = {"1e400": "inf"}
+
 
 def test_every_serve_option_is_a_settings_key() -> None:
     options = set(_serve_params()) - {"config"}
@@ -97,7 +100,10 @@ def test_unknown_key_and_bad_values_are_refused_by_name(tmp_path: Path) -> None:
             'evidence_signing_keys = "ed25519"',
             "evidence_signing_keys: Input should be a valid array, not a TOML string",
         ),
-        ("key_id = 1979-05-27", "key_id: Input should be a valid string, not a TOML date"),
+        (
+            "key_id = 1979-05-27",
+            "key_id: Input should be a valid string, not a TOML date or time",
+        ),
     ],
 )
 def test_a_file_value_of_the_wrong_toml_type_is_refused(
@@ -112,8 +118,8 @@ def test_a_file_value_of_the_wrong_toml_type_is_refused(
     cfg.write_text(line + "\n")
     with pytest.raises(ConfigError) as caught:
         load_settings(cfg)
-    assert caught.value.message.startswith(f"invalid settings (config file {cfg}): ")
-    assert message in caught.value.message
+    # The reason, then the file and the line that set it, as written (decision 1171).
+    assert caught.value.message == f"invalid settings: {message} (config file {cfg}: {line})"
 
 
 @pytest.mark.parametrize("name", ["log_checkpoint_interval_s", "policy_poll_interval_s"])
@@ -129,7 +135,10 @@ def test_every_interval_is_a_finite_number_of_seconds(
     cfg.write_text(f"{name} = {value}\n")
     with pytest.raises(ConfigError) as caught:
         load_settings(cfg)
-    assert caught.value.message.startswith(f"invalid settings (config file {cfg}): {name}: ")
+    message = caught.value.message
+    assert message.startswith(f"invalid settings: {name}: ")
+    # As TOML read it: 1e400 is inf.
+    assert message.endswith(f" (config file {cfg}: {name} = {TOML_READ.get(value, value)})")
 
 
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "-1", "1e400"])
@@ -151,7 +160,14 @@ def test_spend_expiry_interval_must_be_a_finite_number_of_seconds(
     with pytest.raises(ConfigError) as caught:
         load_settings(cfg)
     message = caught.value.message
-    assert message.startswith(f"invalid settings (config file {cfg}): spend_expiry_interval_s: ")
+    assert message.startswith("invalid settings: spend_expiry_interval_s: ")
+    # Named where it was set: with a config file given, a variable's value was once
+    # reported as the file's (decision 1171).
+    if source == "file":
+        read = TOML_READ.get(value, value)
+        assert message.endswith(f" (config file {cfg}: spend_expiry_interval_s = {read})")
+    else:
+        assert message.endswith(f" (environment: WARDEN_SPEND_EXPIRY_INTERVAL_S={value!r})")
     assert "\n" not in message
     monkeypatch.delenv("WARDEN_SPEND_EXPIRY_INTERVAL_S", raising=False)
     cfg.write_text("spend_expiry_interval_s = 0\n")
@@ -216,8 +232,8 @@ def test_serve_refuses_a_wrong_type_in_one_line_and_starts_nothing(tmp_path: Pat
     done = _serve_with(cfg)
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [
-        f"error: invalid settings (config file {cfg}): database_lock_timeout_ms: Input "
-        "should be a valid integer, not a TOML boolean"
+        "error: invalid settings: database_lock_timeout_ms: Input should be a valid integer, "
+        f"not a TOML boolean (config file {cfg}: database_lock_timeout_ms = true)"
     ]
     assert not (tmp_path / ".warden").exists()  # nothing created
 
@@ -242,7 +258,8 @@ def test_the_skew_window_and_body_cap_have_an_upper_bound(
     assert done.returncode == 2, done.stderr
     [message] = done.stderr.splitlines()
     name = line.split(" = ")[0]
-    assert message.startswith(f"error: invalid settings (config file {cfg}): {name}: ")
+    assert message.startswith(f"error: invalid settings: {name}: ")
+    assert message.endswith(f" (config file {cfg}: {line})")
     assert bound in message
     assert not (tmp_path / ".warden").exists()  # nothing created
 

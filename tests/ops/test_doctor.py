@@ -17,6 +17,7 @@ from conftest import DEFAULT_POLICY, write_key
 from jsonschema import Draft202012Validator
 from sqlalchemy import create_engine, text
 
+from warden import native
 from warden.cli_output import cli_schema
 from warden.store.sql import _alembic_config, head_revision, open_store
 
@@ -162,3 +163,74 @@ def test_invalid_settings_exit_2_with_no_report(tmp_path: Path) -> None:
     cfg.write_text("colour = 'blue'\n")
     code, doc, err = doctor(tmp_path / "data", "--config", str(cfg))
     assert code == 2 and doc == {} and "unknown key 'colour'" in err
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "status", "says"),
+    [
+        ("native", "", "ok", ["runs compiled (mypyc)"]),
+        (
+            "python",
+            "",
+            "ok",
+            ["pure Python", "slower", "pip install -e .", "without WARDEN_PURE_PYTHON", "README"],
+        ),
+        (
+            "stale",
+            "2 module(s) changed since they were compiled (warden.ids, warden.json_text)",
+            "warn",
+            ["stale build", "warden.ids, warden.json_text", "rebuild", "pip install -e ."],
+        ),
+        ("stale", "", "warn", ["stale build", "sources changed", "pip install -e ."]),
+        ("bogus", "", "warn", ["unknown build state 'bogus'"]),
+    ],
+)
+def test_the_native_check_for_each_build_state(
+    state: str, reason: str, status: str, says: list[str]
+) -> None:
+    """A compiled build passes; a pure-Python install passes too (supported) but says it is
+    slower and how to compile; a stale build warns and says to rebuild, with the guard's
+    own reason when it gave one."""
+    from warden.doctor import check_native
+
+    check = check_native(state, reason)
+    assert (check.name, check.status) == ("native", status)
+    for said in says:
+        assert said in check.message, (said, check.message)
+    if state != "python":
+        assert "pure Python" not in check.message
+
+
+PROBE_DOCTOR = """
+import json, sys
+import warden.native as n
+sys.stderr.write(json.dumps({"state": n.state, "reason": n.reason}) + "\\n")
+from warden.launch import main
+sys.argv = ["warden", *sys.argv[1:]]
+main()
+"""
+
+
+def test_doctor_json_reports_the_build_state_of_its_own_process(tmp_path: Path) -> None:
+    """End to end: ``warden doctor --json`` has the ``native`` check, and it is what that
+    process's guard (``warden.native.state``) found."""
+    from warden.doctor import check_native
+
+    data = tmp_path / "data"
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE_DOCTOR, "doctor", "--data-dir", str(data), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")},
+    )
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("{")]
+    seen = json.loads(line)
+    doc = json.loads(done.stdout)
+    assert not [e.message for e in SCHEMA.iter_errors(doc)]
+    assert doc["checks"][-1]["name"] == "native"
+    assert by_name(doc)["native"] == check_native(seen["state"], seen["reason"]).to_json()
+    # The same interpreter on the same sources as this test: the same build state.
+    assert seen["state"] == native.state

@@ -14,6 +14,7 @@ import pytest
 from conftest import DEFAULT_POLICY, ROOT, Server, agent_client, ensure_agent, start_server
 from prometheus_client.parser import text_string_to_metric_families
 
+from warden import native
 from warden.runtime import Runtime
 from warden.server.app import create_app
 
@@ -71,6 +72,9 @@ def test_scrape_counts_real_decisions(ops_server: Server, database_url: str) -> 
     info = [k for k in before if k[0] == "warden_replica_info"]
     assert len(info) == 1 and ("replica_id", "replica-a") in info[0][1]
     assert any(lbl == ("bundle_id", "warden-default") for lbl in info[0][1])
+    # Whether the decision path runs compiled: the server is this interpreter on these
+    # sources, so its guard found what this process's did.
+    assert ("native", native.state) in info[0][1], info
     assert value(before, "warden_budget_remaining", budget="ops-org", currency="USD") == 500.0
 
     with httpx.Client(timeout=30) as http:

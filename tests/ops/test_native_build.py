@@ -141,3 +141,26 @@ def test_a_missing_or_damaged_manifest_is_a_stale_build(tmp_path: Path, damage: 
     assert "native_build.txt" in stderr and "is missing or damaged" in stderr
     for name, file in seen["files"].items():
         assert file.endswith(".py"), (name, file)
+
+
+def test_doctor_warns_of_a_stale_build_and_says_to_rebuild(tmp_path: Path) -> None:
+    """``warden doctor`` run on a build whose source changed: its ``native`` check is a
+    warning naming the changed module and the rebuild, and the run still passes (exit 0)."""
+    copy = _copy(tmp_path)
+    edited = native.listed_paths()[-1]
+    with (copy / edited).open("a") as fh:
+        fh.write("\n# edited after the build\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "warden", "doctor", "--data-dir", str(tmp_path / "d"), "--json"],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": str(copy)},
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    [check] = [c for c in json.loads(done.stdout)["checks"] if c["name"] == "native"]
+    assert check["status"] == "warn", check
+    assert native.module_name(edited) in check["message"]
+    assert "pip install -e ." in check["message"]

@@ -17,7 +17,9 @@ collide. Series (all prefixed ``warden_``):
   ``budget_cap{budget,currency}``: the current period of the first 1000 budgets by id.
 - ``webhook_outbox_depth`` (pending + sending deliveries), ``webhook_deliveries{status}``,
   ``webhook_delivery_failures`` (deliveries that failed for good).
-- ``replica_info{replica_id,hostname,pid,version,bundle_id,bundle_version,bundle_digest}``.
+- ``replica_info{replica_id,hostname,pid,version,native,bundle_id,bundle_version,
+  bundle_digest}``; ``native`` is :data:`warden.native.state` (``native``, ``python``
+  or ``stale``: whether the decision path runs compiled).
 - with ``shadow_policy`` (issue 19): ``shadow_evaluations_total{wire}``,
   ``shadow_divergences_total{wire,kind,active,shadow}`` (kind ``loosened``,
   ``tightened`` or ``rules``; the two decisions) and ``shadow_dropped_total``.
@@ -59,7 +61,7 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from warden import __version__
+from warden import __version__, native
 from warden.core.observe import Wire
 from warden.core.types import BundleRef
 from warden.identity.api_keys import Role
@@ -139,6 +141,7 @@ class WardenMetrics:
                 "hostname": socket.gethostname(),
                 "pid": str(os.getpid()),
                 "version": __version__,
+                "native": native.state,
                 "bundle_id": ref.id,
                 "bundle_version": ref.version,
                 "bundle_digest": ref.digest,

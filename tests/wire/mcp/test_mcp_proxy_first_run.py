@@ -106,6 +106,9 @@ def test_bad_settings_are_one_line_and_answer_the_pending_initialize(
         timeout=60, check=False, env=env,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
+    # The variable and its value are named (decision 1171); --log-level reads its
+    # variable through the option, the others through the settings model.
+    problem += f" (environment: {variable}={value!r})"
     assert done.stderr.splitlines() == [f"error: invalid settings: {problem}"]
     answer = json.loads(done.stdout)
     assert answer["id"] == INIT["id"] and answer["error"]["code"] == -32603, answer
