@@ -31,6 +31,20 @@ import logging
 from enum import IntEnum, StrEnum
 from typing import Any
 
+#: The longest repr of a caller's value an error message quotes.
+QUOTED_MAX = 80
+
+
+def quoted(value: object) -> str:
+    """``repr(value)`` for an error message, cut after :data:`QUOTED_MAX` characters with
+    the value's length said: a refusal names what it refused without echoing a
+    5,000-character input back to the caller, the terminal or the log."""
+    text = repr(value)
+    if len(text) <= QUOTED_MAX:
+        return text
+    size = f" ({len(value)} characters)" if isinstance(value, str) else ""
+    return text[:QUOTED_MAX] + "…" + size
+
 
 class AcsErrorCode(IntEnum):
     """JSON-RPC error codes used on the ACS wire (spec §17.1)."""

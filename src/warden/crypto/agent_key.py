@@ -16,7 +16,7 @@ from typing import Any
 
 from warden.crypto.asymmetric import akp_jwk
 from warden.crypto.keystore import _create_private, _read_private
-from warden.errors import ConfigError
+from warden.errors import ConfigError, quoted
 
 AGENT_IKM_BYTES = 32
 
@@ -39,7 +39,7 @@ def check_agent_id(agent_id: object) -> str:
         or agent_id.startswith("group:")
     ):
         raise ConfigError(
-            f"invalid agent id {agent_id!r}: 1 to 128 letters, digits and _ . : @ + -, "
+            f"invalid agent id {quoted(agent_id)}: 1 to 128 letters, digits and _ . : @ + -, "
             "not starting with group:"
         )
     return agent_id

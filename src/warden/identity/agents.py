@@ -43,7 +43,7 @@ from warden.crypto.agent_key import (  # noqa: F401
 )
 from warden.crypto.asymmetric import PublicKey, key_from_spki_b64, spki_b64
 from warden.crypto.hmac_keys import derive_agent_ikm, derive_session_key
-from warden.errors import ConfigError, StoreUnavailable, WardenError
+from warden.errors import ConfigError, StoreUnavailable, WardenError, quoted
 from warden.identity.api_keys import check_groups, check_principal, stored_strings
 from warden.identity.key_reuse import refuse_registered, spki_der
 from warden.spend.budgets import budget_id_problem
@@ -364,7 +364,7 @@ class AgentRegistry:
         """Register the agent with an HMAC key (if ``hmac``) and a public key (if given):
         ``(agent, HMAC key_id, public key_id)``."""
         if key_id is not None and not is_agent_key_id(key_id):
-            raise ConfigError(f"invalid agent key id {key_id!r}: agk_ and 16 lowercase hex")
+            raise ConfigError(f"invalid agent key id {quoted(key_id)}: agk_ and 16 lowercase hex")
         agent_id = check_agent_id(agent_id)
         owner = check_principal(owner)
         group_tuple = check_groups(groups)

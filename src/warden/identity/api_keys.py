@@ -52,7 +52,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from warden.core.types import NO_AGENT, Principal, PrincipalKind, agent_facts
-from warden.errors import ConfigError, StoreUnavailable, WardenError
+from warden.errors import ConfigError, StoreUnavailable, WardenError, quoted
 from warden.store.agents_sql import AgentRow, SqlAgents
 from warden.store.api_keys_sql import LIVE_KEY, ApiKeyRow, SqlApiKeys, read_cursor
 from warden.store.desk_sessions_sql import SqlDeskSessions
@@ -183,7 +183,7 @@ def parse_role(role: Role | str) -> Role:
         return Role(role)
     except ValueError:
         valid = ", ".join(r.value for r in Role)
-        raise ConfigError(f"unknown role {role!r}; use one of: {valid}") from None
+        raise ConfigError(f"unknown role {quoted(role)}; use one of: {valid}") from None
 
 
 def check_principal(principal: str) -> str:
@@ -191,7 +191,7 @@ def check_principal(principal: str) -> str:
     :class:`ConfigError` otherwise."""
     if not isinstance(principal, str) or not _PRINCIPAL.match(principal):
         raise ConfigError(
-            f"invalid principal {principal!r}: 1 to 200 characters of letters, digits "
+            f"invalid principal {quoted(principal)}: 1 to 200 characters of letters, digits "
             "and _ . : @ + -"
         )
     return principal
@@ -206,7 +206,7 @@ def check_groups(groups: Iterable[str]) -> tuple[str, ...]:
     for g in groups:
         if not isinstance(g, str) or not _GROUP.match(g):
             raise ConfigError(
-                f"invalid group {g!r}: 1 to 64 characters of letters, digits and _ . : -"
+                f"invalid group {quoted(g)}: 1 to 64 characters of letters, digits and _ . : -"
             )
         out.add(g)
     if len(out) > MAX_GROUPS:
