@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from warden.approvals.desk import ApprovalDesk
 from warden.core.guardian import Guardian
-from warden.core.media import query_pairs, repeated_params_problem
+from warden.core.media import query_pairs, query_params_problem
 from warden.crypto.canonical import parse_request_json
 from warden.identity.api_keys import ApiKeys, Role
 from warden.spend.engine import SpendEngine
@@ -160,15 +160,21 @@ def make_route_class(
             )
 
             remembered = getattr(self.endpoint, "checks_caller_in_transaction", False)
-            single = _single_query_params(self.dependant)
+            declared, single = _query_params(self.dependant)
 
             async def guarded(request: Request) -> Response:
                 try:
                     auth.check(
                         request.headers.getlist("authorization"), need, remembered=remembered
                     )
-                    query = single and request.scope["query_string"]  # none: nothing to read
-                    if query and (problem := repeated_params_problem(query_pairs(query), single)):
+                    # No query string (every write): nothing to parse. An unknown path is
+                    # answered 404 whatever its query.
+                    query = request.scope["query_string"]
+                    if (
+                        query
+                        and not catch_all
+                        and (problem := query_params_problem(query_pairs(query), declared, single))
+                    ):
                         raise invalid(problem)
                     length = request.headers.get("content-length", "")
                     if length.isdigit() and int(length) > limit:
@@ -192,9 +198,11 @@ def make_route_class(
     return _Route
 
 
-def _single_query_params(dependant: Dependant) -> frozenset[str]:
-    """The query parameters of a route (and its dependencies) that take one value: a
-    repeat of one is refused 400 (decision 1035), not silently the last value."""
+def _query_params(dependant: Dependant) -> tuple[frozenset[str], frozenset[str]]:
+    """The query parameters a route (and its dependencies) declares, and those of them
+    that take one value. Any other parameter is refused 400 (decision 1180), and so is a
+    repeat of a single-valued one (decision 1035), rather than silently ignored or read
+    as the last value."""
 
     def many(annotation: Any) -> bool:
         if get_origin(annotation) in (list, tuple, set, frozenset, Sequence):
@@ -203,10 +211,13 @@ def _single_query_params(dependant: Dependant) -> frozenset[str]:
             many(arg) for arg in get_args(annotation)
         )
 
-    names = {f.alias for f in dependant.query_params if not many(f.field_info.annotation)}
+    declared = {f.alias for f in dependant.query_params}
+    single = {f.alias for f in dependant.query_params if not many(f.field_info.annotation)}
     for sub in dependant.dependencies:
-        names |= _single_query_params(sub)
-    return frozenset(names)
+        sub_declared, sub_single = _query_params(sub)
+        declared |= sub_declared
+        single |= sub_single
+    return frozenset(declared), frozenset(single)
 
 
 async def strict_body(request: Request) -> Any:
