@@ -160,21 +160,15 @@ def make_route_class(
             )
 
             remembered = getattr(self.endpoint, "checks_caller_in_transaction", False)
-            declared, single = _query_params(self.dependant)
+            known = _query_params(self.dependant)
 
             async def guarded(request: Request) -> Response:
                 try:
                     auth.check(
                         request.headers.getlist("authorization"), need, remembered=remembered
                     )
-                    # No query string (every write): nothing to parse. An unknown path is
-                    # answered 404 whatever its query.
-                    query = request.scope["query_string"]
-                    if (
-                        query
-                        and not catch_all
-                        and (problem := query_params_problem(query_pairs(query), declared, single))
-                    ):
+                    query = not catch_all and request.scope["query_string"]  # mostly b"": no parse
+                    if query and (problem := query_params_problem(query_pairs(query), *known)):
                         raise invalid(problem)
                     length = request.headers.get("content-length", "")
                     if length.isdigit() and int(length) > limit:
@@ -199,10 +193,8 @@ def make_route_class(
 
 
 def _query_params(dependant: Dependant) -> tuple[frozenset[str], frozenset[str]]:
-    """The query parameters a route (and its dependencies) declares, and those of them
-    that take one value. Any other parameter is refused 400 (decision 1180), and so is a
-    repeat of a single-valued one (decision 1035), rather than silently ignored or read
-    as the last value."""
+    """The query parameters of a route (and its dependencies), and those that take one
+    value: any other is refused 400 (decision 1180), and so is a repeat of one (1035)."""
 
     def many(annotation: Any) -> bool:
         if get_origin(annotation) in (list, tuple, set, frozenset, Sequence):
@@ -211,13 +203,12 @@ def _query_params(dependant: Dependant) -> tuple[frozenset[str], frozenset[str]]
             many(arg) for arg in get_args(annotation)
         )
 
-    declared = {f.alias for f in dependant.query_params}
-    single = {f.alias for f in dependant.query_params if not many(f.field_info.annotation)}
-    for sub in dependant.dependencies:
-        sub_declared, sub_single = _query_params(sub)
-        declared |= sub_declared
-        single |= sub_single
-    return frozenset(declared), frozenset(single)
+    def fields(d: Dependant) -> list[Any]:
+        return [*d.query_params, *(f for sub in d.dependencies for f in fields(sub))]
+
+    found = fields(dependant)
+    single = (f.alias for f in found if not many(f.field_info.annotation))
+    return frozenset(f.alias for f in found), frozenset(single)
 
 
 async def strict_body(request: Request) -> Any:
