@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from warden import __version__
 from warden.cli_agents import agents_app
@@ -331,17 +332,19 @@ def serve(
         raise _fail(exc) from exc
     ref = runtime.bundle.ref
     err_console.print(
-        f"warden {__version__}: bundle {ref.id}@{ref.version} ({len(runtime.bundle.rules)} "
-        f"rules, {ref.digest[:19]}…), store {shown_url(settings.resolved_database_url())}, "
-        "key file "
-        f"{settings.resolved_key_file()}, admin API token {settings.resolved_api_token_file()}, "
-        f"approval desk {settings.resolved_public_url()}/desk"
+        f"warden {__version__}: bundle {escape(ref.id)}@{escape(ref.version)} "
+        f"({len(runtime.bundle.rules)} rules, {ref.digest[:19]}…), "
+        f"store {escape(shown_url(settings.resolved_database_url()))}, "
+        f"key file {escape(str(settings.resolved_key_file()))}, "
+        f"admin API token {escape(str(settings.resolved_api_token_file()))}, "
+        f"approval desk {escape(settings.resolved_public_url())}/desk"
         + (", TLS" if settings.tls_cert is not None else "")
     )
     if runtime.demo_agent_key is not None:
         err_console.print(
             f"[yellow]quick start:[/yellow] registered the demo agent [bold]demo-agent[/bold] "
-            f"(owner demo-owner); its ACS key file is {runtime.demo_agent_key} (mode 0600)"
+            f"(owner demo-owner); its ACS key file is {escape(str(runtime.demo_agent_key))} "
+            "(mode 0600)"
         )
     app_ = create_app(runtime)
     # Everything loaded so far (libraries, schemas, the bundle: ~130k objects) lives as

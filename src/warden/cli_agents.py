@@ -135,7 +135,9 @@ def _show_key(
 ) -> None:
     if key_out is not None:
         cred.write(key_out)
-        err_console.print(f"wrote the key of {escape(cred.agent_id)} to {key_out} (mode 0600)")
+        err_console.print(
+            f"wrote the key of {escape(cred.agent_id)} to {escape(str(key_out))} (mode 0600)"
+        )
     else:
         err_console.print(
             "[yellow]warning:[/yellow] the key is shown only once; store it now "
@@ -212,7 +214,7 @@ def add(
                 _show_public(agent_id, public_id, pub[0], as_json, agent, warnings)
                 return
             cred = maybe
-            err_console.print(f"public key {public_id} ({pub[0]}) registered")
+            err_console.print(f"public key {escape(public_id)} ({escape(pub[0])}) registered")
         _show_key(cred, key_out, as_json, agent, warnings, public_id, pub[0] if pub else None)
     except WardenError as exc:
         raise _fail(exc) from exc
@@ -345,7 +347,9 @@ def show(
         status = "active" if sk_.revoked_at is None else f"revoked {sk_.revoked_at}"
         if sk_.revoked_with_agent:
             status += " (with the agent)"
-        console.print(f"signing key {escape(sk_.kid)} ({sk_.jwk.get('crv')}): {status}")
+        console.print(
+            f"signing key {escape(sk_.kid)} ({escape(str(sk_.jwk.get('crv')))}): {status}"
+        )
 
 
 @agents_app.command()

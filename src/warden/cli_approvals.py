@@ -82,7 +82,9 @@ def _call(method: str, url: str, token: str, path: str, **kw: Any) -> dict[str, 
         with httpx.Client(base_url=base, timeout=30) as client:
             r = client.request(method, path, headers={"Authorization": f"Bearer {token}"}, **kw)
     except httpx.HTTPError as exc:
-        err_console.print(f"[red]error:[/red] cannot reach Warden at {escape(url)}: {exc}")
+        err_console.print(
+            f"[red]error:[/red] cannot reach Warden at {escape(url)}: {escape(str(exc))}"
+        )
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     try:
         body = r.json()
@@ -92,7 +94,7 @@ def _call(method: str, url: str, token: str, path: str, **kw: Any) -> dict[str, 
     if r.status_code >= 400:
         gate = body.get("blockedBy", "error") if isinstance(body, dict) else "error"
         message = body.get("message", "") if isinstance(body, dict) else ""
-        err_console.print(f"[red]{escape(str(gate))}[/red] (HTTP {r.status_code}): {message}")
+        err_console.print(f"[red]{_safe(gate)}[/red] (HTTP {r.status_code}): {_safe(message)}")
         code = EXIT_BAD_INPUT if r.status_code in (400, 401, 413) else EXIT_FAILURE_FOUND
         raise typer.Exit(code)
     data = body.get("data") if isinstance(body, dict) else None
@@ -130,7 +132,9 @@ def _print_task(task: dict[str, Any]) -> None:
         err_console.print("[red]error:[/red] the answer is not an approval task")
         raise typer.Exit(EXIT_BAD_INPUT)
     action = task["action"]
-    console.print(f"[bold]{_safe(task['id'])}[/bold]  {task['state']}  ({task['wire']})")
+    console.print(
+        f"[bold]{_safe(task['id'])}[/bold]  {_safe(task['state'])}  ({_safe(task['wire'])})"
+    )
     console.print(f"action     {_safe(action.get('name'))} via {_safe(action.get('method'))}")
     console.print(f"arguments  {_safe(json.dumps(action.get('arguments'), sort_keys=True))}")
     console.print(f"question   {_safe(task['question'])}")
@@ -149,14 +153,14 @@ def _print_task(task: dict[str, Any]) -> None:
     approvals = _approvals(task)
     console.print(
         f"group      {_safe(task['approver_group'])}, "
-        f"{approvals}/{task['approvals_required']} approvals, "
-        f"expires {task['expires_at']} ({_left(task['expires_at'])})"
+        f"{approvals}/{_safe(task['approvals_required'])} approvals, "
+        f"expires {_safe(task['expires_at'])} ({_left(task['expires_at'])})"
     )
     console.print("trail:")
     for h in task["history"]:
         by = (h.get("by") or {}).get("principal") or "warden"
         console.print(
-            f"  {h['at']}  {h['event']:<9} by {_safe(by)}  "
+            f"  {_safe(h['at'])}  {_safe(h['event']):<9} by {_safe(by)}  "
             f"{_safe(h.get('reason') or '')}  [dim]{_safe(h['entry_hash'])}[/dim]"
         )
 
@@ -195,11 +199,11 @@ def list_tasks(
         approvals = _approvals(task)
         listing.add_row(
             _safe(task["id"]),
-            task["state"],
+            _safe(task["state"]),
             _safe(task["action"].get("name")),
             _safe(task["requester"].get("agent_id")),
             _safe(task["approver_group"]),
-            f"{approvals}/{task['approvals_required']}",
+            f"{approvals}/{_safe(task['approvals_required'])}",
             _left(task["expires_at"]) if task["state"] == "pending" else "",
         )
     print_table(console, listing)
@@ -228,7 +232,7 @@ def approve(
     if as_json:
         print_json(data)
     else:
-        console.print(f"task {_safe(task_id)} is now {data['task']['state']}")
+        console.print(f"task {_safe(task_id)} is now {_safe(data['task']['state'])}")
 
 
 @approvals_app.command()
@@ -244,7 +248,7 @@ def deny(
     if as_json:
         print_json(data)
     else:
-        console.print(f"task {_safe(task_id)} is now {data['task']['state']}")
+        console.print(f"task {_safe(task_id)} is now {_safe(data['task']['state'])}")
 
 
 @approvals_app.command()

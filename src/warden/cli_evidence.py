@@ -100,7 +100,8 @@ def export_evidence_cmd(
         evidence.write(out, signer, now_stamp())
     except OSError as exc:  # --out not a directory it can create or write, a full disk
         print_line(
-            err_console, f"[red]error:[/red] cannot write {escape(str(out))}: {exc.strerror}"
+            err_console,
+            f"[red]error:[/red] cannot write {escape(str(out))}: {escape(str(exc.strerror))}",
         )
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     except SeveralOwners as exc:

@@ -591,7 +591,8 @@ def export_cmd(
     except OSError as exc:
         store.close()
         print_line(
-            err_console, f"[red]error:[/red] cannot write {escape(str(out))}: {exc.strerror}"
+            err_console,
+            f"[red]error:[/red] cannot write {escape(str(out))}: {escape(str(exc.strerror))}",
         )
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     counts = {"records": 0, "sessions": 0}
@@ -608,7 +609,9 @@ def export_cmd(
     except _WriteFailed as exc:
         _drop_partial(fh, out)
         where = escape(str(out)) if out else "standard output"
-        print_line(err_console, f"[red]error:[/red] cannot write {where}: {exc.strerror}")
+        print_line(
+            err_console, f"[red]error:[/red] cannot write {where}: {escape(str(exc.strerror))}"
+        )
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     except IntegrityError as exc:
         if as_json:

@@ -407,7 +407,7 @@ def witness_cmd(
         raise _bad(getattr(exc, "message", None) or str(exc)) from exc
     if created:
         print_line(err_console, f"generated the witness key {escape(str(key))} (mode 0600)")
-    print_line(err_console, f"witness key: {signer.vkey()}")
+    print_line(err_console, f"witness key: {escape(signer.vkey())}")
     with httpx.Client(timeout=10.0) as client:
         while True:
             try:

@@ -17,7 +17,15 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from warden.cli_options import EXIT_BAD_INPUT, DataDir, DbUrl, KeyFile, _fail, err_console
+from warden.cli_options import (
+    EXIT_BAD_INPUT,
+    DataDir,
+    DbUrl,
+    KeyFile,
+    _fail,
+    err_console,
+    shown_url,
+)
 from warden.errors import WardenError
 
 
@@ -171,9 +179,10 @@ def mcp_proxy_cmd(
         gateway = Gateway.for_agent(runtime.acs.handle, credential, in_process=True)
         ref = runtime.bundle.ref
         err_console.print(
-            f"warden mcp-proxy: {escape(target.describe())} under bundle {ref.id}@{ref.version}, "
-            f"store {settings.resolved_database_url()}, agent {escape(credential.agent_id)}, "
-            f"ACS session {gateway.session_id}"
+            f"warden mcp-proxy: {escape(target.describe())} under bundle "
+            f"{escape(ref.id)}@{escape(ref.version)}, "
+            f"store {escape(shown_url(settings.resolved_database_url()))}, "
+            f"agent {escape(credential.agent_id)}, ACS session {escape(gateway.session_id)}"
         )
         with _sigterm_as_interrupt() as terminated:
             try:

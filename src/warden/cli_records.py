@@ -177,7 +177,7 @@ def verify_bundle_cmd(
             + ("signed" if outcome.manifest_signed else "unsigned")
         )
         for r in outcome.records:
-            _out(f"{r.digest} {r.kind} {escape(r.record_id or '')}")
+            _out(f"{escape(str(r.digest))} {escape(str(r.kind))} {escape(r.record_id or '')}")
         if outcome.chain_head:
             _out(f"chain head {escape(outcome.chain_head)}")
     else:

@@ -196,7 +196,9 @@ def replay_agentdojo(
     try:
         httpx.URL(url)
     except (httpx.InvalidURL, UnicodeError) as exc:
-        err_console.print(f"[red]error:[/red] --url is not a URL: {escape(repr(url))}: {exc}")
+        err_console.print(
+            f"[red]error:[/red] --url is not a URL: {escape(repr(url))}: {escape(str(exc))}"
+        )
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     key_file = key_file or data_dir / "ikm.key"
     try:
@@ -215,7 +217,9 @@ def replay_agentdojo(
         )
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     except httpx.TransportError as exc:
-        err_console.print(f"[red]error:[/red] cannot reach Warden at {escape(url)}: {exc}")
+        err_console.print(
+            f"[red]error:[/red] cannot reach Warden at {escape(url)}: {escape(str(exc))}"
+        )
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     except ValueError as exc:  # unknown suite name
         err_console.print(f"[red]error:[/red] {escape(str(exc))}")

@@ -63,9 +63,10 @@ def test_one_value_and_a_list_are_still_read(runtime: Runtime, client: TestClien
     headers = _token(runtime, "root", Role.APPROVER)
     r = client.get("/v1/approvals?limit=2&state=all", headers=headers)
     assert r.status_code == 200, r.text
-    # An undeclared parameter is ignored, repeated or not (only one value would count).
+    # An undeclared parameter is refused as unknown (decision 1180), not as repeated.
     r = client.get("/v1/approvals?x=1&x=2", headers=headers)
-    assert r.status_code == 200, r.text
+    assert r.status_code == 400, r.text
+    assert r.json()["message"].startswith("unknown query parameter x;"), r.text
     r = client.get("/v1/kla-records/rec_1?principal=a", headers=headers)
     assert r.status_code == 404, r.text
 

@@ -1,9 +1,10 @@
 """The one media type Warden's JSON bodies are read as (decisions 831, 993), and the
-one rule for a query parameter given twice (decision 1035)."""
+one rule for a query string: a parameter the route does not take (decision 1180) or a
+single-valued one given twice (decision 1035) is refused."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from urllib.parse import parse_qsl
 
 
@@ -56,3 +57,41 @@ def repeated_params_problem(pairs: Iterable[tuple[str, str]], single: Iterable[s
         return f"the query parameter {twice[0]} is given more than once; give it once"
     names = ", ".join(twice)
     return f"the query parameters {names} are each given more than once; give each once"
+
+
+def unknown_params(pairs: Iterable[tuple[str, str]], declared: Collection[str]) -> list[str]:
+    """The names in ``pairs`` (a query string's ``(name, value)`` pairs) that are not in
+    ``declared`` (the parameters the route takes), each once, sorted: Warden refuses them
+    rather than silently ignoring a filter it does not know (``?State=approved``,
+    decision 1180)."""
+    return sorted({name for name, _ in pairs if name not in declared})
+
+
+def _shown(name: str) -> str:
+    """A parameter name as a one-line message shows it (it is the caller's text)."""
+    if not name:
+        return "'' (an empty name)"
+    if name.isprintable() and len(name) <= 64 and not any(c in name for c in " ,;"):
+        return name
+    return repr(name[:64]) + ("…" if len(name) > 64 else "")
+
+
+def query_params_problem(
+    pairs: Iterable[tuple[str, str]], declared: Collection[str], single: Iterable[str]
+) -> str | None:
+    """Why a query string is refused, or None: a parameter not in ``declared`` (naming it
+    and the ones the route takes), else a parameter of ``single`` given more than once
+    (:func:`repeated_params_problem`). The words every wire uses."""
+    pairs = list(pairs)
+    if unknown := unknown_params(pairs, declared):
+        takes = (
+            "this route takes: " + ", ".join(sorted(declared))
+            if declared
+            else "this route takes no query parameters"
+        )
+        if len(unknown) == 1:
+            return f"unknown query parameter {_shown(unknown[0])}; {takes}"
+        shown = ", ".join(_shown(name) for name in unknown[:5])
+        more = f" (and {len(unknown) - 5} more)" if len(unknown) > 5 else ""
+        return f"unknown query parameters {shown}{more}; {takes}"
+    return repeated_params_problem(pairs, single)

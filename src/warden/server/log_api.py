@@ -18,17 +18,22 @@ content, and a log that only its operator can read is no transparency log.
   cosignature line(s) (text/plain); only configured witness keys are accepted. ``{stored}``.
 
 Refusals use the ``/v1`` envelope (``{blockedBy, message, retryable}``):
-``log:invalid_params`` (400), ``log:not_found`` (404), ``log:cosignature_refused``
+``log:invalid_params`` (400; also a query parameter the route does not take, or one
+given twice, decisions 1180, 1035), ``log:not_found`` (404), ``log:cosignature_refused``
 (400), ``log:unavailable`` (503).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
-from warden.core.media import repeated_params_problem
+from warden.core.media import query_pairs, query_params_problem
 from warden.tlog.merkle import ProofError
 from warden.tlog.note import NoteError
 from warden.tlog.service import LogForked, TransparencyLog
@@ -38,10 +43,51 @@ _MAX_NOTE_BYTES = 64 * 1024
 _NOTE_TYPE = "text/plain; charset=utf-8"
 #: The verifier keys ``GET /v1/log/key?alg=`` serves (no ``alg``: the Ed25519 key).
 _KEY_ALGS = ("ed25519", "ml-dsa-65")
+_PREFIX = "/v1/log"
 
 
 def _refuse(gate: str, status: int, message: str) -> Response:
     return json_response(status, dump(Refusal(gate, status, message).envelope()))
+
+
+def _query(*, required: bool, **params: str) -> dict[str, Any]:
+    """An ``openapi_extra`` naming the query parameters a route reads from the request
+    (FastAPI does not see them): ``/openapi.json`` lists them, and :class:`_LogRoute`
+    refuses any other. Each is a string here; the endpoint checks its value."""
+    return {
+        "parameters": [
+            {
+                "name": name,
+                "in": "query",
+                "required": required,
+                "description": text,
+                "schema": {"type": "string"},
+            }
+            for name, text in params.items()
+        ]
+    }
+
+
+class _LogRoute(APIRoute):
+    """A ``/v1/log`` route that refuses a query parameter it does not take, or one given
+    twice, ``400 log:invalid_params`` before the endpoint runs (the rule of
+    :func:`~warden.core.media.query_params_problem`, as on the rest of ``/v1``)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        declared = tuple(
+            p["name"]
+            for p in (self.openapi_extra or {}).get("parameters", ())
+            if p["in"] == "query"
+        )
+
+        async def checked(request: Request) -> Response:
+            query = request.scope["query_string"]
+            if query and (problem := query_params_problem(query_pairs(query), declared, declared)):
+                return _refuse("log:invalid_params", 400, problem)
+            return await handler(request)
+
+        return checked
 
 
 def _int_param(request: Request, name: str) -> int:
@@ -56,7 +102,7 @@ def _int_param(request: Request, name: str) -> int:
 
 def log_router(tlog: TransparencyLog) -> APIRouter:
     """The ``/v1/log`` routes (no authentication; see the module docstring)."""
-    router = APIRouter(prefix="/v1/log", tags=["transparency log"])
+    router = APIRouter(prefix=_PREFIX, tags=["transparency log"], route_class=_LogRoute)
 
     @router.get("/checkpoint", summary="The newest signed checkpoint (C2SP signed note)")
     async def checkpoint() -> Response:
@@ -76,11 +122,13 @@ def log_router(tlog: TransparencyLog) -> APIRouter:
             headers={"Warden-Checkpoint-Final": "true" if is_final else "false"},
         )
 
-    @router.get("/key", summary="The checkpoint verifier key (C2SP vkey)")
+    @router.get(
+        "/key",
+        summary="The checkpoint verifier key (C2SP vkey)",
+        openapi_extra=_query(required=False, alg="ed25519 (the default) or ml-dsa-65"),
+    )
     async def key(request: Request) -> Response:
         # ?alg=ml-dsa-65: the ML-DSA-65 vkey of the checkpoints' second line (issue 21).
-        if problem := repeated_params_problem(request.query_params.multi_items(), ("alg",)):
-            return _refuse("log:invalid_params", 400, problem)
         alg = request.query_params.get("alg")
         if alg not in (None, *_KEY_ALGS):
             accepted = " or ".join(_KEY_ALGS)
@@ -106,7 +154,11 @@ def log_router(tlog: TransparencyLog) -> APIRouter:
             )
         return Response(tlog.with_cosignatures(*found), 200, media_type=_NOTE_TYPE)
 
-    @router.get("/inclusion", summary="An inclusion proof (RFC 9162 §2.1.3)")
+    @router.get(
+        "/inclusion",
+        summary="An inclusion proof (RFC 9162 §2.1.3)",
+        openapi_extra=_query(required=True, index="the leaf's index", size="the tree size"),
+    )
     async def inclusion(request: Request) -> Response:
         try:
             index, size = _int_param(request, "index"), _int_param(request, "size")
@@ -116,7 +168,13 @@ def log_router(tlog: TransparencyLog) -> APIRouter:
         except LogForked as exc:
             return _refuse("log:unavailable", 503, str(exc))
 
-    @router.get("/consistency", summary="A consistency proof (RFC 9162 §2.1.4)")
+    @router.get(
+        "/consistency",
+        summary="A consistency proof (RFC 9162 §2.1.4)",
+        openapi_extra=_query(
+            required=True, **{"from": "the older tree size", "to": "the newer tree size"}
+        ),
+    )
     async def consistency(request: Request) -> Response:
         try:
             first, second = _int_param(request, "from"), _int_param(request, "to")

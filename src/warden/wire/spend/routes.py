@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from warden.approvals.desk import ApprovalDesk
 from warden.core.guardian import Guardian
-from warden.core.media import query_pairs, repeated_params_problem
+from warden.core.media import query_pairs, query_params_problem
 from warden.crypto.canonical import parse_request_json
 from warden.identity.api_keys import ApiKeys, Role
 from warden.spend.engine import SpendEngine
@@ -160,15 +160,15 @@ def make_route_class(
             )
 
             remembered = getattr(self.endpoint, "checks_caller_in_transaction", False)
-            single = _single_query_params(self.dependant)
+            known = _query_params(self.dependant)
 
             async def guarded(request: Request) -> Response:
                 try:
                     auth.check(
                         request.headers.getlist("authorization"), need, remembered=remembered
                     )
-                    query = single and request.scope["query_string"]  # none: nothing to read
-                    if query and (problem := repeated_params_problem(query_pairs(query), single)):
+                    query = not catch_all and request.scope["query_string"]  # mostly b"": no parse
+                    if query and (problem := query_params_problem(query_pairs(query), *known)):
                         raise invalid(problem)
                     length = request.headers.get("content-length", "")
                     if length.isdigit() and int(length) > limit:
@@ -192,9 +192,9 @@ def make_route_class(
     return _Route
 
 
-def _single_query_params(dependant: Dependant) -> frozenset[str]:
-    """The query parameters of a route (and its dependencies) that take one value: a
-    repeat of one is refused 400 (decision 1035), not silently the last value."""
+def _query_params(dependant: Dependant) -> tuple[frozenset[str], frozenset[str]]:
+    """The query parameters of a route (and its dependencies), and those that take one
+    value: any other is refused 400 (decision 1180), and so is a repeat of one (1035)."""
 
     def many(annotation: Any) -> bool:
         if get_origin(annotation) in (list, tuple, set, frozenset, Sequence):
@@ -203,10 +203,12 @@ def _single_query_params(dependant: Dependant) -> frozenset[str]:
             many(arg) for arg in get_args(annotation)
         )
 
-    names = {f.alias for f in dependant.query_params if not many(f.field_info.annotation)}
-    for sub in dependant.dependencies:
-        names |= _single_query_params(sub)
-    return frozenset(names)
+    def fields(d: Dependant) -> list[Any]:
+        return [*d.query_params, *(f for sub in d.dependencies for f in fields(sub))]
+
+    found = fields(dependant)
+    single = (f.alias for f in found if not many(f.field_info.annotation))
+    return frozenset(f.alias for f in found), frozenset(single)
 
 
 async def strict_body(request: Request) -> Any:
