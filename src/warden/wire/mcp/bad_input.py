@@ -33,7 +33,7 @@ from typing import Any
 
 import mcp_types as types
 
-from warden.crypto.canonical import integer_outside_jcs_at, parse_request_json
+from warden.crypto.canonical import number_outside_jcs_at, parse_request_json
 from warden.errors import ParseError
 
 #: An integer beyond ±(2^53−1) has at least 16 digits: a line without such a run has
@@ -94,7 +94,7 @@ def parse_line(line: bytes) -> types.JSONRPCMessage | Rejection:
         and message.method == "tools/call"
         and _SIXTEEN_DIGITS.search(line) is not None  # else no integer beyond 2^53
     ):
-        at = integer_outside_jcs_at(value.get("params"), "/params")
+        at = number_outside_jcs_at(value.get("params"), "/params")
         if at is not None:
             return _invalid_params(at, message.id)
     return message
