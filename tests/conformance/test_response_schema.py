@@ -435,6 +435,9 @@ def test_jcs_domain_is_invalid_request(runtime: Runtime, literal: str) -> None:
     err = assert_error(resp, -32600)
     assert err["data"]["reason"] == "jcs_domain"
     assert resp["id"] == env["id"]
+    # The refusal names the number's place, as a lone surrogate's does (decision 1201).
+    assert err["data"]["pointer"] == "/params/payload/arguments/n/value"
+    assert err["message"].endswith("(the number at /params/payload/arguments/n/value)")
 
 
 def test_method_not_found(runtime: Runtime) -> None:

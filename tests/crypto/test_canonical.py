@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from warden.crypto.canonical import (
     canonical_bytes,
     is_fast_canonical,
+    jcs_domain_error,
+    number_outside_jcs_at,
     parse_request_json,
     parse_strict_json,
 )
@@ -159,3 +161,19 @@ def test_finite_refuses_a_number_that_overflows_a_double(number: str) -> None:
         parse_strict_json(f'{{"n":{number}}}', finite=True)
     assert caught.value.reason == "non_standard_number"
     assert parse_strict_json('{"n":1.5e308}', finite=True) == {"n": 1.5e308}
+
+
+def test_the_number_outside_the_jcs_domain_is_named_by_its_pointer() -> None:
+    """Decision 1201: ``/acs`` names where a ``jcs_domain`` number sits, as the MCP proxy
+    names an integer it refuses."""
+    assert number_outside_jcs_at({"a": [1, 2.5, {"b~/": float("inf")}]}, "/p") == "/p/a/2/b~0~1"
+    assert number_outside_jcs_at({"a": [2**64]}) == "/a/0"
+    assert number_outside_jcs_at({"a": [10**20, 2**53 - 1, -1.5, "1e400"]}) is None
+    value = parse_request_json(b'{"x":{"y":1e400}}')
+    with pytest.raises(InvalidRequest) as caught:
+        canonical_bytes(value)
+    named = jcs_domain_error(caught.value, value)
+    assert named.reason == "jcs_domain" and named.data["pointer"] == "/x/y"
+    assert named.message == f"{caught.value.message} (the number at /x/y)"
+    # Nothing numeric at fault (a lone surrogate): the refusal is left as it was.
+    assert jcs_domain_error(caught.value, {"s": "\ud800"}) is caught.value

@@ -92,11 +92,11 @@ def lone_surrogate_at(value: Any) -> str | None:
     return None
 
 
-def integer_outside_jcs_at(value: Any, at: str = "") -> str | None:
-    """The RFC 6901 pointer (``at`` + the path inside ``value``) of the first integer in
-    ``value`` outside the RFC 8785 domain — beyond ±(2^53−1) and not the JCS form of a
-    double, as :func:`canonical_bytes` refuses it — or None. Other values are not
-    checked (a parsed request holds no non-finite number)."""
+def number_outside_jcs_at(value: Any, at: str = "") -> str | None:
+    """The RFC 6901 pointer (``at`` + the path inside ``value``) of the first number in
+    ``value`` outside the RFC 8785 domain — a non-finite float (``1e400`` parsed without
+    ``finite``), or an integer beyond ±(2^53−1) that is not the JCS form of a double, as
+    :func:`canonical_bytes` refuses them — or None. Strings are not checked."""
     stack: list[tuple[Any, str]] = [(value, at)]
     while stack:
         v, here = stack.pop()
@@ -107,11 +107,24 @@ def integer_outside_jcs_at(value: Any, at: str = "") -> str | None:
                     canonical_bytes(v)
                 except InvalidRequest:
                     return here
+        elif t is float:
+            if v - v != 0.0:  # inf or nan
+                return here
         elif t is dict:
             stack.extend((x, f"{here}/{_pointer_token(k)}") for k, x in v.items())
         elif t is list:
             stack.extend((x, f"{here}/{i}") for i, x in enumerate(v))
     return None
+
+
+def jcs_domain_error(exc: InvalidRequest, value: Any) -> InvalidRequest:
+    """``exc`` (a ``jcs_domain`` refusal of ``value``) naming the number it is about, by
+    its message and ``pointer``; ``exc`` itself when no number is at fault (a lone
+    surrogate, a type JSON has not), docs/decisions.md 1201."""
+    at = number_outside_jcs_at(value)
+    if at is None:
+        return exc
+    return InvalidRequest(f"{exc.message} (the number at {at})", reason=exc.reason, pointer=at)
 
 
 def _pointer_token(key: str) -> str:

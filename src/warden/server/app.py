@@ -15,12 +15,14 @@ the HTTP routes.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from warden import __version__
@@ -41,6 +43,8 @@ from warden.wire.acs.service import AcsService
 from warden.wire.adcp.rest import adcp_router
 from warden.wire.kla import kla_router
 from warden.wire.spend import SpendBodyCap, spend_router
+
+log = logging.getLogger(__name__)
 
 #: The AdCP governance agent's MCP endpoint (``warden.wire.adcp.mcp.PATH``; held equal by
 #: tests/adcp, so serving it does not import the MCP SDK).
@@ -237,6 +241,7 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
         )
     )
     app.add_middleware(SpendBodyCap, limit=runtime.settings.max_body_bytes)
+    app.add_exception_handler(ClientDisconnect, _client_gone)
     mount_desk(app, runtime)
 
     app.add_api_route("/metrics", metrics.endpoint, methods=["GET"], include_in_schema=False)
@@ -268,6 +273,23 @@ def create_app(runtime: Runtime, *, idempotency: Idempotency | None = None) -> A
         return endpoint
     # Traces are exported: every wire's requests carry the caller's traceparent.
     return TraceContext(endpoint)
+
+
+class _NoAnswer(Response):
+    """Sends nothing: the client it would answer has gone."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        return None
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    """A client that closed its connection before its body was read (``ClientDisconnect``
+    from any route: ``/v1``, ``/adcp``, the log's): not a server error, so one DEBUG line
+    and no answer, and nothing was changed (docs/decisions.md 1202)."""
+    log.debug(
+        "%s %s: the client went away before its body was read", request.method, request.url.path
+    )
+    return _NoAnswer()
 
 
 def adcp_jwks(runtime: Runtime) -> dict[str, Any]:

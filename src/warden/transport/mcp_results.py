@@ -21,7 +21,7 @@ from mcp_types import methods
 from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter
 
-from warden.crypto.canonical import integer_outside_jcs_at
+from warden.crypto.canonical import number_outside_jcs_at
 
 #: version → the adapter of its ``tools/call`` surface result.
 _ADAPTERS: dict[str, TypeAdapter[Any]] = {}
@@ -74,7 +74,7 @@ def refused_answer(response: dict[str, Any], why: str) -> dict[str, Any]:
     first integer beyond ±(2^53−1) that no double spells, which JSON does not carry
     exactly (I-JSON, RFC 7493 §2.2; the audit chain's RFC 8785 cannot sign it), else
     says ``why``."""
-    at = integer_outside_jcs_at(response.get("result", response.get("error")), "/result")
+    at = number_outside_jcs_at(response.get("result", response.get("error")), "/result")
     if at is not None:
         why = f"the integer at {at} is beyond ±(2^53−1), which JSON does not carry exactly"
     text = f"the MCP server's answer was refused: {why}"

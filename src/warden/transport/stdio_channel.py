@@ -10,6 +10,10 @@ duplicates for the MCP channel and points fd 0 at the null device and fd 1 at
 stderr, so the real server and stray prints never touch the channel; both are
 restored on exit (docs/decisions.md 650).
 
+Stdin that the loop cannot watch (a regular file: ``warden mcp-proxy < lines.jsonl``)
+is read the same way without waiting for readiness (a read of a file never blocks on a
+peer), so every client line takes the same strict path (docs/decisions.md 1200).
+
 A line longer than the channel's limit is never held whole: past the limit its bytes
 are counted and dropped as they arrive, and the reader gets a :class:`TooLong` in
 its place (docs/decisions.md 900).
@@ -64,9 +68,12 @@ class StdioChannel:
     """Lines in from ``rfd``, lines out to ``wfd``; both non-blocking. One reader task;
     writers are serialised so that every line leaves whole."""
 
-    def __init__(self, rfd: int, wfd: int, max_line: int = MAX_LINE) -> None:
+    def __init__(self, rfd: int, wfd: int, max_line: int = MAX_LINE, *, watch: bool = True) -> None:
         self.rfd, self.wfd = rfd, wfd
         self.max_line = max_line
+        #: Whether the loop watches ``rfd`` (False: a regular file, read until its end
+        #: without waiting; no line is offered to a ``take``).
+        self.watch = watch
         # A free lock is taken without yielding to the event loop first (anyio's default
         # lock checkpoints once before an uncontended acquire: one more loop pass before
         # every answer, decision 720); a writer that must wait for the pipe still yields
@@ -86,6 +93,7 @@ class StdioChannel:
         input, and every line after them are yielded as without ``take``, in order; an
         exception ``take`` raises is raised here. Without a callback-capable loop every
         line is yielded."""
+        take = take if self.watch else None
         state = _Lines(self.rfd, self.max_line, take)
         readable = _Readable(self.rfd, state.on_ready if take is not None else None)
         queue = state.queue
@@ -102,7 +110,7 @@ class StdioChannel:
                 # wait for it rather than pay a read that fails (and its exception). The
                 # callback may read (and take) meanwhile; it wakes this reader only with
                 # something left for it.
-                if state.drained and await readable.wait():
+                if state.drained and self.watch and await readable.wait():
                     continue
                 state.fill()
         finally:
@@ -304,13 +312,11 @@ class _Readable:
 
 
 @contextmanager
-def claim_stdio(max_line: int = MAX_LINE) -> Iterator[StdioChannel | None]:
+def claim_stdio(max_line: int = MAX_LINE) -> Iterator[StdioChannel]:
     """A :class:`StdioChannel` on private duplicates of fds 0 and 1 (diverted while it
-    serves), or None when either is not something the loop can watch (a regular
-    file): the caller then uses the SDK's threaded transport."""
-    if not (_streamable(0) and _streamable(1)):
-        yield None
-        return
+    serves). A stdin the loop cannot watch (a regular file) is read without waiting,
+    and a stdout it cannot watch never makes a write wait (decision 1200)."""
+    watch = _streamable(0)
     rfd = os.dup(0)
     wfd = os.dup(1)
     blocking = (os.get_blocking(rfd), os.get_blocking(wfd))
@@ -320,7 +326,7 @@ def claim_stdio(max_line: int = MAX_LINE) -> Iterator[StdioChannel | None]:
         os.dup2(2, 1)
         os.set_blocking(rfd, False)
         os.set_blocking(wfd, False)
-        yield StdioChannel(rfd, wfd, max_line)
+        yield StdioChannel(rfd, wfd, max_line, watch=watch)
     finally:
         os.close(null)
         # The descriptions are shared with whoever started us (a terminal): leave

@@ -99,7 +99,7 @@ def test_a_call_before_the_handshake_gets_the_sdks_refusal(tmp_path: Path) -> No
     assert answers[2]["result"]["isError"] is False
 
 
-def test_stdin_from_a_regular_file_is_served_by_the_sdks_transport(tmp_path: Path) -> None:
+def test_stdin_from_a_regular_file_is_served_too(tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text(json.dumps(INIT) + "\n")
     with source.open("rb") as stdin:
@@ -221,11 +221,25 @@ def entries(verified: str) -> int:
     return int(found.group(1))
 
 
-def test_a_bad_line_on_a_regular_file_stdin_is_answered_too(tmp_path: Path) -> None:
+def test_a_bad_line_on_a_regular_file_stdin_is_answered_as_on_a_pipe(tmp_path: Path) -> None:
+    """Decision 1200: a regular-file stdin was read by the SDK's own transport, which
+    took an id of ``1.5``, ``null``, ``true`` or an object for a notification (no
+    answer, no log line) and passed ``2**64`` and ``1e400`` on to be denied as
+    ``jcs_domain``. It is now read by the channel, so every line is parsed strictly and
+    refused as on a pipe; a batch's errors go out as one array."""
+    call = (
+        b'{"jsonrpc":"2.0","id":%d,"method":"tools/call",'
+        b'"params":{"name":"t","arguments":{"n":%s}}}'
+    )
     source = tmp_path / "in.jsonl"
     source.write_bytes(
         json.dumps(INIT).encode() + b"\n{not json}\n"
         + b'{"jsonrpc":"2.0","id":5}\n[{"jsonrpc":"2.0","id":996,"method":"ping"}]\n'
+        + b"".join(
+            b'{"jsonrpc":"2.0","id":%s,"method":"tools/list"}\n' % rid
+            for rid in (b'{"a":1}', b"true", b"1.5", b"null")
+        )
+        + call % (7, b"12345678901234567890") + b"\n" + call % (8, b"1e400") + b"\n"
     )  # fmt: skip
     with source.open("rb") as stdin:
         done = subprocess.run(
@@ -237,6 +251,17 @@ def test_a_bad_line_on_a_regular_file_stdin_is_answered_too(tmp_path: Path) -> N
     # The handshake's answer may come before or after the refusals (they are answered
     # as they are read); the refusals come in the order of their lines.
     assert [a["id"] for a in answers if "result" in a] == [0]
-    refusals = [(a["id"], a["error"]["code"]) for a in answers if "error" in a]
-    assert refusals == [(None, -32700), (5, -32600), (996, -32600)]
-    assert done.stderr.decode().count("refused a client line") == 3
+    refusals = [
+        [(e["id"], e["error"]["code"]) for e in a] if isinstance(a, list)
+        else (a["id"], a["error"]["code"])
+        for a in answers if "result" not in a
+    ]  # fmt: skip
+    assert refusals == [
+        (None, -32700), (5, -32600), [(996, -32600)], *[(None, -32600)] * 4,
+        (7, -32602), (8, -32700),
+    ]  # fmt: skip
+    by_id = {a["id"]: a for a in answers if isinstance(a, dict) and a["id"] is not None}
+    assert "/params/arguments/n is outside the RFC 8785" in by_id[7]["error"]["message"]
+    assert "1e400 overflows a double" in by_id[8]["error"]["message"]
+    assert done.stderr.decode().count("refused a client line") == 9
+    assert "jcs_domain" not in done.stdout.decode() + done.stderr.decode()

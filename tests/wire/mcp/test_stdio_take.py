@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 import anyio
 import pytest
@@ -160,3 +161,31 @@ def test_ahead_gives_back_only_what_was_kept_for_that_very_line() -> None:
     ahead.keep(line, "kept")
     assert ahead.get(line, lambda _b: "made") == "kept"
     assert ahead.get(line, lambda _b: "made") == "made"  # forgotten once given
+
+
+def test_a_regular_file_is_read_to_its_end_without_take(tmp_path: Path) -> None:
+    """Decision 1200: a channel on a regular file (``watch=False``) reads it without
+    waiting for readiness (the loop cannot watch a file), offers no line to ``take``,
+    and yields every line, an over-long one as :class:`TooLong`, then ends; a write to a
+    file never waits either."""
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"one\n" + b"x" * 3000 + b"\ntwo\nlast")
+    out = tmp_path / "out.jsonl"
+    offered: list[bytes] = []
+
+    def take(line: bytes) -> bool:
+        offered.append(line)
+        return True
+
+    async def main() -> list[bytes | TooLong]:
+        with source.open("rb") as rf, out.open("wb") as wf:
+            channel = StdioChannel(rf.fileno(), wf.fileno(), 1024, watch=False)
+            got = [line async for line in channel.lines(take)]
+            await channel.write_line(b"answer")
+        return got
+
+    got = anyio.run(main)
+    assert offered == []
+    assert got[0] == b"one" and got[2:] == [b"two", b"last"]
+    assert isinstance(got[1], TooLong) and got[1].size == 3000
+    assert out.read_bytes() == b"answer\n"

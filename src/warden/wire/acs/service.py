@@ -50,6 +50,7 @@ from warden.core.types import ActionRequest, Effect, Verdict, user_id_claim
 from warden.crypto.canonical import (
     MAX_REQUEST_DEPTH,
     canonical_bytes,
+    jcs_domain_error,
     lone_surrogate_at,
     may_hold_surrogates,
     parse_strict_json,
@@ -263,7 +264,7 @@ class AcsService:
             try:
                 canonical_bytes(msg)  # raises for values outside the JCS domain
             except InvalidRequest as exc:
-                return error_response(rid, exc)
+                return error_response(rid, jcs_domain_error(exc, msg))
         jcs_msg, jcs = jcs_writable(msg, jcs)
         params = msg["params"]
         method = msg["method"]

@@ -32,9 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
-import pydantic_core
 
-from warden.crypto.canonical import integer_outside_jcs_at, parse_request_json
+from warden.crypto.canonical import number_outside_jcs_at, parse_request_json
 from warden.errors import ParseError
 
 #: An integer beyond ±(2^53−1) has at least 16 digits: a line without such a run has
@@ -95,7 +94,7 @@ def parse_line(line: bytes) -> types.JSONRPCMessage | Rejection:
         and message.method == "tools/call"
         and _SIXTEEN_DIGITS.search(line) is not None  # else no integer beyond 2^53
     ):
-        at = integer_outside_jcs_at(value.get("params"), "/params")
+        at = number_outside_jcs_at(value.get("params"), "/params")
         if at is not None:
             return _invalid_params(at, message.id)
     return message
@@ -154,39 +153,6 @@ def too_long(size: int, limit: int) -> Rejection:
         "(warden mcp-proxy --max-line-bytes); it was discarded unread",
         None,
     )
-
-
-def rejection_for(exc: Exception) -> Rejection:
-    """Why the SDK's own stdio transport refused a line, from the exception it yields
-    in the line's place (used when stdin is a regular file; the SDK decoded the line
-    with replacement, so invalid UTF-8 is not seen there)."""
-    errors = exc.errors() if isinstance(exc, pydantic_core.ValidationError) else []
-    if not errors:
-        return _parse_error(str(exc))
-    first = errors[0]
-    if first["type"] == "json_invalid":
-        # The input is the line as text: parse it again for the parser's message.
-        text = first.get("input")
-        return _reject(text.encode()) if isinstance(text, str) else _parse_error(first["msg"])
-    # An error's input is the value at its location: the whole message for a union
-    # member's own type error, or for a field missing from the message itself.
-    for error in errors:
-        loc = error["loc"]
-        if len(loc) <= 1 or (len(loc) == 2 and error["type"] == "missing"):
-            return _reject_value(error.get("input"))
-    return _invalid("not a JSON-RPC 2.0 request, notification or response", None)
-
-
-def _reject(line: bytes) -> Rejection:
-    try:
-        line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return _parse_error(f"not UTF-8 ({exc.reason} at byte {exc.start})")
-    try:
-        value = pydantic_core.from_json(line)
-    except ValueError as exc:
-        return _parse_error(str(exc))
-    return _reject_value(value)
 
 
 def _parse_error(detail: str, rid: str | int | None = None) -> Rejection:

@@ -27,13 +27,11 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import mcp_types as types
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -43,7 +41,6 @@ from warden.policy.bundle import Bundle
 from warden.transport.mcp_direct_calls import DirectCalls
 from warden.transport.stdio_channel import MAX_LINE, claim_stdio
 from warden.transport.upstream_stdio import connect_stdio
-from warden.wire.mcp.bad_input import rejection_for
 from warden.wire.mcp.fast_path import serve_channel
 from warden.wire.mcp.gateway import Gateway, Ruling, refusal
 from warden.wire.mcp.outcome import (
@@ -455,37 +452,6 @@ async def serve_stdio(
             proxy = Proxy(gateway, session, bundle=bundle, hide_denied=hide_denied, direct=direct)
             server = proxy.server()
             with claim_stdio(upstream.max_line) as channel:
-                if channel is not None:
-                    await serve_channel(proxy, server, channel)
-                    return
-            async with stdio_server() as (read, write):
-                await _serve_sdk_stdio(server, read, write)
+                await serve_channel(proxy, server, channel)
         finally:
             await anyio.to_thread.run_sync(gateway.close)
-
-
-async def _serve_sdk_stdio(
-    server: Server[Any],
-    read: MemoryObjectReceiveStream[SessionMessage | Exception],
-    write: MemoryObjectSendStream[SessionMessage],
-) -> None:
-    """Run ``server`` on the SDK's stdio transport, answering the lines that transport
-    could not parse (it yields an exception in their place, which the SDK's server
-    would drop unanswered) as the channel does (:mod:`warden.wire.mcp.bad_input`)."""
-    to_server, server_in = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-
-    async def relay() -> None:
-        async with read, to_server:
-            async for item in read:
-                if not isinstance(item, Exception):
-                    await to_server.send(item)
-                    continue
-                rejection = rejection_for(item)
-                log.warning("refused a client line: %s", rejection.reason)
-                # One message per error: this transport writes messages, not arrays.
-                for error in rejection.errors:
-                    await write.send(SessionMessage(types.JSONRPCError.model_validate(error)))
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(relay)
-        await server.run(server_in, write, server.create_initialization_options())

@@ -20,6 +20,7 @@ from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from warden.approvals.desk import ApprovalDesk
@@ -184,6 +185,8 @@ def make_route_class(
                     return error_response(validation_refusal(exc))
                 except StarletteHTTPException as exc:
                     return error_response(http_refusal(exc, limit))
+                except ClientDisconnect:
+                    raise  # nobody to answer: the app's handler (decision 1202)
                 except Exception as exc:  # noqa: BLE001 - every failure gets an envelope
                     return error_response(exc)
 
