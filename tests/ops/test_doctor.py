@@ -321,9 +321,7 @@ def test_a_data_dir_that_is_a_file_fails(tmp_path: Path) -> None:
     checks = by_name(doc)
     assert code == 1 and doc["ok"] is False
     assert checks["data_dir"]["status"] == "fail"
-    assert checks["data_dir"]["message"] == (
-        f"data directory {data} exists and is not a directory"
-    )
+    assert checks["data_dir"]["message"] == (f"data directory {data} exists and is not a directory")
     assert checks["key:ikm"]["status"] == "fail"
     assert data.read_text() == "not a folder"
 

@@ -56,7 +56,9 @@ def _create_private(path: Path, text: str) -> None:
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as exc:  # FileExistsError here: a file where a folder should be
+    except FileExistsError as exc:  # a file where a folder of the path should be
+        raise ConfigError(f"cannot create {path}: {path.parent} is not a directory") from exc
+    except OSError as exc:
         raise ConfigError(f"cannot create {path}: {exc.strerror or exc}") from exc
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     try:
