@@ -20,10 +20,29 @@ err_console = Console(stderr=True, soft_wrap=True)
 EXIT_FAILURE_FOUND = 1
 EXIT_BAD_INPUT = 2
 
+
+def checked_data_dir(ctx: typer.Context, value: Path | None) -> Path | None:
+    """The ``--data-dir`` callback of every command: a path that is a file or cannot be
+    created is the one-line ``error: …`` and exit 2 before the command runs (decision
+    1190; :mod:`warden.data_dir`)."""
+    if value is None or ctx.resilient_parsing:
+        return value
+    from warden.data_dir import check_data_dir
+
+    try:
+        check_data_dir(value)
+    except ConfigError as exc:
+        raise _fail(exc) from exc
+    return value
+
+
 DataDir = Annotated[
     Path,
     typer.Option(
-        "--data-dir", envvar="WARDEN_DATA_DIR", help="Folder for the default database and key file."
+        "--data-dir",
+        envvar="WARDEN_DATA_DIR",
+        help="Folder for the default database and key file.",
+        callback=checked_data_dir,
     ),
 ]
 DbUrl = Annotated[

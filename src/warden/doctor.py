@@ -1,13 +1,18 @@
 """``warden doctor``'s checks of a deployment (issue 18 item 5), read-only.
 
-:func:`run_checks` returns one :class:`Check` per aspect: key files (exist, mode 0600),
+:func:`run_checks` returns one :class:`Check` per aspect: the data directory, key files
+(exist, mode 0600, load as ``serve`` loads them),
 the database (reachable, schema at this Warden's revision), the policy bundle, the
 budgets and webhooks files (the webhooks' destinations under their allow-list), TLS
 files, the clock against the database server's, and whether this install runs the
 decision path compiled (``native``: :mod:`warden.native`). Each check is ``ok``, ``warn``,
 ``fail`` or ``skip`` (not applicable or not configured: never counted as passed).
-Nothing is created or changed: a key file that ``serve`` would generate is a ``warn``,
-a missing SQLite database is a ``warn``, and the database is opened without migrating.
+Nothing is created or changed: a key file that ``serve`` would generate is a ``warn``
+(a ``fail`` when ``serve`` could not create it), one that exists is read with the loader
+``serve`` uses, a missing SQLite database is a ``warn``, and the database is opened
+without migrating. The data directory gets the check every command makes of
+``--data-dir`` (:mod:`warden.data_dir`; to tell whether an absent one can be created it
+makes and removes one empty directory beside it).
 """
 
 from __future__ import annotations
@@ -41,13 +46,25 @@ class Check:
         return {"name": self.name, "status": self.status, "message": self.message}
 
 
-def _key_file(name: str, path: Path, *, created_on_start: bool) -> Check:
+def _key_file(
+    name: str, path: Path, load: Callable[[Path], object] | None, *, created_on_start: bool
+) -> Check:
+    """A key file: absent, a ``warn`` when ``serve`` would create it (and could: its
+    folder is writable or can be made), else a ``fail``; present, loaded with ``load``,
+    the loader ``serve`` uses (decision 1192), its ConfigError message being the ``fail``.
+    ``load`` None (the TLS key, loaded with its certificate by the ``tls`` check) checks
+    the file's type and mode only."""
+    from warden.errors import WardenError
+
     try:
         st = path.stat()
     except FileNotFoundError:
-        if created_on_start:
-            return Check(name, "warn", f"{path} does not exist yet (serve creates it, mode 0600)")
-        return Check(name, "fail", f"{path} does not exist")
+        if not created_on_start:
+            return Check(name, "fail", f"{path} does not exist")
+        why = _cannot_create_in(path.parent)
+        if why is not None:
+            return Check(name, "fail", f"{path} does not exist and serve cannot create it: {why}")
+        return Check(name, "warn", f"{path} does not exist yet (serve creates it, mode 0600)")
     except OSError as exc:
         return Check(name, "fail", f"{path} cannot be read: {exc.strerror or exc}")
     if not stat.S_ISREG(st.st_mode):
@@ -59,25 +76,88 @@ def _key_file(name: str, path: Path, *, created_on_start: bool) -> Check:
         )
     if st.st_size == 0:
         return Check(name, "fail", f"{path} is empty")
+    if load is not None:
+        try:
+            load(path)
+        except WardenError as exc:
+            return Check(name, "fail", exc.message)
+        return Check(name, "ok", f"{path} loads (mode {oct(mode)})")
     return Check(name, "ok", f"{path} (mode {oct(mode)})")
+
+
+def _cannot_create_in(folder: Path) -> str | None:
+    """Why ``serve`` could not write a new file into ``folder`` (which it makes if absent),
+    or None: :func:`warden.data_dir.creatable_problem` for an absent folder."""
+    import os
+
+    from warden.data_dir import creatable_problem
+
+    if folder.is_dir():
+        return None if os.access(folder, os.W_OK | os.X_OK) else f"{folder} is not writable"
+    return creatable_problem(folder)
+
+
+def check_data_dir(s: Settings) -> Check:
+    """The data directory, with the check every command makes of ``--data-dir``
+    (:func:`warden.data_dir.data_dir_problem`): ``fail`` where ``serve`` would refuse it,
+    ``warn`` while it does not exist yet (``serve`` creates it)."""
+    from warden.data_dir import data_dir_problem
+
+    why = data_dir_problem(s.data_dir)
+    if why is not None:
+        return Check("data_dir", "fail", why)
+    if not s.data_dir.is_dir():
+        return Check("data_dir", "warn", f"{s.data_dir} does not exist yet (serve creates it)")
+    return Check("data_dir", "ok", f"{s.data_dir} is a directory")
 
 
 def check_keys(s: Settings) -> list[Check]:
     """The secret files: HMAC master secret, admin token, signing keys (responses,
-    governance, ML-DSA, the log's checkpoints, RFC 9421 requests), the TLS key."""
+    governance, ML-DSA, the log's checkpoints, RFC 9421 requests), the TLS key. Each one
+    there is read with ``serve``'s loader (never created or rewritten)."""
+    from warden.adcp.governance_token import GOVERNANCE_KEY_FILENAME, load_governance_signer
+    from warden.adcp.webhook_signing import load_webhook_signer
+    from warden.crypto.asymmetric import load_mldsa_key
+    from warden.crypto.ed25519_keys import load_signing_key
+    from warden.crypto.keystore import load_api_token, load_ikm
+    from warden.tlog.keys import load_checkpoint_signer
+
+    def governance(path: Path) -> object:
+        return load_governance_signer(s.data_dir, s.resolved_public_url(), path, create=False)
+
+    def checkpoint(path: Path) -> object:
+        return load_checkpoint_signer(path, s.log_origin, create=False)
+
+    def request_signing(path: Path) -> object:
+        return load_webhook_signer(s.data_dir, path, create=False)
+
     out = [
-        _key_file("key:ikm", s.resolved_key_file(), created_on_start=True),
-        _key_file("key:api_token", s.resolved_api_token_file(), created_on_start=True),
-        _key_file("key:signing", s.resolved_signing_key_file(), created_on_start=True),
-        _key_file("key:governance", s.data_dir / "governance-signing.key", created_on_start=True),
-        _key_file("key:mldsa", s.resolved_mldsa_key_file(), created_on_start=True),
-        _key_file("key:checkpoint", s.resolved_checkpoint_key_file(), created_on_start=True),
+        _key_file("key:ikm", s.resolved_key_file(), load_ikm, created_on_start=True),
         _key_file(
-            "key:request_signing", s.resolved_webhook_signing_key_file(), created_on_start=True
+            "key:api_token", s.resolved_api_token_file(), load_api_token, created_on_start=True
+        ),
+        _key_file(
+            "key:signing", s.resolved_signing_key_file(), load_signing_key, created_on_start=True
+        ),
+        _key_file(
+            "key:governance",
+            s.data_dir / GOVERNANCE_KEY_FILENAME,
+            governance,
+            created_on_start=True,
+        ),
+        _key_file("key:mldsa", s.resolved_mldsa_key_file(), load_mldsa_key, created_on_start=True),
+        _key_file(
+            "key:checkpoint", s.resolved_checkpoint_key_file(), checkpoint, created_on_start=True
+        ),
+        _key_file(
+            "key:request_signing",
+            s.resolved_webhook_signing_key_file(),
+            request_signing,
+            created_on_start=True,
         ),
     ]
     if s.tls_key is not None:
-        out.append(_key_file("key:tls", s.tls_key, created_on_start=False))
+        out.append(_key_file("key:tls", s.tls_key, None, created_on_start=False))
     return out
 
 
@@ -99,8 +179,13 @@ def check_database(s: Settings) -> tuple[Check, Check]:
     if parsed.get_backend_name() == "sqlite":
         db = make_url(url).database or ""
         if db and db != ":memory:" and not Path(db).exists():
+            why = _cannot_create_in(Path(db).parent)
             return (
-                Check("database", "warn", f"{shown}: no database yet (serve creates it)"),
+                Check("database", "warn", f"{shown}: no database yet (serve creates it)")
+                if why is None
+                else Check(
+                    "database", "fail", f"{shown}: no database, and serve cannot create it: {why}"
+                ),
                 _skew_skip("not applicable: SQLite runs on this host's clock"),
             )
     try:
@@ -236,4 +321,11 @@ def run_checks(s: Settings) -> list[Check]:
     from warden import native
 
     db, skew = check_database(s)
-    return [*check_keys(s), db, *check_files(s), skew, check_native(native.state, native.reason)]
+    return [
+        check_data_dir(s),
+        *check_keys(s),
+        db,
+        *check_files(s),
+        skew,
+        check_native(native.state, native.reason),
+    ]

@@ -31,6 +31,7 @@ from warden.crypto.asymmetric import VERIFIED_ALGORITHMS, load_or_create_mldsa_k
 from warden.crypto.ed25519_keys import load_or_create_signing_key
 from warden.crypto.hmac_keys import SessionKeys, ikm_fingerprint
 from warden.crypto.keystore import load_or_create_api_token, load_or_create_ikm
+from warden.data_dir import check_data_dir
 from warden.errors import ConfigError, StoreUnavailable
 from warden.gates.approval import ApprovalGate
 from warden.gates.spend import SpendGate
@@ -115,6 +116,9 @@ class Runtime:
 
     @classmethod
     def start(cls, settings: Settings) -> Runtime:
+        # Whatever set it (option, WARDEN_DATA_DIR, config file): a file or a path that
+        # cannot be created is one ConfigError line, not an OSError traceback later.
+        check_data_dir(settings.data_dir)
         bundle, bundle_source = read_bundle(settings.resolved_policy())
         file_bundle = bundle
         shadow_bundle = load_bundle(settings.shadow_policy) if settings.shadow_policy else None

@@ -19,6 +19,9 @@ from sqlalchemy import create_engine, text
 
 from warden import native
 from warden.cli_output import cli_schema
+from warden.crypto.asymmetric import load_or_create_mldsa_key
+from warden.crypto.ed25519_keys import load_or_create_signing_key
+from warden.crypto.keystore import load_or_create_api_token
 from warden.store.sql import _alembic_config, head_revision, open_store
 
 SCHEMA = Draft202012Validator(cli_schema("doctor"))
@@ -30,7 +33,7 @@ def doctor(data: Path, *args: str) -> tuple[int, dict[str, Any], str]:
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=data.parent,
+        cwd=next(p for p in data.parents if p.is_dir()),
         env={k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")},
     )
     doc = json.loads(done.stdout) if done.stdout else {}
@@ -46,12 +49,14 @@ def by_name(doc: dict[str, Any]) -> dict[str, dict[str, str]]:
 
 @pytest.fixture
 def deployment(tmp_path: Path, database_url: str) -> tuple[Path, str]:
-    """A data dir whose key files exist (0600) and whose database is at head."""
+    """A data dir whose key files exist (0600, each one a key serve loads: doctor loads
+    them as serve does, decision 1192) and whose database is at head."""
     data = tmp_path / "data"
     write_key(data / "ikm.key")
-    for name in ("api.token", "signing.key", "governance-signing.key", "mldsa.key"):
-        (data / name).write_text("x" * 40)
-        (data / name).chmod(0o600)
+    load_or_create_api_token(data / "api.token")
+    load_or_create_signing_key(data / "signing.key")
+    load_or_create_signing_key(data / "governance-signing.key")
+    load_or_create_mldsa_key(data / "mldsa.key")
     open_store(database_url).close()
     return data, database_url
 
@@ -234,3 +239,104 @@ def test_doctor_json_reports_the_build_state_of_its_own_process(tmp_path: Path) 
     assert by_name(doc)["native"] == check_native(seen["state"], seen["reason"]).to_json()
     # The same interpreter on the same sources as this test: the same build state.
     assert seen["state"] == native.state
+
+
+#: A key file of each kind with content serve refuses, and the words of serve's refusal.
+BAD_KEYS = [
+    ("ikm.key", "nothex", "key:ikm", "is not hex text"),
+    ("api.token", "abcdefg", "key:api_token", "at least 32 are required"),
+    ("signing.key", "garbage", "key:signing", "not an unencrypted PEM private key"),
+    ("governance-signing.key", "garbage", "key:governance", "not an unencrypted PEM"),
+    ("checkpoint.key", "garbage", "key:checkpoint", "not an unencrypted PEM private key"),
+    ("request-signing.key", "garbage", "key:request_signing", "not an unencrypted PEM"),
+    ("mldsa.key", "garbage", "key:mldsa", "is not a PKCS#8 PEM key"),
+]
+
+
+@pytest.mark.parametrize(("file", "content", "check", "says"), BAD_KEYS)
+def test_a_key_file_serve_refuses_fails(
+    deployment: tuple[Path, str], file: str, content: str, check: str, says: str
+) -> None:
+    """Each key file is loaded with serve's own loader (issue 16 s12 item 3): one whose
+    content serve refuses fails doctor with the loader's message, mode 0600 or not, and
+    serve refuses it too with that same message. Doctor never rewrites the file."""
+    data, url = deployment
+    path = data / file
+    path.write_text(content + "\n")
+    path.chmod(0o600)
+    before = path.stat()
+    code, doc, _ = doctor(data, "--database-url", url)
+    found = by_name(doc)[check]
+    assert code == 1 and doc["ok"] is False, doc
+    assert found["status"] == "fail" and says in found["message"], found
+    assert str(path) in found["message"]
+    others = [c for c in doc["checks"] if c["name"].startswith("key:") and c["name"] != check]
+    assert all(c["status"] in ("ok", "warn") for c in others), others
+    after = path.stat()
+    assert path.read_text() == content + "\n"
+    assert (after.st_mtime_ns, after.st_ino) == (before.st_mtime_ns, before.st_ino)
+    served = subprocess.run(
+        [sys.executable, "-m", "warden", "serve", "--data-dir", str(data), "--port", "0"]
+        + ["--database-url", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=data.parent,
+        env={k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")},
+    )
+    assert served.returncode == 2, served.stderr
+    assert says in served.stderr and "Traceback" not in served.stderr
+
+
+def test_healthy_keys_load_and_missing_ones_are_not_created(tmp_path: Path) -> None:
+    """A key file that loads is ok ("loads"); one that is absent stays a warning (serve
+    creates it) and doctor does not create it."""
+    data = tmp_path / "data"
+    write_key(data / "ikm.key")
+    code, doc, _ = doctor(data)
+    checks = by_name(doc)
+    assert code == 0, doc
+    assert checks["key:ikm"]["status"] == "ok" and "loads" in checks["key:ikm"]["message"]
+    assert checks["data_dir"]["status"] == "ok"
+    for name in ("key:api_token", "key:signing", "key:mldsa", "key:checkpoint"):
+        assert checks[name]["status"] == "warn" and "serve creates it" in checks[name]["message"]
+    assert sorted(p.name for p in data.iterdir()) == ["ikm.key"]
+
+
+def test_an_absent_data_dir_that_serve_can_create_is_a_warning(tmp_path: Path) -> None:
+    data = tmp_path / "not" / "yet"
+    code, doc, _ = doctor(data)
+    checks = by_name(doc)
+    assert code == 0 and checks["data_dir"]["status"] == "warn", doc
+    assert "serve creates it" in checks["data_dir"]["message"]
+    assert list(tmp_path.iterdir()) == []  # not created, and the probe left nothing
+
+
+def test_a_data_dir_that_is_a_file_fails(tmp_path: Path) -> None:
+    """Doctor makes serve's (and every command's) check of the data directory: a regular
+    file fails it, and so does every key file that would live in it."""
+    data = tmp_path / "data"
+    data.write_text("not a folder")
+    code, doc, _ = doctor(data)
+    checks = by_name(doc)
+    assert code == 1 and doc["ok"] is False
+    assert checks["data_dir"]["status"] == "fail"
+    assert checks["data_dir"]["message"] == (f"data directory {data} exists and is not a directory")
+    assert checks["key:ikm"]["status"] == "fail"
+    assert data.read_text() == "not a folder"
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_a_data_dir_serve_cannot_create_fails(tmp_path: Path) -> None:
+    """`/proc/forbidden` used to pass ("serve creates it") though serve cannot create it,
+    even as root (mkdir in /proc fails whatever the permission bits say)."""
+    code, doc, _ = doctor(Path("/proc/forbidden"))
+    checks = by_name(doc)
+    assert code == 1 and doc["ok"] is False
+    assert checks["data_dir"]["status"] == "fail"
+    assert "/proc/forbidden does not exist and cannot be created" in checks["data_dir"]["message"]
+    for name in ("key:ikm", "key:api_token", "key:signing"):
+        assert checks[name]["status"] == "fail", checks[name]
+        assert "serve cannot create it" in checks[name]["message"]
+    assert checks["database"]["status"] == "fail"
+    assert not Path("/proc/forbidden").exists()

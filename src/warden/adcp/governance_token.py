@@ -48,7 +48,7 @@ from joserfc.jwk import OKPKey
 
 from warden.adcp._jose import CRITICAL_CLAIMS, ProfileRegistry
 from warden.adcp.plan_hash import authorized_payload_hash, plan_hash
-from warden.crypto.ed25519_keys import load_or_create_signing_key
+from warden.crypto.ed25519_keys import load_or_create_signing_key, load_signing_key
 
 __all__ = [
     "GOVERNANCE_KEY_FILENAME",
@@ -326,14 +326,19 @@ class GovernanceSigner:
 
 
 def load_governance_signer(
-    data_dir: Path, issuer: str, key_file: Path | None = None
+    data_dir: Path, issuer: str, key_file: Path | None = None, *, create: bool = True
 ) -> GovernanceSigner:
     """The signer for ``issuer`` over the key at ``key_file`` (default
-    ``<data_dir>/governance-signing.key``), generating the key (mode 0600) on first use.
+    ``<data_dir>/governance-signing.key``), generating the key (mode 0600) on first use
+    when ``create`` (``warden doctor`` reads it with ``create=False``: a missing file is
+    then a ConfigError).
 
     Raises :class:`~warden.errors.ConfigError` if the key file exists but is shared with
     group or others, unreadable, or not an unencrypted PKCS#8 Ed25519 key.
     """
     path = key_file if key_file is not None else data_dir / GOVERNANCE_KEY_FILENAME
-    key, kid, _created = load_or_create_signing_key(path)
+    if create:
+        key, kid, _created = load_or_create_signing_key(path)
+    else:
+        key, kid = load_signing_key(path)
     return GovernanceSigner(key, kid, issuer)

@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from warden.adcp.rfc9421.keys import public_jwk
 from warden.adcp.rfc9421.sign import sign_request
 from warden.adcp.rfc9421.verify import WEBHOOK_TAG, HttpRequest
-from warden.crypto.ed25519_keys import load_or_create_signing_key
+from warden.crypto.ed25519_keys import load_or_create_signing_key, load_signing_key
 
 KEY_FILENAME = "request-signing.key"
 WINDOW_S = 300
@@ -62,10 +62,16 @@ class WebhookSigner:
         return dict(signed.headers)
 
 
-def load_webhook_signer(data_dir: Path, key_file: Path | None = None) -> WebhookSigner:
+def load_webhook_signer(
+    data_dir: Path, key_file: Path | None = None, *, create: bool = True
+) -> WebhookSigner:
     """The signer over ``key_file`` (default ``<data_dir>/request-signing.key``),
-    generating the key (mode 0600) on first use. Raises
+    generating the key (mode 0600) on first use when ``create``. Raises
     :class:`~warden.errors.ConfigError` for a key file shared with others or not an
-    unencrypted PKCS#8 Ed25519 key."""
-    key, kid, _created = load_or_create_signing_key(key_file or data_dir / KEY_FILENAME)
+    unencrypted PKCS#8 Ed25519 key (or, without ``create``, missing)."""
+    path = key_file or data_dir / KEY_FILENAME
+    if create:
+        key, kid, _created = load_or_create_signing_key(path)
+    else:
+        key, kid = load_signing_key(path)
     return WebhookSigner(key, kid)

@@ -33,6 +33,8 @@ def _read_private(path: Path, what: str) -> str:
         mode = path.stat().st_mode
     except FileNotFoundError as exc:
         raise ConfigError(f"{what} {path} does not exist") from exc
+    except OSError as exc:  # a file where a folder of its path should be, or no access
+        raise ConfigError(f"{what} {path} cannot be read: {exc.strerror or exc}") from exc
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise ConfigError(
             f"{what} {path} is accessible by group/others (mode {oct(mode & 0o777)}); chmod 600 it"
@@ -48,19 +50,31 @@ def _create_private(path: Path, text: str) -> None:
 
     The file appears whole or not at all: it is written under a temporary name and
     hard-linked into place, so replicas starting together on one data directory never
-    read a half-written key. Raises FileExistsError if ``path`` already exists.
+    read a half-written key. Raises FileExistsError if ``path`` already exists, and
+    :class:`ConfigError` (one line, not a traceback) if it cannot be written: its folder
+    cannot be made, is not writable, or is full.
     """
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.link(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except FileExistsError as exc:  # a file where a folder of the path should be
+        raise ConfigError(f"cannot create {path}: {path.parent} is not a directory") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot create {path}: {exc.strerror or exc}") from exc
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.link(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        raise ConfigError(f"cannot create {path}: {exc.strerror or exc}") from exc
 
 
 def _load_or_create(
