@@ -409,6 +409,14 @@ def ensure_agent(target: Runtime | str | Path, principal: str, role: str = "agen
     agent_credential(target, principal)
 
 
+def bearer(rt: Runtime, principal: str, role: Any) -> dict[str, str]:
+    """The ``Authorization`` header of a new API key of ``principal`` with ``role`` (no
+    groups) in ``rt``, registering the agent first when the role is ``agent``."""
+    ensure_agent(rt, principal, role)
+    _, token = rt.api_keys.create(principal, role, ())
+    return {"Authorization": f"Bearer {token}"}
+
+
 def claiming(client: AcsClient, agent_id: str) -> AcsClient:
     """A client on ``client``'s session and key that claims another ``agent_id``."""
     other = copy.copy(client)

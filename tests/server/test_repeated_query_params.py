@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from conftest import ensure_agent
+from conftest import bearer, ensure_agent
 from fastapi.testclient import TestClient
 from test_desk_pages import login
 
@@ -21,12 +21,6 @@ from warden.server.app import create_app
 def client(runtime: Runtime) -> Iterator[TestClient]:
     with TestClient(create_app(runtime), follow_redirects=False) as c:
         yield c
-
-
-def _token(rt: Runtime, principal: str, role: Role) -> dict[str, str]:
-    ensure_agent(rt, principal, role)
-    _, token = rt.api_keys.create(principal, role, ())
-    return {"Authorization": f"Bearer {token}"}
 
 
 def test_the_rule_names_each_repeated_single_valued_parameter_once() -> None:
@@ -51,7 +45,7 @@ def test_the_rule_names_each_repeated_single_valued_parameter_once() -> None:
 def test_a_repeated_parameter_on_v1_is_a_400_envelope(
     runtime: Runtime, client: TestClient, path: str, role: Role
 ) -> None:
-    r = client.get(path, headers=_token(runtime, "root", role))
+    r = client.get(path, headers=bearer(runtime, "root", role))
     assert r.status_code == 400, r.text
     body = r.json()
     assert body["blockedBy"] == "input:invalid", body
@@ -60,7 +54,7 @@ def test_a_repeated_parameter_on_v1_is_a_400_envelope(
 
 
 def test_one_value_and_a_list_are_still_read(runtime: Runtime, client: TestClient) -> None:
-    headers = _token(runtime, "root", Role.APPROVER)
+    headers = bearer(runtime, "root", Role.APPROVER)
     r = client.get("/v1/approvals?limit=2&state=all", headers=headers)
     assert r.status_code == 200, r.text
     # An undeclared parameter is refused as unknown (decision 1180), not as repeated.

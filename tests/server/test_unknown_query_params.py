@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from conftest import ensure_agent
+from conftest import bearer
 from fastapi.testclient import TestClient
 
 from warden.identity.api_keys import Role
@@ -21,12 +21,6 @@ from warden.server.app import create_app
 def client(runtime: Runtime) -> Iterator[TestClient]:
     with TestClient(create_app(runtime), follow_redirects=False) as c:
         yield c
-
-
-def _token(rt: Runtime, principal: str, role: Role) -> dict[str, str]:
-    ensure_agent(rt, principal, role)
-    _, token = rt.api_keys.create(principal, role, ())
-    return {"Authorization": f"Bearer {token}"}
 
 
 def test_the_rule_names_the_unknown_parameters_and_the_routes_own() -> None:
@@ -57,7 +51,7 @@ def test_the_rule_names_the_unknown_parameters_and_the_routes_own() -> None:
 
 
 def test_a_misspelled_filter_is_refused_not_ignored(runtime: Runtime, client: TestClient) -> None:
-    headers = _token(runtime, "fay", Role.APPROVER)
+    headers = bearer(runtime, "fay", Role.APPROVER)
     r = client.get("/v1/approvals?State=approved", headers=headers)
     assert r.status_code == 400, r.text
     assert r.json()["blockedBy"] == "input:invalid"
@@ -89,7 +83,7 @@ def test_every_v1_route_refuses_a_parameter_it_does_not_take(
     """Spend, KLA, approvals, agents and the transparency log: each route answers an
     unknown parameter in its wire's own 400, listing the parameters /openapi.json says
     it takes, before it reads the body (a broken JSON body is not what is reported)."""
-    admin = _token(runtime, "root", Role.ADMIN)
+    admin = bearer(runtime, "root", Role.ADMIN)
     operations = _v1_operations(client)
     listed = {(m, p) for m, p, _ in operations}
     for expected in [
@@ -149,7 +143,7 @@ def test_the_log_routes_list_and_check_their_parameters(
 
 def test_nothing_runs_before_the_refusal(runtime: Runtime, client: TestClient) -> None:
     """A write with an unknown parameter changes nothing: the route never runs."""
-    admin = _token(runtime, "root", Role.ADMIN)
+    admin = bearer(runtime, "root", Role.ADMIN)
     body = {"agent_id": "bot-q", "owner": "alice"}
     r = client.post("/v1/agents?dry_run=true", json=body, headers=admin)
     assert r.status_code == 400, r.text
@@ -163,7 +157,7 @@ def test_the_key_check_comes_first_and_an_unknown_path_is_still_404(
 ) -> None:
     r = client.get("/v1/approvals?State=approved")
     assert r.status_code == 401, r.text
-    admin = _token(runtime, "root", Role.ADMIN)
+    admin = bearer(runtime, "root", Role.ADMIN)
     r = client.get("/v1/nope?x=1", headers=admin)
     assert r.status_code == 404, r.text
     assert r.json()["blockedBy"] == "input:unknown_route"
