@@ -409,6 +409,20 @@ def ensure_agent(target: Runtime | str | Path, principal: str, role: str = "agen
     agent_credential(target, principal)
 
 
+def warden_cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``warden ARGS`` as a subprocess in ``cwd``, with none of this process's ``WARDEN_*``
+    variables but the given ones (text output, 120 s timeout)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")}
+    return subprocess.run(
+        [sys.executable, "-m", "warden", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**clean, **env},
+    )
+
+
 def bearer(rt: Runtime, principal: str, role: Any) -> dict[str, str]:
     """The ``Authorization`` header of a new API key of ``principal`` with ``role`` (no
     groups) in ``rt``, registering the agent first when the role is ``agent``."""

@@ -10,15 +10,14 @@ reports it as its `data_dir` check (tests/ops/test_doctor.py).
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import typer
+from conftest import warden_cli
 
 from warden.cli import app
 from warden.data_dir import check_data_dir, data_dir_problem
@@ -86,14 +85,7 @@ def test_every_data_dir_option_goes_through_one_check() -> None:
 
 
 def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "warden", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env={**{k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")}, **env},
-    )
+    return warden_cli(cwd, *args, **env)
 
 
 def _assert_one_line(done: subprocess.CompletedProcess[str], expected: str) -> None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import warden_cli
 
 from warden.config_file import load_settings
 from warden.errors import ConfigError
@@ -25,15 +25,7 @@ PORT_REASON = "port: Input should be less than or equal to 65535"
 
 def warden(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """``warden ARGS`` in ``tmp_path`` with only the given WARDEN_* variables."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")}
-    return subprocess.run(
-        [sys.executable, "-m", "warden", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env={**clean, **env},
-    )
+    return warden_cli(tmp_path, *args, **env)
 
 
 def refused(done: subprocess.CompletedProcess[str], tmp_path: Path) -> str:
