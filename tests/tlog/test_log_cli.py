@@ -6,12 +6,11 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import service_client, write_key
+from conftest import service_client, warden_cli, write_key
 from jsonschema import Draft202012Validator
 from sqlalchemy import create_engine, text
 
@@ -21,13 +20,7 @@ from warden.settings import Settings
 
 
 def _warden(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "warden", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-    )
+    return warden_cli(cwd or Path.cwd(), *args)
 
 
 @pytest.fixture(scope="module")
