@@ -5,7 +5,9 @@ of ``bench/acs_decision.py``), warms it with 1,000 decisions, then sends ``--rou
 ``--decisions`` signed steps with that benchmark's raw client (2 processes × 4 threads,
 ``--procs``/``--threads``) and prints the rounds' decisions/s and the server's CPU per
 decision (user + system, ``/proc/<pid>/task/*/stat``) in all and by thread (the event
-loop is the process's first thread; the group-commit writer is usually the next busiest).
+loop is the process's first thread; the group-commit writer is usually the next busiest),
+and the whole machine's busy and idle CPU per decision over the same rounds (``/proc/stat``):
+what is busy outside the server is the load generator, which shares the machine's cores.
 ``--attach`` runs a profiler on the server for the timed rounds only:
 
 - ``perf-stat``: ``perf stat -e context-switches,cpu-migrations,task-clock``;
@@ -47,6 +49,14 @@ def thread_cpu(pid: int) -> dict[str, int]:
             continue
         out[f"{tid}:{name}"] = int(stat[11]) + int(stat[12])
     return out
+
+
+def machine_cpu() -> tuple[int, int]:
+    """The whole machine's (busy, idle) clock ticks since boot, all cores (``/proc/stat``:
+    idle and iowait are idle; user, nice, system, irq, softirq and steal are busy)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    return user + nice + system + irq + softirq + steal, idle + iowait
 
 
 def profiler(kind: str, pid: int, out: Path) -> list[str]:
@@ -99,6 +109,7 @@ def main() -> None:
             )
             time.sleep(1.0)  # attached before the first timed request
         before = thread_cpu(server.pid)
+        busy0, idle0 = machine_cpu()
         rates: list[float] = []
         total = 0
         for _ in range(ns.rounds):
@@ -106,6 +117,7 @@ def main() -> None:
             rates.append(len(lat) / wall)
             total += len(lat)
         after = thread_cpu(server.pid)
+        busy1, idle1 = machine_cpu()
     finally:
         if attached is not None:
             attached.send_signal(signal.SIGINT)  # each profiler writes its file on SIGINT
@@ -115,19 +127,31 @@ def main() -> None:
     tick = os.sysconf("SC_CLK_TCK")
     per = {k: (after[k] - before.get(k, 0)) / tick / total * 1e6 for k in after}
     threads = sorted(per.items(), key=lambda kv: -kv[1])
+    server_us = sum(per.values())
+    busy_us = (busy1 - busy0) / tick / total * 1e6
     result = {
         "src": str(src),
         "sync": ns.sync,
         "decisions": total,
         "decisions_per_s_by_round": rates,
-        "server_cpu_us_per_decision": sum(per.values()),
+        "server_cpu_us_per_decision": server_us,
         "by_thread_us": dict(threads),
+        # Everything else that ran meanwhile: the load generator's processes, mostly.
+        "machine_busy_us_per_decision": busy_us,
+        "rest_of_machine_us_per_decision": busy_us - server_us,
+        "machine_idle_us_per_decision": (idle1 - idle0) / tick / total * 1e6,
+        "cores": os.cpu_count(),
     }
     if ns.json:
         print(json.dumps(result, indent=2))
         return
     print("rounds, decisions/s: " + ", ".join(f"{r:.0f}" for r in rates))
-    print(f"server CPU per decision: {result['server_cpu_us_per_decision']:.0f} µs")
+    print(f"server CPU per decision: {server_us:.0f} µs")
+    print(
+        f"machine CPU per decision: {busy_us:.0f} µs busy ({busy_us - server_us:.0f} outside "
+        f"the server), {result['machine_idle_us_per_decision']:.0f} µs idle, "
+        f"{result['cores']} cores"
+    )
     for name, us in threads[:6]:
         print(f"  {name:<32} {us:6.0f} µs")
 

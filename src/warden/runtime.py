@@ -12,12 +12,13 @@ import logging
 import os
 import socket
 import threading
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from warden import __version__
-from warden.adcp.governance_token import load_governance_signer
+from warden.adcp.governance_token import GOVERNANCE_KEY_FILENAME, load_governance_signer
 from warden.adcp.request_signing import RequestSigning
 from warden.adcp.webhook_signing import WebhookSigner, load_webhook_signer
 from warden.approvals.desk import ApprovalDesk
@@ -135,38 +136,61 @@ class Runtime:
         hooks = load_webhooks(settings.webhooks) if settings.webhooks is not None else None
         if settings.otlp_endpoint is not None:
             check_exporting()
-        ikm, created = load_or_create_ikm(settings.resolved_key_file())
-        if created:
-            log.warning(
-                "generated a new HMAC master secret at %s (mode 0600)", settings.resolved_key_file()
+        # A key that cannot be created (a folder in its place, a read-only mount) fails the
+        # start; the keys this start made before it are removed, so the next start is
+        # again a first start (its demo agent, decision 990) and nothing half-made stays.
+        made: list[Path] = []
+        later: list[Path] = []
+        try:
+            ikm, created = load_or_create_ikm(settings.resolved_key_file())
+            if created:
+                made.append(settings.resolved_key_file())
+                log.warning(
+                    "generated a new HMAC master secret at %s (mode 0600)",
+                    settings.resolved_key_file(),
+                )
+            token_file = settings.resolved_api_token_file()
+            api_token, token_created = load_or_create_api_token(token_file)
+            if token_created:
+                made.append(token_file)
+                log.warning("generated the bootstrap admin API token at %s (mode 0600)", token_file)
+            signing_file = settings.resolved_signing_key_file()
+            signing_key, signing_kid, signing_created = load_or_create_signing_key(signing_file)
+            if signing_created:
+                made.append(signing_file)
+                log.warning(
+                    "generated Warden's Ed25519 signing key %s at %s (mode 0600)",
+                    signing_kid,
+                    signing_file,
+                )
+            mldsa_file = settings.resolved_mldsa_key_file()
+            mldsa_signer, mldsa_created = load_or_create_mldsa_key(mldsa_file)
+            if mldsa_created:
+                made.append(mldsa_file)
+                log.warning(
+                    "generated Warden's ML-DSA-65 signing key %s at %s (mode 0600)",
+                    mldsa_signer.kid,
+                    mldsa_file,
+                )
+            # These loaders do not say whether they created their file: absent before
+            # and present after is this start's.
+            later = _absent(
+                settings.resolved_checkpoint_key_file(),
+                settings.data_dir / GOVERNANCE_KEY_FILENAME,
+                settings.resolved_webhook_signing_key_file(),
             )
-        token_file = settings.resolved_api_token_file()
-        api_token, token_created = load_or_create_api_token(token_file)
-        if token_created:
-            log.warning("generated the bootstrap admin API token at %s (mode 0600)", token_file)
-        signing_file = settings.resolved_signing_key_file()
-        signing_key, signing_kid, signing_created = load_or_create_signing_key(signing_file)
-        if signing_created:
-            log.warning(
-                "generated Warden's Ed25519 signing key %s at %s (mode 0600)",
-                signing_kid,
-                signing_file,
+            checkpoint_signer = load_checkpoint_signer(
+                settings.resolved_checkpoint_key_file(), settings.log_origin
             )
-        mldsa_file = settings.resolved_mldsa_key_file()
-        mldsa_signer, mldsa_created = load_or_create_mldsa_key(mldsa_file)
-        if mldsa_created:
-            log.warning(
-                "generated Warden's ML-DSA-65 signing key %s at %s (mode 0600)",
-                mldsa_signer.kid,
-                mldsa_file,
+            made.extend(_present(later))
+            signer = load_governance_signer(settings.data_dir, settings.resolved_public_url())
+            made.extend(_present(later))
+            webhook_signer = load_webhook_signer(
+                settings.data_dir, settings.resolved_webhook_signing_key_file()
             )
-        checkpoint_signer = load_checkpoint_signer(
-            settings.resolved_checkpoint_key_file(), settings.log_origin
-        )
-        signer = load_governance_signer(settings.data_dir, settings.resolved_public_url())
-        webhook_signer = load_webhook_signer(
-            settings.data_dir, settings.resolved_webhook_signing_key_file()
-        )
+        except BaseException:
+            _remove_files([*made, *_present(later)])
+            raise
         store = open_store(
             settings.resolved_database_url(),
             sqlite_sync=settings.sqlite_sync,
@@ -530,3 +554,24 @@ class HoldExpirer:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+
+
+def _absent(*paths: Path) -> list[Path]:
+    """Those of ``paths`` that do not exist yet."""
+    return [p for p in paths if not p.exists()]
+
+
+def _present(paths: list[Path]) -> list[Path]:
+    """Those of ``paths`` that exist now, removed from ``paths`` (each is counted once)."""
+    found = [p for p in paths if p.exists()]
+    for p in found:
+        paths.remove(p)
+    return found
+
+
+def _remove_files(paths: list[Path]) -> None:
+    """Remove the regular files among ``paths`` (those a failed start created)."""
+    for path in paths:
+        if path.is_file() and not path.is_symlink():
+            with suppress(OSError):
+                path.unlink()

@@ -33,6 +33,12 @@ def default_policy_path() -> Path:
     return Path(str(resources.files("warden.bundles").joinpath("default.yaml")))
 
 
+def _has_space_or_control(url: str) -> bool:
+    """Whether ``url`` holds whitespace or a control character, which ``urlsplit``
+    silently drops (a newline would then reach headers and signed links)."""
+    return any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url)
+
+
 class Settings(BaseSettings):
     """Validated whole at start-up; every field may be set as ``WARDEN_<NAME>``."""
 
@@ -215,7 +221,12 @@ class Settings(BaseSettings):
         if v is None:
             return v
         parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.netloc
+            or parts.query
+            or _has_space_or_control(v)
+        ):
             raise ValueError("public_url must be an http(s) URL such as https://warden.example")
         return v
 
@@ -225,7 +236,12 @@ class Settings(BaseSettings):
         if v is None:
             return v
         parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.netloc
+            or parts.query
+            or _has_space_or_control(v)
+        ):
             raise ValueError(
                 "otlp_endpoint must be an OTLP/HTTP base URL such as http://127.0.0.1:4318"
             )

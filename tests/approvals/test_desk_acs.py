@@ -365,7 +365,20 @@ def test_maker_checker_ignores_case(rt: Runtime, agent: AcsClient) -> None:
         rt.desk.approve(r["ask_details"]["task_id"], approver(rt, "Agent-7.OWNER", "operators"), "")
 
 
-@pytest.mark.parametrize("url", ["javascript:alert(1)", "not a url", "ftp://x", "http://h/?q=1"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "javascript:alert(1)",
+        "not a url",
+        "ftp://x",
+        "http://h/?q=1",
+        # urlsplit drops these silently; the URL reaches headers and signed links.
+        "https://warden.example\nX-Injected: 1",
+        "https://warden.example/\r",
+        "https://ward\ten.example",
+        "https://warden.example/a b",
+    ],
+)
 def test_the_public_url_must_be_an_http_url(url: str) -> None:
     from pydantic import ValidationError
 

@@ -179,3 +179,27 @@ def test_the_check(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot be created: .* is not a directory"):
         check_data_dir(afile / "sub" / "deeper")
     assert _listing(tmp_path) == ["f"]
+
+
+@pytest.mark.parametrize("field", ["api_token_file", "mldsa_key_file", "webhook_signing_key_file"])
+def test_a_start_that_cannot_make_a_key_leaves_no_key_behind(tmp_path: Path, field: str) -> None:
+    """The keys a failed start generated before the one it could not create are removed
+    (decision 351): the next start is again a first start, and nothing half-made stays.
+    A key file that was there before the failed start is kept."""
+    from warden.runtime import Runtime
+    from warden.settings import Settings
+
+    afile = tmp_path / "somefile"
+    afile.write_text("x")
+    data = tmp_path / "d"
+    data.mkdir()
+    kept = data / "checkpoint.key"
+    if field != "webhook_signing_key_file":  # else the checkpoint key is made before it
+        kept.write_text("was here")
+    settings = Settings(data_dir=data, **{field: afile / "key"})
+    with pytest.raises(ConfigError, match="is not a directory"):
+        Runtime.start(settings)
+    left = sorted(p.name for p in data.iterdir())
+    assert left == ([] if field == "webhook_signing_key_file" else ["checkpoint.key"])
+    if field != "webhook_signing_key_file":
+        assert kept.read_text() == "was here"

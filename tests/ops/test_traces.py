@@ -313,9 +313,10 @@ def test_no_tracer_means_no_middleware(make_runtime: Any) -> None:
     assert type(create_app(rt)).__name__ == "AcsEndpoint"
 
 
-def test_bad_otlp_endpoint_is_refused() -> None:
+@pytest.mark.parametrize("url", ["udp://collector:4318", "http://collector:4318\n"])
+def test_bad_otlp_endpoint_is_refused(url: str) -> None:
     with pytest.raises(ValueError, match="otlp_endpoint"):
-        Settings(otlp_endpoint="udp://collector:4318")
+        Settings(otlp_endpoint=url)
 
 
 class _Collector(BaseHTTPRequestHandler):
