@@ -11,9 +11,11 @@ run without a command prints its help on stdout and exits 2, as before.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import typer
+from typer._click.exceptions import BadParameter
 from typer.core import TyperGroup
 
 # A limit no first sentence reaches: Click then keeps it whole.
@@ -30,6 +32,18 @@ class WholeHelpGroup(TyperGroup):
             typer.echo(ctx.get_help(), color=ctx.color)
             ctx.exit(2)
         return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BadParameter as exc:
+            line = _environment_error(exc)
+            if line is None:
+                raise
+            # A WARDEN_* variable Click could not convert: the settings' one line (as for a
+            # value out of range), not a usage error that hides which variable it was.
+            typer.echo(f"error: {line}", err=True)
+            ctx.exit(2)
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         # ctx, formatter: Click's Context and HelpFormatter (Typer vendors Click privately).
@@ -49,3 +63,18 @@ HELP_SETTINGS: dict[str, Any] = {
     "rich_markup_mode": None,
     "context_settings": {"terminal_width": 80, "max_content_width": 80},
 }
+
+
+def _environment_error(exc: BadParameter) -> str | None:
+    """``invalid settings: name: why (environment: VAR='value')`` when ``exc`` refused an
+    option's value read from its environment variable; None for any other bad parameter."""
+    param, ctx = exc.param, exc.ctx
+    if param is None or ctx is None or param.name is None or not isinstance(param.envvar, str):
+        return None
+    source = ctx.get_parameter_source(param.name)
+    if getattr(source, "name", None) != "ENVIRONMENT":
+        return None
+    from warden.config_file import shown
+
+    value = shown(os.environ.get(param.envvar, ""))
+    return f"invalid settings: {param.name}: {exc.message} (environment: {param.envvar}={value!r})"

@@ -79,7 +79,7 @@ def _toml_kind(value: object) -> str:
 _SHOWN_MAX = 120
 
 
-def _shown(text: str) -> str:
+def shown(text: str) -> str:
     """``text`` fit to quote in a one-line message: a URL's password masked, cut at
     :data:`_SHOWN_MAX` characters."""
     if "://" in text:
@@ -96,12 +96,12 @@ def _toml_value(value: object) -> str:
     """A file's value written back as TOML (JSON's strings, numbers, booleans and arrays
     are TOML's; a date or time is its ISO text)."""
     if isinstance(value, str):
-        return json.dumps(_shown(value), ensure_ascii=False)
+        return json.dumps(shown(value), ensure_ascii=False)
     if isinstance(value, date | time):  # a datetime is a date
         return value.isoformat()
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")  # not JSON's
-    return _shown(json.dumps(value, ensure_ascii=False, default=str))
+    return shown(json.dumps(value, ensure_ascii=False, default=str))
 
 
 def _in_file(config: Path, key: str, value: object) -> str:
@@ -124,10 +124,10 @@ def _from_command_line(name: str, value: object, ctx: typer.Context | None) -> s
     if ctx is not None and param is not None:
         source = ctx.get_parameter_source(name)
         if source is not None and source.name == "ENVIRONMENT" and isinstance(param.envvar, str):
-            return f"environment: {param.envvar}={_shown(os.environ.get(param.envvar, ''))!r}"
+            return f"environment: {param.envvar}={shown(os.environ.get(param.envvar, ''))!r}"
         flag = max(param.opts, key=len, default=flag)
         value = ctx.params.get(name, value)  # as parsed, before the command's own touches
-    text = _shown(str(value))
+    text = shown(str(value))
     return f"option: {flag} {repr(text) if isinstance(value, str) else text}"
 
 
@@ -144,7 +144,7 @@ def _origin(
         return _from_command_line(name, given[name], ctx)
     variable = _env_variable(name)
     if variable is not None:
-        return f"environment: {variable[0]}={_shown(variable[1])!r}"
+        return f"environment: {variable[0]}={shown(variable[1])!r}"
     if config is not None and name in from_file:
         return _in_file(config, name, from_file[name])
     return ""

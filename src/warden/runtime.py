@@ -136,9 +136,10 @@ class Runtime:
         hooks = load_webhooks(settings.webhooks) if settings.webhooks is not None else None
         if settings.otlp_endpoint is not None:
             check_exporting()
-        # A key that cannot be created (a folder in its place, a read-only mount) fails the
-        # start; the keys this start made before it are removed, so the next start is
-        # again a first start (its demo agent, decision 990) and nothing half-made stays.
+        # A key that cannot be created (a folder in its place, a read-only mount), a
+        # database that cannot be opened or is bound to another IKM fail the start; the
+        # keys this start made are then removed, so the next start is again a first start
+        # (its demo agent, decision 990) and nothing half-made stays (decision 351).
         made: list[Path] = []
         later: list[Path] = []
         try:
@@ -188,19 +189,25 @@ class Runtime:
             webhook_signer = load_webhook_signer(
                 settings.data_dir, settings.resolved_webhook_signing_key_file()
             )
+            made.extend(_present(later))
         except BaseException:
             _remove_files([*made, *_present(later)])
             raise
-        store = open_store(
-            settings.resolved_database_url(),
-            sqlite_sync=settings.sqlite_sync,
-            pool_size=settings.database_pool_size,
-            lock_timeout_ms=settings.database_lock_timeout_ms,
-        )
+        try:
+            store = open_store(
+                settings.resolved_database_url(),
+                sqlite_sync=settings.sqlite_sync,
+                pool_size=settings.database_pool_size,
+                lock_timeout_ms=settings.database_lock_timeout_ms,
+            )
+        except BaseException:
+            _remove_files(made)  # not a database, unreachable: the new keys bind nothing
+            raise
         try:
             bind_key_fingerprint(store, ikm_fingerprint(ikm))
         except BaseException:
             store.close()
+            _remove_files(made)  # a database bound to another IKM: a new one is no use
             raise
         try:
             # A promoted bundle outlives restarts: serve it, not the --policy file.

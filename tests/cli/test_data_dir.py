@@ -21,7 +21,7 @@ from conftest import warden_cli
 
 from warden.cli import app
 from warden.data_dir import check_data_dir, data_dir_problem
-from warden.errors import ConfigError
+from warden.errors import ConfigError, StoreUnavailable
 
 #: Commands whose --data-dir is a Settings field (option, WARDEN_DATA_DIR or config file):
 #: checked where the settings are used, not by the option's callback.
@@ -203,3 +203,38 @@ def test_a_start_that_cannot_make_a_key_leaves_no_key_behind(tmp_path: Path, fie
     assert left == ([] if field == "webhook_signing_key_file" else ["checkpoint.key"])
     if field != "webhook_signing_key_file":
         assert kept.read_text() == "was here"
+
+
+KEY_FILES = {
+    "ikm.key",
+    "api.token",
+    "signing.key",
+    "mldsa.key",
+    "checkpoint.key",
+    "governance-signing.key",
+    "request-signing.key",
+}
+
+
+def test_a_start_refused_by_its_database_leaves_no_key_behind(tmp_path: Path) -> None:
+    """A file that is not a database, and a database restored without its key (bound to
+    another IKM): the start is refused, and the keys it generated first are removed."""
+    from warden.runtime import Runtime
+    from warden.settings import Settings
+
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "warden.db").write_bytes(b"not a database" * 100)
+    with pytest.raises(StoreUnavailable, match="not a database"):
+        Runtime.start(Settings(data_dir=garbage, gc_freeze=False))
+    assert sorted(p.name for p in garbage.iterdir()) == ["warden.db"]
+
+    first = tmp_path / "first"
+    Runtime.start(Settings(data_dir=first, gc_freeze=False)).close()
+    assert KEY_FILES <= {p.name for p in first.iterdir()}
+    restored = tmp_path / "restored"
+    restored.mkdir()
+    (restored / "warden.db").write_bytes((first / "warden.db").read_bytes())
+    with pytest.raises(ConfigError, match="another key file"):
+        Runtime.start(Settings(data_dir=restored, gc_freeze=False))
+    assert not KEY_FILES & {p.name for p in restored.iterdir()}

@@ -143,3 +143,33 @@ def test_without_a_command_a_given_value_is_reported_as_its_option(
         "public_url must be an http(s) URL such as https://warden.example "
         "(option: --public-url 'ftp://x')"
     )
+
+
+@pytest.mark.parametrize(
+    ("command", "variable", "value", "reason"),
+    [
+        ("serve", "WARDEN_PORT", "abc", "port: Input should be a valid integer"),
+        ("serve", "WARDEN_SKEW_WINDOW_MS", "1.5", "skew_window_ms: Input should be a valid"),
+        ("serve", "WARDEN_TRACE_SAMPLE_RATIO", "x", "trace_sample_ratio: Input should be a"),
+        ("doctor", "WARDEN_PORT", "abc", "port: Input should be a valid integer"),
+    ],
+)
+def test_a_variable_an_option_cannot_convert_is_the_settings_line(
+    tmp_path: Path, command: str, variable: str, value: str, reason: str
+) -> None:
+    """A variable an option reads, in a type the option cannot convert, was Click's usage
+    error ("Usage: … Try 'warden serve --help'"), which names the option; it is now the
+    settings' one line with the variable and its value (decision 352)."""
+    done = warden(tmp_path, command, "--data-dir", "data", **{variable: value})
+    line = refused(done, tmp_path)
+    assert line.startswith(f"error: invalid settings: {reason}"), line
+    assert line.endswith(f" (environment: {variable}={value!r})"), line
+
+
+def test_an_option_typed_on_the_command_line_is_still_a_usage_error(tmp_path: Path) -> None:
+    """The same bad value typed as the option is the caller's usage mistake: Click's
+    message, which names the option (exit 2)."""
+    done = warden(tmp_path, "serve", "--data-dir", "data", "--port", "abc")
+    assert done.returncode == 2
+    assert "Invalid value for '--port'" in done.stderr
+    assert "invalid settings" not in done.stderr
