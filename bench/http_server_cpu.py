@@ -8,6 +8,8 @@ decision (user + system, ``/proc/<pid>/task/*/stat``) in all and by thread (the 
 loop is the process's first thread; the group-commit writer is usually the next busiest),
 and the whole machine's busy and idle CPU per decision over the same rounds (``/proc/stat``):
 what is busy outside the server is the load generator, which shares the machine's cores.
+``--pin-cpu N`` pins the server's threads to CPU N (the loop, the group-commit writer and
+the background threads then share one core; threads started later inherit it).
 ``--attach`` runs a profiler on the server for the timed rounds only:
 
 - ``perf-stat``: ``perf stat -e context-switches,cpu-migrations,task-clock``;
@@ -80,6 +82,12 @@ def main() -> None:
     ap.add_argument("--decisions", type=int, default=4000, help="per round")
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument(
+        "--pin-cpu",
+        type=int,
+        help="pin every thread of the server to this CPU once it is ready (as `taskset -a "
+        "-p -c N`); the load generator stays unpinned",
+    )
     ap.add_argument("--attach", choices=["perf-stat", "perf", "strace", "py-spy"])
     ap.add_argument("--out", type=Path, help="the profiler's output file (with --attach)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON only")
@@ -100,6 +108,9 @@ def main() -> None:
     attached: subprocess.Popen[bytes] | None = None
     try:
         bench.wait_ready(port)
+        if ns.pin_cpu is not None:
+            for tid in os.listdir(f"/proc/{server.pid}/task"):
+                os.sched_setaffinity(int(tid), {ns.pin_cpu})
         bench._http_load(port, 1000, ns.procs, ns.threads, "raw")  # warm-up, not counted
         if ns.attach:
             attached = subprocess.Popen(
@@ -132,6 +143,7 @@ def main() -> None:
     result = {
         "src": str(src),
         "sync": ns.sync,
+        "pin_cpu": ns.pin_cpu,
         "decisions": total,
         "decisions_per_s_by_round": rates,
         "server_cpu_us_per_decision": server_us,
