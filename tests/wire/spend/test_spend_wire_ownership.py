@@ -14,13 +14,14 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from conftest import ensure_agent
+from conftest import ROOT, ensure_agent
 from fastapi.testclient import TestClient
 from spend_wire_helpers import Api, Reply, assert_error, db_rows
 
 from warden.adcp.state import budget_id_for
 from warden.identity.api_keys import Role
 from warden.runtime import Runtime
+from warden.server.app import create_app
 from warden.spend import Budget, BudgetKind, Period
 from warden.spend.binding import GROUP, PRINCIPAL
 
@@ -488,3 +489,95 @@ def test_migration_0008_binds_plan_budgets_to_their_owner_and_nothing_else(
         }
     finally:
         store.close()
+
+
+#: docs/wires.md's sync_plans example (plan q2 of a buyer), as a fresh user sends it.
+WIRES_MD_PLAN: dict[str, Any] = {
+    "plan_id": "q2",
+    "brand": {"domain": "acme.example"},
+    "objectives": "Q2 launch",
+    "budget": {"total": 100000, "currency": "USD", "reallocation_threshold": 20000},
+    "flight": {"start": "2026-01-01T00:00:00Z", "end": "2027-12-31T23:59:59Z"},
+    "countries": ["US"],
+}
+
+
+def docs_walkthrough(make_runtime: Callable[..., Runtime]) -> tuple[Runtime, dict[str, str]]:
+    """The runtime and keys of docs/spend.md and docs/wires.md: the shipped budgets file,
+    deploy-bot registered as docs/identities.md does (group ops, acme.ops.deploy-bot),
+    wires.md's buyer-1, and an admin key other than the bootstrap one."""
+    rt = make_runtime(budgets=ROOT / "examples" / "budgets" / "default.yaml")
+    assert rt.agents is not None
+    rt.agents.add("deploy-bot", "alice", ["ops"], ["acme.ops.deploy-bot"])
+    rt.agents.add("buyer-1", "media-team")
+    tokens = {
+        "deploy-bot": rt.api_keys.create("deploy-bot", Role.AGENT, ())[1],
+        "buyer-1": rt.api_keys.create("buyer-1", Role.AGENT, ())[1],
+        "admin": rt.api_token,
+    }
+    return rt, tokens
+
+
+def sync_plan(client: TestClient, token: str, plan: dict[str, Any]) -> None:
+    synced = client.post(
+        "/adcp/sync_plans",
+        json={"idempotency_key": str(uuid.uuid4()), "plans": [plan]},
+        headers={"authorization": f"Bearer {token}"},
+    )
+    assert synced.status_code == 200 and synced.json()["status"] == "completed", synced.text
+
+
+def listed(api: Api) -> set[str]:
+    return {b["budgetId"] for b in api.get("/v1/budgets").data["budgets"]}
+
+
+def readable(rt: Runtime, api: Api) -> set[str]:
+    """Every stored budget GET /v1/budgets/{id} answers 200 for with ``api``'s key."""
+    return {b.id for b in rt.store.budgets() if api.get(f"/v1/budgets/{b.id}").status == 200}
+
+
+def test_the_budget_list_is_what_the_key_may_read_its_adcp_plan_budget_included(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """Decision 1210 (a fresh user's report: after docs/wires.md's sync_plans as
+    deploy-bot, GET /v1/budgets listed acme.ops.deploy-bot alone while GET
+    /v1/budgets/adcp:… answered 200). docs/spend.md and the 409 budget:other_wire message
+    say the spend wire lists and reads a plan's budget: the list is exactly what the key
+    may read with GET /v1/budgets/{id}, its own plan budget included."""
+    rt, tokens = docs_walkthrough(make_runtime)
+    with TestClient(create_app(rt)) as client:
+        sync_plan(client, tokens["deploy-bot"], WIRES_MD_PLAN)
+        plan_budget = budget_id_for("deploy-bot", "q2")
+        bot = Api(client, tokens["deploy-bot"])
+        assert bot.budget(plan_budget)["principals"] == ["deploy-bot"]
+        assert listed(bot) == {"acme.ops", "acme.ops.deploy-bot", plan_budget}
+        for name in tokens:
+            api = Api(client, tokens[name])
+            assert listed(api) == readable(rt, api), name
+        # Listed, not spent here: the 409 that says "it may only list and read it".
+        body = assert_error(bot.quote(plan_budget, "1"), "budget:other_wire", 409)
+        assert "it may only list and read it" in body["message"]
+
+
+def test_another_principals_plan_budget_is_not_listed(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """Two principals sync the same plan id: each lists and reads its own plan's budget
+    only; the other's is absent from the list and read exactly as a missing one; an
+    admin key lists both."""
+    rt, tokens = docs_walkthrough(make_runtime)
+    with TestClient(create_app(rt)) as client:
+        sync_plan(client, tokens["deploy-bot"], WIRES_MD_PLAN)
+        sync_plan(client, tokens["buyer-1"], WIRES_MD_PLAN)
+        bots, buyers = budget_id_for("deploy-bot", "q2"), budget_id_for("buyer-1", "q2")
+        bot, buyer = Api(client, tokens["deploy-bot"]), Api(client, tokens["buyer-1"])
+        assert buyers not in listed(bot) and bots in listed(bot)
+        assert listed(buyer) == {buyers}
+        missing = "adcp:" + "0" * 40
+        same_as_missing(
+            bot.get(f"/v1/budgets/{buyers}"), bot.get(f"/v1/budgets/{missing}"), buyers, missing
+        )
+        same_as_missing(
+            buyer.get(f"/v1/budgets/{bots}"), buyer.get(f"/v1/budgets/{missing}"), bots, missing
+        )
+        assert {bots, buyers} <= listed(Api(client, tokens["admin"]))
