@@ -81,6 +81,10 @@ def export_evidence_cmd(
     from warden.kla.keys import KeyRegistry
     from warden.store import open_store
 
+    if not execution_id.strip():
+        # No execution has a blank id: "no processed action request in execution " misled.
+        print_line(err_console, f"[red]error:[/red] the execution_id is empty ({execution_id!r})")
+        raise typer.Exit(EXIT_BAD_INPUT)
     try:
         key, kid = load_signing_key(signing_key_file or data_dir / "signing.key")
         registry = KeyRegistry.load(kla_keys) if kla_keys is not None else None

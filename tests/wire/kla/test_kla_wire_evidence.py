@@ -230,6 +230,22 @@ def test_export_evidence_of_an_unknown_execution_is_an_error_line(
         assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_export_evidence_of_a_blank_execution_id_is_bad_input(
+    runtime: Runtime, tmp_path: Path, blank: str
+) -> None:
+    """No execution has a blank id: exit 2 with one line naming it (as `warden export
+    --session ''`), not "no processed action request in execution " (exit 1)."""
+    done = runner.invoke(
+        cli_app,
+        ["export-evidence", blank, "--out", str(tmp_path / "x"), "--data-dir",
+         str(runtime.settings.data_dir)],
+    )  # fmt: skip
+    assert done.exit_code == 2 and done.stdout == ""
+    assert done.stderr.strip() == f"error: the execution_id is empty ({blank!r})"
+    assert not (tmp_path / "x").exists()
+
+
 def test_the_flow_over_real_http(tmp_path: Path) -> None:
     data = tmp_path / "srv"
     srv = start_server(data)
