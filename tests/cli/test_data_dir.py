@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import typer
-from conftest import warden_cli
+from conftest import GENERATED_KEY_FILES, warden_cli
 
 from warden.cli import app
 from warden.data_dir import check_data_dir, data_dir_problem
@@ -205,15 +205,8 @@ def test_a_start_that_cannot_make_a_key_leaves_no_key_behind(tmp_path: Path, fie
         assert kept.read_text() == "was here"
 
 
-KEY_FILES = {
-    "ikm.key",
-    "api.token",
-    "signing.key",
-    "mldsa.key",
-    "checkpoint.key",
-    "governance-signing.key",
-    "request-signing.key",
-}
+#: Every secret file a first start writes: the IKM and the ones conftest seeds.
+KEY_FILES = {"ikm.key", *GENERATED_KEY_FILES}
 
 
 def test_a_start_refused_by_its_database_leaves_no_key_behind(tmp_path: Path) -> None:
