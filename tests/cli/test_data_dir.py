@@ -99,10 +99,15 @@ def _listing(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
-@pytest.mark.parametrize(
+#: Every command with a --data-dir but doctor (which reports it as a check), each with
+#: whether it takes --json.
+CLI_COMMANDS = pytest.mark.parametrize(
     ("command", "has_json"),
     [pytest.param(p, j, id=" ".join(p)) for p, j in DATA_DIR_COMMANDS if p != ("doctor",)],
 )
+
+
+@CLI_COMMANDS
 def test_a_data_dir_that_is_a_file_is_one_line_and_exit_2(
     tmp_path: Path, command: tuple[str, ...], has_json: bool
 ) -> None:
@@ -115,10 +120,7 @@ def test_a_data_dir_that_is_a_file_is_one_line_and_exit_2(
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
-@pytest.mark.parametrize(
-    ("command", "has_json"),
-    [pytest.param(p, j, id=" ".join(p)) for p, j in DATA_DIR_COMMANDS if p != ("doctor",)],
-)
+@CLI_COMMANDS
 def test_a_data_dir_that_cannot_be_created_is_one_line_and_exit_2(
     tmp_path: Path, command: tuple[str, ...], has_json: bool
 ) -> None:
